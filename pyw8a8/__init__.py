@@ -1,0 +1,30 @@
+"""pyw8a8: fast, faithful W8A8 matrix multiplication for numpy on CPUs.
+
+int8 weights (one scale per output channel, packed once) times int8 activations (one scale
+per token, quantized per call), exact int32 accumulation, float output; optionally with a
+block randomized Walsh-Hadamard rotation that spreads outliers before quantizing.
+"""
+from ._cpu import available_isas, cpu_features, isa, set_isa, use_isa
+from ._threads import get_num_threads, set_num_threads
+from .matmul import int8_matmul, matmul, matmul_pair
+from .packing import PackedWeight, pack_weight
+from .quantize import quantize_per_channel, quantize_per_token
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "PackedWeight",
+    "available_isas",
+    "cpu_features",
+    "get_num_threads",
+    "int8_matmul",
+    "isa",
+    "matmul",
+    "matmul_pair",
+    "pack_weight",
+    "quantize_per_channel",
+    "quantize_per_token",
+    "set_isa",
+    "set_num_threads",
+    "use_isa",
+]

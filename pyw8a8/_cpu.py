@@ -1,0 +1,98 @@
+"""Which instruction-set path runs the kernels: CPU features, the PYW8A8_ISA override and
+run-time switching (numpy-style dispatch over paths compiled into one portable binary)."""
+import contextlib
+import os
+
+from . import _kernels
+
+ENV_ISA = "PYW8A8_ISA"
+
+
+def cpu_features():
+    """Instruction-set features of this CPU that the operating system also enables.
+
+    Returns
+    -------
+    dict of str to bool
+        Keys include ``avx2``, ``avx512_vnni``, ``avx_vnni``, ``amx_int8`` (x86) and
+        ``asimd``, ``asimddp`` (Arm); a feature is True only when usable.
+    """
+    return _kernels.cpu_features()
+
+
+def available_isas():
+    """Paths this CPU can run, most preferred first (``scalar`` is always last).
+
+    Returns
+    -------
+    list of str
+    """
+    return [name for name in _kernels.isa_names() if _kernels.isa_supported(name)]
+
+
+def _checked_ops(name, source):
+    known = _kernels.isa_names()
+    if not isinstance(name, str) or name not in known:
+        raise ValueError(f"{source}={name!r} is not an instruction-set path of pyw8a8; "
+                         f"expected one of {known}")
+    if not _kernels.isa_supported(name):
+        raise RuntimeError(f"{source}={name!r}: this CPU (or OS) does not support it; "
+                           f"supported here: {available_isas()}")
+    return _kernels.IsaOps(name)
+
+
+def _initial_ops():
+    forced = os.environ.get(ENV_ISA)
+    if forced:
+        return _checked_ops(forced.strip(), ENV_ISA)
+    return _kernels.IsaOps(available_isas()[0])
+
+
+_active = _initial_ops()
+
+
+def active_ops():
+    """The function table of the path in use (internal)."""
+    return _active
+
+
+def isa():
+    """Name of the instruction-set path in use.
+
+    Returns
+    -------
+    str
+        One of ``avx512vnni``, ``avxvnni``, ``avx2``, ``scalar`` (x86 paths), chosen at
+        import from the CPU features or forced with the ``PYW8A8_ISA`` environment variable.
+    """
+    return _active.name
+
+
+def set_isa(name):
+    """Switch every later call to the path `name`.
+
+    Parameters
+    ----------
+    name : str
+        A path from :func:`available_isas`.
+
+    Raises
+    ------
+    ValueError
+        If `name` is not a path of pyw8a8.
+    RuntimeError
+        If this CPU cannot run it.
+    """
+    global _active
+    _active = _checked_ops(name, "isa")
+
+
+@contextlib.contextmanager
+def use_isa(name):
+    """Context manager running its body on the path `name` (see :func:`set_isa`)."""
+    previous = _active.name
+    set_isa(name)
+    try:
+        yield
+    finally:
+        set_isa(previous)

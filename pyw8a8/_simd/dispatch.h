@@ -1,0 +1,44 @@
+/* Run-time choice of the instruction-set path (numpy-style dispatch): every path is compiled
+ * into the one binary with target attributes; this picks a table by name and tells which
+ * names this CPU can run. */
+#ifndef PYW8A8_SIMD_DISPATCH_H
+#define PYW8A8_SIMD_DISPATCH_H
+
+#include "common.h"
+#include "cpu.h"
+#include "scalar.h"
+#include "quant.h"
+#include "gemm_loops.h"
+#if defined(W8_X86)
+#include "avx2.h"
+#include "avxvnni.h"
+#include "avx512vnni.h"
+#endif
+
+/* Paths from most to least preferred. */
+static const char *const w8_isa_names[] = {"avx512vnni", "avxvnni", "avx2", "scalar"};
+#define W8_NUM_ISAS 4
+
+static const w8_isa_ops *w8_isa_lookup(const char *name)
+{
+    if (strcmp(name, "scalar") == 0) return &w8_scalar_ops;
+#if defined(W8_X86)
+    if (strcmp(name, "avx2") == 0) return &w8_avx2_ops;
+    if (strcmp(name, "avxvnni") == 0) return &w8_avxvnni_ops;
+    if (strcmp(name, "avx512vnni") == 0) return &w8_avx512vnni_ops;
+#endif
+    return NULL;
+}
+
+static int w8_isa_supported(const w8_cpu_features *f, const char *name)
+{
+    if (strcmp(name, "scalar") == 0) return 1;
+    if (!w8_isa_lookup(name)) return 0;
+    if (strcmp(name, "avx2") == 0) return f->avx2 && f->fma;
+    if (strcmp(name, "avxvnni") == 0) return f->avx2 && f->fma && f->avxvnni;
+    if (strcmp(name, "avx512vnni") == 0)
+        return f->avx2 && f->fma && f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni;
+    return 0;
+}
+
+#endif

@@ -1,0 +1,44 @@
+/* Per-row symmetric int8 quantization, shared by every path (the ISA-specific parts are the
+ * absmax and quantize entries of the function table). */
+#ifndef PYW8A8_SIMD_QUANT_H
+#define PYW8A8_SIMD_QUANT_H
+
+#include "common.h"
+#include <float.h>
+
+/* Rows whose max |x| is below 127 * FLT_MIN quantize to zero: their scale max|x| / 127
+ * would be a subnormal float, which cannot carry a faithful scale. */
+#define W8_TINY_ROW (127.0f * FLT_MIN)
+
+/* Quantize one row of K floats into Kp bytes (zero padding beyond K), with the scale
+ * max|x| / 127 (0 for a zero row) and, when psum != NULL, the Kp / 64 + 1 prefix sums of the
+ * signed values over 64-element chunks (the compensation term of the +128 encodings).
+ * Returns 1, writing nothing, if the row holds NaN or Inf. */
+static int w8_quantize_row(const w8_isa_ops *ops, const float *x, int64_t K, int64_t Kp,
+                           uint8_t flip, uint8_t *q, float *scale, int32_t *psum)
+{
+    float amax;
+    if (ops->absmax(x, K, &amax)) return 1;
+    if (amax < W8_TINY_ROW) {
+        *scale = 0.0f;
+        memset(q, flip, (size_t)Kp);
+    } else {
+        /* Multiplying by 127 / amax (rather than dividing by the scale) maps the largest
+         * element to exactly +-127 and is what every SIMD path computes. */
+        *scale = amax / 127.0f;
+        ops->quantize(x, K, 127.0f / amax, flip, q);
+        memset(q + K, flip, (size_t)(Kp - K));
+    }
+    if (psum) {
+        psum[0] = 0;
+        for (int64_t c = 0; c < Kp / W8_KPAD; c++) {
+            int32_t s = 0;
+            const uint8_t *chunk = q + c * W8_KPAD;
+            for (int j = 0; j < W8_KPAD; j++) s += (int8_t)(chunk[j] ^ flip);
+            psum[c + 1] = psum[c] + s;
+        }
+    }
+    return 0;
+}
+
+#endif

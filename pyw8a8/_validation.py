@@ -1,0 +1,53 @@
+"""Argument checks shared by the public functions: every message names the argument."""
+import operator
+
+import numpy as np
+
+
+def float_array(x, name, ndim=None):
+    """`x` as a float32 ndarray (float64 converted silently; other dtypes: TypeError)."""
+    arr = np.asarray(x)
+    if arr.dtype not in (np.float32, np.float64):
+        raise TypeError(f"{name} must be a float32 or float64 array, got dtype {arr.dtype}")
+    if ndim is not None and arr.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {arr.shape}")
+    if ndim is None and arr.ndim < 1:
+        raise ValueError(f"{name} must have at least one dimension, got a scalar")
+    return arr.astype(np.float32, copy=False)
+
+
+def c_matrix(arr):
+    """A C-contiguous 2-D copy or view (Fortran, strided and negative-stride views copied)."""
+    return np.ascontiguousarray(arr)
+
+
+def int8_matrix(x, name):
+    arr = np.asarray(x)
+    if arr.dtype != np.int8:
+        raise TypeError(f"{name} must be an int8 array, got dtype {arr.dtype}")
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be 2-D, got shape {arr.shape}")
+    if arr.size and arr.min() == -128:
+        raise ValueError(f"{name} holds -128: the symmetric scheme uses [-127, 127]; "
+                         "clip it (np.clip(q, -127, 127)) or requantize")
+    return np.ascontiguousarray(arr)
+
+
+def positive_int(value, name, minimum=1):
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def check_finite_row(bad_row, name, shape):
+    """Raise the documented error for a row holding NaN or Inf (bad_row >= 0)."""
+    if bad_row >= 0:
+        index = np.unravel_index(bad_row, shape[:-1]) if len(shape) > 1 else ()
+        where = f"row {bad_row}" + (f" (index {tuple(int(i) for i in index)})"
+                                    if len(shape) > 2 else "")
+        raise ValueError(f"{name} has a non-finite value (NaN or Inf) in {where}; "
+                         "int8 quantization needs finite values")

@@ -1,0 +1,279 @@
+"""W8A8 products: validation, activation quantization, blocking choice, output handling.
+
+The arithmetic: ``C[m, n] = s_a[m] * s_w[n] * sum_k qa[m, k] * qw[n, k]`` with the integer
+sum exact in int32 within each K-range (at most 32768 wide) and float32 across ranges.
+"""
+import numpy as np
+
+from . import _cpu, _kernels, _threads
+from .packing import PackedWeight, pack_int8, padded
+from .quantize import quantize_rows
+from ._validation import float_array, int8_matrix
+
+# int32 holds any sum of K products of two values in [-127, 127] up to this K.
+INT32_SAFE_K = (2**31 - 1) // (127 * 127)
+
+_L1_BYTES = 32 * 1024
+_L2_BYTES = 512 * 1024
+
+
+def blocking(ops, m, n, kp, nthreads):
+    """(kc, mc, nc, m_step, n_step) for one product on path `ops`.
+
+    kc keeps one B micro-panel (kc x 16*nv bytes) in L1, mc one A block (mc x kc) in L2;
+    tasks split N into groups of whole micro-panels (so no two threads write one cache
+    line of C) and M too when N alone gives too few tasks.
+    """
+    ncols = _kernels.NR * ops.nv
+    kc = max(_kernels.KPAD, (_L1_BYTES // ncols) // _kernels.KPAD * _kernels.KPAD)
+    kc = min(kc, kp, _kernels.MAX_KC)
+    mc = max(ops.mr, (_L2_BYTES // 2 // max(kc, 1)) // ops.mr * ops.mr)
+    groups = -(-n // ncols)
+    n_tasks = max(1, min(groups, 2 * nthreads))
+    n_step = -(-groups // n_tasks) * ncols
+    m_tasks = 1
+    if nthreads > 1 and n_tasks < 2 * nthreads and m >= 2 * ops.mr * nthreads:
+        m_tasks = -(-2 * nthreads // n_tasks)
+    m_step = padded(-(-m // m_tasks), ops.mr) if m else 1
+    return kc, mc, max(n_step, ncols), m_step, n_step
+
+
+def _check_packed(packed, name):
+    if not isinstance(packed, PackedWeight):
+        raise TypeError(f"{name} must be a PackedWeight from pyw8a8.pack_weight, got "
+                        f"{type(packed).__name__}")
+
+
+def _activations(x, k, name="x"):
+    arr = float_array(x, name)
+    if arr.shape[-1] != k:
+        raise ValueError(f"{name} has {arr.shape[-1]} features in its last dimension "
+                         f"(shape {arr.shape}) but the weight expects K={k}")
+    return arr
+
+
+def _quantized_activations(x2d, packed, ops, enc, shape):
+    """(q (M, Kp) bytes for the kernel of `enc`, scale (M,), prefix sums or empty)."""
+    if packed.rotate:
+        from .rotation import rotate
+        x2d = rotate(x2d, block=packed.block, seed=packed.seed)
+    return quantize_rows(np.ascontiguousarray(x2d), packed.kp, flip=ops.a_flip(enc),
+                         psum=ops.corr(enc) == _kernels.CORR_ROW, name="x")
+
+
+def _output(out, out_dtype, shape, x):
+    """The float32 (M, N) array to compute into, and what to copy it to afterwards."""
+    if out_dtype is None:
+        out_dtype = out.dtype if out is not None else np.float32
+    out_dtype = np.dtype(out_dtype)
+    if out_dtype == np.float32:
+        pass
+    elif out_dtype.name == "bfloat16":
+        pass
+    else:
+        raise TypeError(f"out_dtype must be float32 or ml_dtypes.bfloat16, got {out_dtype}")
+    if out is None:
+        return np.empty(shape, dtype=np.float32), (None if out_dtype == np.float32
+                                                   else out_dtype)
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy array, got {type(out).__name__}")
+    if out.shape != tuple(shape):
+        raise ValueError(f"out has shape {out.shape}, expected {tuple(shape)}")
+    if out.dtype != out_dtype:
+        raise TypeError(f"out has dtype {out.dtype}, expected {out_dtype}")
+    if not out.flags.writeable:
+        raise ValueError("out is read-only")
+    if np.shares_memory(out, x):
+        raise ValueError("out overlaps the input x; pass a separate array")
+    if out.dtype == np.float32 and out.flags.c_contiguous:
+        return out, None
+    return np.empty(shape, dtype=np.float32), out
+
+
+def _finish(result, target):
+    if target is None:
+        return result
+    if isinstance(target, np.dtype):
+        return result.astype(target)
+    target[...] = result
+    return target
+
+
+def _job(ops, enc, qa, a_psum, packed, a_scale, out2d, out_kind):
+    m, kp = qa.shape
+    n = packed.shape[0]
+    kc, mc, nc, m_step, n_step = blocking(ops, m, n, kp, _threads.get_num_threads())
+    return (enc, qa, a_psum, packed.panels.reshape(-1), packed.psum, a_scale,
+            packed.scales, n, out2d, out_kind, kc, mc, nc, m_step, n_step)
+
+
+def _encoding_index(packed):
+    return 0 if packed.encoding == "biased" else 1
+
+
+def matmul(x, packed, *, out=None, out_dtype=None):
+    """W8A8 product ``x @ w.T`` against a packed weight.
+
+    Activations are quantized per row (token) on every call, optionally rotated first with
+    the weight's transform; the int8 dot products accumulate exactly in int32.
+
+    Parameters
+    ----------
+    x : array_like of float32 or float64, shape (..., K)
+        Activations; any leading dimensions, any memory order.
+    packed : PackedWeight
+        From :func:`pack_weight`, shape (N, K).
+    out : ndarray, shape (..., N), optional
+        Where to write the result (dtype float32, or `out_dtype`); must not overlap x.
+    out_dtype : {numpy.float32, ml_dtypes.bfloat16}, optional
+        Output dtype (default float32, or out's dtype).
+
+    Returns
+    -------
+    ndarray, shape (..., N)
+        ``s_a[m] * s_w[n] * sum_k qa[m, k] * qw[n, k]``, approximately ``x @ w.T``.
+
+    Raises
+    ------
+    TypeError
+        Wrong dtype of x or out, or `packed` not a PackedWeight.
+    ValueError
+        x's last dimension differs from K, a row of x holds NaN/Inf (named in the
+        message), or `out` has the wrong shape, is read-only or overlaps x. Nothing is
+        written to `out` when an error is raised.
+    """
+    _check_packed(packed, "packed")
+    n, k = packed.shape
+    arr = _activations(x, k)
+    lead = arr.shape[:-1]
+    result, target = _output(out, out_dtype, lead + (n,), x)
+    x2d = arr.reshape(-1, k)
+    _run(x2d, [(packed, result.reshape(-1, n))], lead)
+    return _finish(result, target)
+
+
+def _run(x2d, pairs, lead):
+    """Quantize x2d once per distinct activation encoding and run every product."""
+    ops = _cpu.active_ops()
+    m, k = x2d.shape
+    if any(o.size == 0 for _, o in pairs) or m == 0:
+        return
+    if k == 0:
+        for _, o in pairs:
+            o.fill(0)
+        return
+    cache = {}
+    jobs = []
+    for packed, out2d in pairs:
+        enc = _encoding_index(packed)
+        key = (ops.a_flip(enc), ops.corr(enc) == _kernels.CORR_ROW)
+        if key not in cache:
+            cache[key] = _quantized_activations(x2d, packed, ops, enc, lead)
+        qa, a_scale, a_psum = cache[key]
+        jobs.append(_job(ops, enc, qa, a_psum, packed, a_scale, out2d, _kernels.OUT_F32))
+    _kernels.gemm(ops, jobs, _threads.get_num_threads())
+
+
+def matmul_pair(x, packed1, packed2):
+    """Two W8A8 products of one activation, quantized once (e.g. gate and up projections).
+
+    Parameters
+    ----------
+    x : array_like of float32 or float64, shape (..., K)
+    packed1, packed2 : PackedWeight
+        Shapes (N1, K) and (N2, K), with the same rotation settings.
+
+    Returns
+    -------
+    y1 : ndarray of float32, shape (..., N1)
+    y2 : ndarray of float32, shape (..., N2)
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`matmul`; also ValueError if the two weights differ in K or rotation.
+    """
+    _check_packed(packed1, "packed1")
+    _check_packed(packed2, "packed2")
+    if packed1.shape[1] != packed2.shape[1]:
+        raise ValueError(f"packed1 and packed2 differ in K: {packed1.shape[1]} vs "
+                         f"{packed2.shape[1]}")
+    rot1 = (packed1.rotate, packed1.block, packed1.seed)
+    rot2 = (packed2.rotate, packed2.block, packed2.seed)
+    if rot1 != rot2:
+        raise ValueError(f"packed1 and packed2 use different rotations (rotate, block, "
+                         f"seed): {rot1} vs {rot2}")
+    k = packed1.shape[1]
+    arr = _activations(x, k)
+    lead = arr.shape[:-1]
+    y1 = np.empty(lead + (packed1.shape[0],), dtype=np.float32)
+    y2 = np.empty(lead + (packed2.shape[0],), dtype=np.float32)
+    _run(arr.reshape(-1, k), [(packed1, y1.reshape(-1, packed1.shape[0])),
+                              (packed2, y2.reshape(-1, packed2.shape[0]))], lead)
+    return y1, y2
+
+
+def int8_matmul(qa, qw, *, encoding="auto", out_dtype=np.int32, _kc=None):
+    """Exact integer product ``qa @ qw.T`` of int8 matrices.
+
+    Parameters
+    ----------
+    qa : array_like of int8, shape (M, K)
+        Values in [-127, 127] (the symmetric range; -128 is rejected).
+    qw : array_like of int8, shape (N, K)
+        Values in [-127, 127], ``torch.nn.Linear.weight`` layout.
+    encoding : {'auto', 'biased', 'signed'}
+        Weight encoding the kernel runs with (see :func:`pack_weight`).
+    out_dtype : {numpy.int32, numpy.int64}
+        int32 (default) or int64.
+
+    Returns
+    -------
+    ndarray of out_dtype, shape (M, N)
+        Exactly ``qa.astype(int64) @ qw.T.astype(int64)``. K-ranges are accumulated in
+        int64, so any K is exact.
+
+    Raises
+    ------
+    TypeError
+        Non-int8 operands or an unsupported out_dtype.
+    ValueError
+        Operands not 2-D, differing in K, or holding -128.
+    OverflowError
+        out_dtype is int32 and a result does not fit in int32 (possible only when
+        K > 133,143); ask for ``out_dtype=numpy.int64``.
+    """
+    a = int8_matrix(qa, "qa")
+    w = int8_matrix(qw, "qw")
+    if a.shape[1] != w.shape[1]:
+        raise ValueError(f"qa and qw differ in K: qa is {a.shape}, qw is {w.shape}")
+    out_dtype = np.dtype(out_dtype)
+    if out_dtype not in (np.int32, np.int64):
+        raise TypeError(f"out_dtype must be int32 or int64, got {out_dtype}")
+    m, k = a.shape
+    n = w.shape[0]
+    packed = pack_int8(w, np.ones(n, dtype=np.float32), encoding)
+    ops = _cpu.active_ops()
+    enc = _encoding_index(packed)
+    kp = packed.kp
+    flip = ops.a_flip(enc)
+    abytes = np.full((m, kp), flip, dtype=np.uint8)
+    abytes[:, :k] = a.view(np.uint8) ^ np.uint8(flip)
+    psum = np.zeros((m if ops.corr(enc) == _kernels.CORR_ROW else 0,
+                     kp // _kernels.KPAD + 1), dtype=np.int32)
+    if psum.shape[0]:
+        chunks = abytes.view(np.int8) ^ np.int8(flip - 256 if flip else 0)
+        np.cumsum(chunks.reshape(m, -1, _kernels.KPAD).sum(axis=2, dtype=np.int32),
+                  axis=1, out=psum[:, 1:])
+    acc = np.zeros((m, n), dtype=np.int64)
+    if m and n and k:
+        job = list(_job(ops, enc, abytes, psum, packed, np.empty(0, np.float32), acc,
+                        _kernels.OUT_I64))
+        if _kc is not None:
+            job[10] = _kc
+        _kernels.gemm(ops, [tuple(job)], _threads.get_num_threads())
+    if out_dtype == np.int64:
+        return acc
+    if k > INT32_SAFE_K and acc.size and (acc.max() > 2**31 - 1 or acc.min() < -2**31):
+        raise OverflowError(f"qa @ qw.T exceeds int32 (K={k}); use out_dtype=numpy.int64")
+    return acc.astype(np.int32)

@@ -1,0 +1,236 @@
+"""Packed int8 weights: quantized once, stored in the layout every microkernel reads.
+
+Layout (see ``_simd/common.h``): K is zero-padded to a multiple of 64 (Kp) and N to a
+multiple of 16 (Np); the bytes form Np/16 panels of Kp/4 quad rows, each quad row holding
+4 consecutive K values of 16 output channels (64 bytes: one zmm, two ymm, one AMX tile row).
+"""
+import numpy as np
+
+from . import _kernels
+from ._validation import float_array, positive_int
+
+ENCODINGS = ("biased", "signed")
+_FORMAT_VERSION = 1
+
+
+def _is_arm():
+    import platform
+    return platform.machine().lower() in ("aarch64", "arm64")
+
+
+def resolve_encoding(encoding):
+    """'biased' on x86 (u8 x s8 instructions), 'signed' on Arm (sdot) for 'auto'."""
+    if encoding == "auto":
+        return "signed" if _is_arm() else "biased"
+    if encoding not in ENCODINGS:
+        raise ValueError(f"encoding must be 'biased', 'signed' or 'auto', got {encoding!r}")
+    return encoding
+
+
+def padded(n, multiple):
+    return -(-n // multiple) * multiple
+
+
+def _panels_from_int8(q, encoding):
+    """(N, K) int8 -> (panels uint8 (Np/16, Kp/4, 64), prefix sums int32 (Np, Kp/64 + 1))."""
+    n, k = q.shape
+    np_, kp = padded(n, _kernels.NR), padded(k, _kernels.KPAD)
+    full = np.zeros((np_, kp), dtype=np.int8)
+    full[:n, :k] = q
+    raw = full.view(np.uint8)
+    if encoding == "biased":
+        raw = raw ^ np.uint8(0x80)  # q + 128 as uint8; padding becomes 128, i.e. q = 0
+    panels = np.ascontiguousarray(
+        raw.reshape(np_ // _kernels.NR, _kernels.NR, kp // 4, 4).transpose(0, 2, 1, 3)
+    ).reshape(np_ // _kernels.NR, kp // 4, 4 * _kernels.NR)
+    # Per-channel prefix sums over 64-K chunks: the compensation of kernels that shift the
+    # activations by +128 against signed weights (see W8_CORR_COL).
+    if encoding == "signed":
+        chunk = full.reshape(np_, kp // _kernels.KPAD, _kernels.KPAD).sum(axis=2,
+                                                                           dtype=np.int32)
+        psum = np.zeros((np_, kp // _kernels.KPAD + 1), dtype=np.int32)
+        np.cumsum(chunk, axis=1, out=psum[:, 1:])
+    else:
+        psum = np.zeros((0, kp // _kernels.KPAD + 1), dtype=np.int32)
+    return panels, psum
+
+
+class PackedWeight:
+    """An int8 weight matrix in kernel layout, with its per-output-channel scales.
+
+    Created by :func:`pack_weight`; the float weights are not kept.
+
+    Attributes
+    ----------
+    shape : tuple of int
+        (N, K): output channels, input features.
+    encoding : {'biased', 'signed'}
+        Bytes stored as ``q + 128`` (uint8) or as ``q`` (int8).
+    scales : ndarray of float32, shape (N,)
+        ``max|w[n]| / 127`` (of the rotated row when `rotate`).
+    rotate : bool
+        Whether rows were rotated (block Walsh-Hadamard) before quantization.
+    block, seed : int
+        The rotation's block size and seed.
+    """
+
+    __slots__ = ("shape", "encoding", "scales", "rotate", "block", "seed", "panels", "psum")
+
+    def __init__(self, shape, encoding, panels, psum, scales, rotate=False, block=128,
+                 seed=0):
+        self.shape = (int(shape[0]), int(shape[1]))
+        self.encoding = encoding
+        self.panels = panels
+        self.psum = psum
+        self.scales = scales
+        self.rotate = bool(rotate)
+        self.block = int(block)
+        self.seed = int(seed)
+
+    @property
+    def nbytes(self):
+        """Bytes held: the packed panels, the scales and the compensation sums."""
+        return self.panels.nbytes + self.scales.nbytes + self.psum.nbytes
+
+    @property
+    def kp(self):
+        return padded(self.shape[1], _kernels.KPAD)
+
+    def __repr__(self):
+        rot = f", rotate=True, block={self.block}, seed={self.seed}" if self.rotate else ""
+        return (f"PackedWeight(shape={self.shape}, encoding={self.encoding!r}{rot}, "
+                f"nbytes={self.nbytes})")
+
+    def int8(self):
+        """The quantized weights.
+
+        Returns
+        -------
+        ndarray of int8, shape (N, K)
+            In the rotated basis when `rotate` is True.
+        """
+        n, k = self.shape
+        raw = self.panels.reshape(-1, self.kp // 4, _kernels.NR, 4).transpose(0, 2, 1, 3)
+        raw = raw.reshape(-1, self.kp)[:n, :k]
+        if self.encoding == "biased":
+            raw = raw ^ np.uint8(0x80)
+        return np.ascontiguousarray(raw).view(np.int8)
+
+    def dequantize(self):
+        """The float32 approximation of the original weights.
+
+        Returns
+        -------
+        ndarray of float32, shape (N, K)
+            ``q * scale`` per row, rotated back when the weight was rotated.
+        """
+        w = self.int8().astype(np.float32) * self.scales[:, None]
+        if self.rotate and w.size:
+            from .rotation import unrotate
+            w = unrotate(w, block=self.block, seed=self.seed)
+        return w
+
+    def to_dict(self):
+        """Arrays describing this weight, for ``np.savez`` (see :meth:`from_dict`)."""
+        return {
+            "format_version": np.array(_FORMAT_VERSION, dtype=np.int64),
+            "shape": np.array(self.shape, dtype=np.int64),
+            "encoding": np.array(ENCODINGS.index(self.encoding), dtype=np.int64),
+            "rotation": np.array([int(self.rotate), self.block, self.seed], dtype=np.int64),
+            "panels": self.panels,
+            "psum": self.psum,
+            "scales": self.scales,
+        }
+
+    @classmethod
+    def from_dict(cls, d):
+        """Rebuild a weight from :meth:`to_dict` arrays, checking every size and dtype.
+
+        Raises
+        ------
+        ValueError
+            If an array is missing, of the wrong dtype or shape, or the format is unknown.
+        """
+        try:
+            version = int(d["format_version"])
+            n, k = (int(v) for v in d["shape"])
+            encoding = ENCODINGS[int(d["encoding"])]
+            rotate, block, seed = (int(v) for v in d["rotation"])
+            panels, psum, scales = d["panels"], d["psum"], d["scales"]
+        except (KeyError, ValueError, IndexError, TypeError) as exc:
+            raise ValueError(f"not a packed weight: {exc!r}") from None
+        if version != _FORMAT_VERSION:
+            raise ValueError(f"packed weight format {version} is not supported "
+                             f"(expected {_FORMAT_VERSION})")
+        np_, kp = padded(n, _kernels.NR), padded(k, _kernels.KPAD)
+        expect = {
+            "panels": (panels, np.uint8, (np_ // _kernels.NR, kp // 4, 4 * _kernels.NR)),
+            "psum": (psum, np.int32,
+                     (np_ if encoding == "signed" else 0, kp // _kernels.KPAD + 1)),
+            "scales": (scales, np.float32, (n,)),
+        }
+        for name, (arr, dtype, shape) in expect.items():
+            if not isinstance(arr, np.ndarray) or arr.dtype != dtype or arr.shape != shape:
+                got = (getattr(arr, "dtype", type(arr)), getattr(arr, "shape", None))
+                raise ValueError(f"packed weight array {name!r}: expected {np.dtype(dtype)} "
+                                 f"{shape}, got {got[0]} {got[1]}")
+        if not np.all(np.isfinite(scales)) or np.any(scales < 0):
+            raise ValueError("packed weight array 'scales' holds negative or non-finite "
+                             "values")
+        return cls((n, k), encoding, np.ascontiguousarray(panels),
+                   np.ascontiguousarray(psum), np.ascontiguousarray(scales), bool(rotate),
+                   block, seed)
+
+
+def pack_int8(q, scales, encoding="auto", rotate=False, block=128, seed=0):
+    """Pack already-quantized weights (internal; q (N, K) int8 in [-127, 127])."""
+    encoding = resolve_encoding(encoding)
+    panels, psum = _panels_from_int8(q, encoding)
+    return PackedWeight(q.shape, encoding, panels, psum,
+                        np.ascontiguousarray(scales, dtype=np.float32), rotate, block, seed)
+
+
+def pack_weight(w, *, encoding="auto", rotate=False, block=128, seed=0):
+    """Quantize a weight matrix once and store it in the kernels' layout.
+
+    Parameters
+    ----------
+    w : array_like of float32 or float64, shape (N, K)
+        Weights in the ``torch.nn.Linear.weight`` layout (out_features, in_features).
+    encoding : {'auto', 'biased', 'signed'}
+        'biased' stores ``q + 128`` as uint8 (what x86 u8 x s8 instructions want; the
+        kernel subtracts ``128 * sum(qa)`` per K-range), 'signed' stores int8. 'auto' picks
+        'biased' on x86 and 'signed' on Arm. Every path computes exact results with either.
+    rotate : bool
+        Rotate each row by the block randomized Walsh-Hadamard transform before quantizing
+        (activations are then rotated by :func:`matmul` with the same transform).
+    block : int
+        Rotation block size, a power of two dividing K.
+    seed : int
+        Seed of the rotation's random signs.
+
+    Returns
+    -------
+    PackedWeight
+        ``shape == (N, K)``; the float weights are not kept.
+
+    Raises
+    ------
+    TypeError
+        If w is not a float32/float64 array.
+    ValueError
+        If w is not 2-D, holds NaN/Inf (the message names the row), or `encoding`,
+        `block` are invalid.
+    """
+    from .quantize import quantize_rows
+
+    arr = float_array(w, "w", ndim=2)
+    encoding = resolve_encoding(encoding)
+    block = positive_int(block, "block")
+    seed = positive_int(seed, "seed", minimum=0)
+    arr = np.ascontiguousarray(arr)
+    if rotate:
+        from .rotation import rotate as _rotate
+        arr = _rotate(arr, block=block, seed=seed)
+    q, scales, _ = quantize_rows(arr, arr.shape[1], name="w")
+    return pack_int8(q.view(np.int8), scales, encoding, rotate, block, seed)

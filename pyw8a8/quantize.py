@@ -1,0 +1,89 @@
+"""Symmetric round-to-nearest int8 quantization, one scale per row.
+
+For a row x: ``scale = max|x| / 127`` and ``q = clip(rint(x * (127 / max|x|)), -127, 127)``
+(round half to even). The range is [-127, 127], never -128, so the scheme is symmetric and
+needs no zero point. A row whose max |x| is below ``127 * FLT_MIN`` (about 1.5e-36, all
+zeros included) gets ``scale = 0`` and ``q = 0``: dequantizing gives exact zeros. A row
+holding NaN or Inf raises ``ValueError`` naming the row.
+"""
+import numpy as np
+
+from . import _cpu, _kernels, _threads
+from ._validation import check_finite_row, float_array
+
+
+def quantize_rows(x2d, kp, flip=0, psum=False, name="x"):
+    """Quantize a C-contiguous float32 (M, K) matrix into (M, kp) bytes (internal).
+
+    Returns (q uint8 (M, kp), scale float32 (M,), psum int32 (M, kp/64 + 1) or (0, 1)).
+    """
+    m, k = x2d.shape
+    q = np.empty((m, kp), dtype=np.uint8)
+    scale = np.empty(m, dtype=np.float32)
+    sums = np.empty((m if psum else 0, kp // _kernels.KPAD + 1), dtype=np.int32)
+    if k == 0:
+        q.fill(flip)
+        scale.fill(0)
+        sums.fill(0)
+        return q, scale, sums
+    bad = _kernels.quantize_rows(_cpu.active_ops(), x2d, q, scale, sums, flip,
+                                 _threads.get_num_threads())
+    check_finite_row(bad, name, x2d.shape)
+    return q, scale, sums
+
+
+def _quantize_matrix(x, name):
+    arr = float_array(x, name, ndim=2)
+    q, scale, _ = quantize_rows(np.ascontiguousarray(arr), arr.shape[1], name=name)
+    return q.view(np.int8), scale
+
+
+def quantize_per_token(x):
+    """Quantize activations to int8 with one scale per row (token).
+
+    Parameters
+    ----------
+    x : array_like of float32 or float64, shape (M, K)
+        Activations, one token per row.
+
+    Returns
+    -------
+    q : ndarray of int8, shape (M, K)
+        Values in [-127, 127].
+    scale : ndarray of float32, shape (M,)
+        ``max|x[m]| / 127``, or 0 for a (numerically) zero row; ``q * scale[:, None]``
+        approximates x.
+
+    Raises
+    ------
+    TypeError
+        If x is not a float32/float64 array.
+    ValueError
+        If x is not 2-D, or a row holds NaN or Inf (the message names the row).
+    """
+    return _quantize_matrix(x, "x")
+
+
+def quantize_per_channel(w):
+    """Quantize weights to int8 with one scale per output channel.
+
+    Parameters
+    ----------
+    w : array_like of float32 or float64, shape (N, K)
+        Weights in the ``torch.nn.Linear.weight`` layout (out_features, in_features).
+
+    Returns
+    -------
+    q : ndarray of int8, shape (N, K)
+        Values in [-127, 127].
+    scale : ndarray of float32, shape (N,)
+        ``max|w[n]| / 127``, or 0 for a (numerically) zero row.
+
+    Raises
+    ------
+    TypeError
+        If w is not a float32/float64 array.
+    ValueError
+        If w is not 2-D, or a row holds NaN or Inf (the message names the row).
+    """
+    return _quantize_matrix(w, "w")

@@ -1,0 +1,63 @@
+"""Build the compiled core of pyw8a8.
+
+One Cython extension per responsibility, all compiled for the baseline of the target
+architecture: every instruction-set path is compiled with per-function target attributes
+inside the C headers of ``pyw8a8/_simd`` and chosen at run time, so the binary is
+portable (never ``-march=native``).
+
+Environment variables:
+    PYW8A8_SANITIZE=1   build with AddressSanitizer and UndefinedBehaviorSanitizer
+                        (used by ``make sanitize``; run with the sanitizer runtime preloaded).
+    PYW8A8_NO_OPENMP=1  build without OpenMP (single-threaded).
+"""
+import os
+import sys
+
+import numpy as np
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+
+def _compile_flags():
+    if sys.platform == "win32":
+        flags, link = ["/O2", "/openmp"], []
+    else:
+        flags = ["-O3", "-fno-strict-aliasing", "-std=c11", "-Wno-unused-function"]
+        link = []
+        if os.environ.get("PYW8A8_NO_OPENMP") != "1":
+            flags.append("-fopenmp")
+            link.append("-fopenmp")
+        if os.environ.get("PYW8A8_SANITIZE") == "1":
+            san = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer",
+                   "-fno-sanitize-recover=undefined"]
+            flags = [f for f in flags if f != "-O3"] + ["-O1", "-g"] + san
+            link += san
+    return flags, link
+
+
+compile_args, link_args = _compile_flags()
+macros = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
+extensions = [
+    Extension(
+        name,
+        [f"pyw8a8/{name.split('.')[-1]}.pyx"],
+        include_dirs=[np.get_include(), "pyw8a8"],
+        define_macros=macros,
+        extra_compile_args=compile_args,
+        extra_link_args=link_args,
+    )
+    for name in ("pyw8a8._kernels",)
+]
+
+setup(
+    ext_modules=cythonize(
+        extensions,
+        language_level=3,
+        compiler_directives={
+            "boundscheck": False,
+            "wraparound": False,
+            "cdivision": True,
+            "initializedcheck": False,
+        },
+    ),
+)
