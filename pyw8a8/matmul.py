@@ -3,6 +3,8 @@
 The arithmetic: ``C[m, n] = s_a[m] * s_w[n] * sum_k qa[m, k] * qw[n, k]`` with the integer
 sum exact in int32 within each K-range (at most 32768 wide) and float32 across ranges.
 """
+import math
+
 import numpy as np
 
 from . import _cpu, _kernels, _threads
@@ -62,25 +64,23 @@ def _quantized_activations(x2d, packed, ops, enc, shape):
 
 
 def _output(out, out_dtype, shape, x):
-    """The float32 (M, N) array to compute into, and what to copy it to afterwards."""
-    if out_dtype is None:
-        out_dtype = out.dtype if out is not None else np.float32
-    out_dtype = np.dtype(out_dtype)
-    if out_dtype == np.float32:
-        pass
-    elif out_dtype.name == "bfloat16":
-        pass
-    else:
-        raise TypeError(f"out_dtype must be float32 or ml_dtypes.bfloat16, got {out_dtype}")
-    if out is None:
-        return np.empty(shape, dtype=np.float32), (None if out_dtype == np.float32
-                                                   else out_dtype)
-    if not isinstance(out, np.ndarray):
+    """The float32 array to compute into, and what to convert or copy it to afterwards."""
+    if out is not None and not isinstance(out, np.ndarray):
         raise TypeError(f"out must be a numpy array, got {type(out).__name__}")
+    if out_dtype is not None:
+        out_dtype = np.dtype(out_dtype)
+        if out_dtype != np.float32 and out_dtype.name != "bfloat16":
+            raise TypeError(f"out_dtype must be float32 or ml_dtypes.bfloat16, got "
+                            f"{out_dtype}")
+    if out is None:
+        result = np.empty(shape, dtype=np.float32)
+        return result, (None if out_dtype in (None, np.float32) else out_dtype)
     if out.shape != tuple(shape):
         raise ValueError(f"out has shape {out.shape}, expected {tuple(shape)}")
-    if out.dtype != out_dtype:
-        raise TypeError(f"out has dtype {out.dtype}, expected {out_dtype}")
+    expected = out_dtype if out_dtype is not None else out.dtype
+    if out.dtype != expected or (expected != np.float32 and expected.name != "bfloat16"):
+        raise TypeError(f"out has dtype {out.dtype}, expected "
+                        f"{expected if out_dtype is not None else 'float32 or bfloat16'}")
     if not out.flags.writeable:
         raise ValueError("out is read-only")
     if np.shares_memory(out, x):
@@ -147,8 +147,8 @@ def matmul(x, packed, *, out=None, out_dtype=None):
     arr = _activations(x, k)
     lead = arr.shape[:-1]
     result, target = _output(out, out_dtype, lead + (n,), x)
-    x2d = arr.reshape(-1, k)
-    _run(x2d, [(packed, result.reshape(-1, n))], lead)
+    m = math.prod(lead)
+    _run(arr.reshape(m, k), [(packed, result.reshape(m, n))], lead)
     return _finish(result, target)
 
 
@@ -208,8 +208,9 @@ def matmul_pair(x, packed1, packed2):
     lead = arr.shape[:-1]
     y1 = np.empty(lead + (packed1.shape[0],), dtype=np.float32)
     y2 = np.empty(lead + (packed2.shape[0],), dtype=np.float32)
-    _run(arr.reshape(-1, k), [(packed1, y1.reshape(-1, packed1.shape[0])),
-                              (packed2, y2.reshape(-1, packed2.shape[0]))], lead)
+    m = math.prod(lead)
+    _run(arr.reshape(m, k), [(packed1, y1.reshape(m, packed1.shape[0])),
+                             (packed2, y2.reshape(m, packed2.shape[0]))], lead)
     return y1, y2
 
 

@@ -1,0 +1,201 @@
+"""Side-by-side speed of pyw8a8 against numpy float32 and the int8 peers.
+
+Every contender runs on the same float32 activations and pre-packed weights, in
+interleaved rounds (A, B, C, A, B, C, ...) so a noisy shared machine slows them alike;
+the table reports medians. Effective GOPS = 2 * M * N * K / time.
+"""
+import argparse
+import os
+import platform
+import statistics
+import time
+
+import numpy as np
+
+from . import _cpu, _threads
+from .matmul import matmul
+from .packing import pack_weight
+
+SHAPES = [(1, 1152, 6912), (8, 1152, 6912), (64, 1152, 6912), (256, 1152, 6912),
+          (1024, 2048, 640), (1, 4096, 4096), (64, 4096, 4096), (1, 640, 2048),
+          (64, 2048, 640)]
+QUICK_SHAPES = [(1, 1152, 6912), (64, 1152, 6912), (256, 1152, 6912)]
+
+
+def _numpy_f32(x, w):
+    wt = np.ascontiguousarray(w.T)
+    return lambda: x @ wt
+
+
+def _pyw8a8(x, w, isa, rotate=False):
+    packed = pack_weight(w, rotate=rotate)
+
+    def run():
+        with _cpu.use_isa(isa):
+            return matmul(x, packed)
+    return run
+
+
+def _onnxruntime(x, w):
+    """DynamicQuantizeLinear + MatMulInteger with pre-quantized int8 weights (per tensor)."""
+    try:
+        import onnx
+        import onnxruntime as ort
+        from onnx import TensorProto, helper, numpy_helper
+    except ImportError:
+        return None
+    scale = np.abs(w).max() / 127
+    qw = np.clip(np.rint(w.T / scale), -127, 127).astype(np.int8)
+    k, n = qw.shape
+    nodes = [
+        helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+        helper.make_node("MatMulInteger", ["xq", "wq", "xz", "wz"], ["acc"]),
+        helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["xs", "ws"], ["s"]),
+        helper.make_node("Mul", ["accf", "s"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "w8a8",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, n])],
+        initializer=[numpy_helper.from_array(qw, "wq"),
+                     numpy_helper.from_array(np.array(0, np.int8), "wz"),
+                     numpy_helper.from_array(np.array(scale, np.float32), "ws")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = _threads.get_num_threads()
+    opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])
+    feed = {"x": x}
+    return lambda: sess.run(None, feed)
+
+
+def _torch_dynamic(x, w):
+    """torch.ao dynamic int8 Linear, only when torch is already installed."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(_threads.get_num_threads())
+    lin = torch.nn.Linear(w.shape[1], w.shape[0], bias=False)
+    lin.weight.data = torch.from_numpy(w.copy())
+    qlin = torch.ao.quantization.quantize_dynamic(
+        torch.nn.Sequential(lin), {torch.nn.Linear}, dtype=torch.qint8)
+    tx = torch.from_numpy(x)
+
+    def run():
+        with torch.no_grad():
+            return qlin(tx)
+    return run
+
+
+def _time_once(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def measure(contenders, rounds, min_time):
+    """Median seconds per call of each contender, timed in interleaved rounds."""
+    for fn in contenders.values():  # warm up: first-call costs, caches, tuning
+        fn()
+        fn()
+    reps = {}
+    for name, fn in contenders.items():
+        t = _time_once(fn)
+        reps[name] = max(1, int(min_time / max(t, 1e-7)))
+    samples = {name: [] for name in contenders}
+    for _ in range(rounds):
+        for name, fn in contenders.items():
+            t0 = time.perf_counter()
+            for _ in range(reps[name]):
+                fn()
+            samples[name].append((time.perf_counter() - t0) / reps[name])
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def _machine_info():
+    lines = [f"CPU: {platform.processor() or platform.machine()}; "
+             f"{os.cpu_count()} logical CPUs; threads used: {_threads.get_num_threads()}"]
+    features = [k for k, v in _cpu.cpu_features().items() if v]
+    lines.append(f"CPU features: {', '.join(features) or 'none detected'}")
+    lines.append(f"pyw8a8 paths available: {', '.join(_cpu.available_isas())}; "
+                 f"in use: {_cpu.isa()}")
+    try:
+        from threadpoolctl import threadpool_info
+        pools = [f"{p['internal_api']}({p.get('architecture') or ''}) "
+                 f"x{p['num_threads']}" for p in threadpool_info()]
+        lines.append(f"thread pools: {', '.join(pools)}")
+    except ImportError:
+        pass
+    return lines
+
+
+def run_table(shapes, isas, rounds, min_time, peers=True):
+    rng = np.random.default_rng(0)
+    header = ["M", "K", "N", "numpy f32"] + [f"pyw8a8 {i}" for i in isas]
+    rows = []
+    for m, k, n in shapes:
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
+        contenders = {"numpy f32": _numpy_f32(x, w)}
+        for isa in isas:
+            contenders[f"pyw8a8 {isa}"] = _pyw8a8(x, w, isa)
+        if peers:
+            for name, make in (("onnxruntime int8", _onnxruntime),
+                               ("torch dyn int8", _torch_dynamic)):
+                fn = make(x, w)
+                if fn is not None:
+                    contenders[name] = fn
+                    if name not in header:
+                        header.append(name)
+        times = measure(contenders, rounds, min_time)
+        gops = {name: 2 * m * n * k / t / 1e9 for name, t in times.items()}
+        rows.append(((m, k, n), gops))
+    return header, rows
+
+
+def format_table(header, rows, isas):
+    best_ours = [f"pyw8a8 {i}" for i in isas]
+    peer_names = [h for h in header[4:] if h not in best_ours]
+    cols = header + ["vs numpy"] + (["vs best peer"] if peer_names else [])
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for (m, k, n), gops in rows:
+        ours = max(gops[name] for name in best_ours)
+        cells = [str(m), str(k), str(n)]
+        cells += [f"{gops[h]:.0f}" if h in gops else "-" for h in header[3:]]
+        cells.append(f"{ours / gops['numpy f32']:.1f}x")
+        if peer_names:
+            best_peer = max((gops[p] for p in peer_names if p in gops), default=None)
+            cells.append(f"{ours / best_peer:.2f}x" if best_peer else "-")
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def main(argv=None, quick=False):
+    parser = argparse.ArgumentParser(
+        prog="python -m pyw8a8 " + ("info" if quick else "bench"),
+        description="Side-by-side GOPS (2*M*N*K/s) of pyw8a8 and its peers, medians of "
+                    "interleaved rounds.")
+    parser.add_argument("--rounds", type=int, default=5 if quick else 9)
+    parser.add_argument("--min-time", type=float, default=0.02 if quick else 0.05,
+                        help="seconds of calls per contender per round")
+    parser.add_argument("--isa", action="append",
+                        help="pyw8a8 path(s) to time (default: every available SIMD path)")
+    parser.add_argument("--no-peers", action="store_true",
+                        help="only numpy float32 and pyw8a8")
+    parser.add_argument("--shapes", help="M,K,N;M,K,N;... (default: the standard grid)")
+    args = parser.parse_args(argv)
+    for line in _machine_info():
+        print(line)
+    isas = args.isa or [i for i in _cpu.available_isas() if i != "scalar"] or ["scalar"]
+    shapes = (QUICK_SHAPES if quick else SHAPES) if not args.shapes else [
+        tuple(int(v) for v in s.split(",")) for s in args.shapes.split(";")]
+    header, rows = run_table(shapes, isas, args.rounds, args.min_time,
+                             peers=not args.no_peers and not quick)
+    print(f"\nGOPS = 2*M*N*K / median time; rotation off; activation quantization "
+          f"included; {_threads.get_num_threads()} threads")
+    for line in format_table(header, rows, isas):
+        print(line)
+    return 0
