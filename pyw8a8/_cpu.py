@@ -51,8 +51,19 @@ def _initial_ops():
 _active = _initial_ops()
 
 
-def active_ops():
-    """The function table of the path in use (internal)."""
+# Below this many activation rows an AMX tile is mostly empty; the avx512vnni kernels
+# (which every AMX CPU has) are faster there.
+AMX_MIN_ROWS = 16
+_amx_fallback = None
+
+
+def active_ops(rows=None):
+    """The function table for a product with `rows` activation rows (internal)."""
+    global _amx_fallback
+    if _active.name == "amx" and rows is not None and rows < AMX_MIN_ROWS:
+        if _amx_fallback is None:
+            _amx_fallback = _kernels.IsaOps("avx512vnni")
+        return _amx_fallback
     return _active
 
 
@@ -62,7 +73,7 @@ def isa():
     Returns
     -------
     str
-        One of ``avx512vnni``, ``avxvnni``, ``avx2``, ``scalar`` (x86 paths), chosen at
+        One of ``amx``, ``avx512vnni``, ``avxvnni``, ``avx2``, ``scalar`` (x86), chosen at
         import from the CPU features or forced with the ``PYW8A8_ISA`` environment variable.
     """
     return _active.name

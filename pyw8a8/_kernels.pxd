@@ -1,5 +1,5 @@
 # Declarations of the C core (pyw8a8/_simd) used by the compiled module.
-from libc.stdint cimport int32_t, int64_t, uint8_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 cdef extern from "_simd/dispatch.h" nogil:
     int W8_NR
@@ -46,3 +46,14 @@ cdef extern from "_simd/dispatch.h" nogil:
                         uint8_t flip, uint8_t *q, float *scale, int32_t *psum)
     void w8_gemm_range(const w8_gemm_plan *g, int64_t m0, int64_t m1, int64_t n0,
                        int64_t n1)
+    ctypedef void (*w8_fwht_fn)(float *x, int64_t n)
+    w8_fwht_fn w8_fwht_for(const char *isa_name)
+    int w8_quantize_row_rotated(const w8_isa_ops *ops, w8_fwht_fn fwht, const float *x,
+                                int64_t K, int64_t Kp, uint8_t flip, uint8_t *q,
+                                float *scale, int32_t *psum, int64_t block, uint32_t seed,
+                                float *scratch)
+
+cdef extern from "_simd/microbench.h" nogil:
+    ctypedef int64_t (*w8_peak_fn)(int64_t iters, int32_t *sink)
+    w8_peak_fn w8_peak_for(const char *isa)
+    uint64_t w8_read_bytes(const uint8_t *p, int64_t n)

@@ -4,10 +4,11 @@
 Callers (the Python modules of the package) validate and normalize every argument first;
 this module trusts its inputs, releases the GIL and runs its loops in OpenMP ``prange``.
 """
-from cython.parallel cimport prange
+from cython.parallel cimport parallel, prange
 cimport openmp
 from openmp cimport omp_get_max_threads
-from libc.stdint cimport int32_t, int64_t, uint8_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc
 from libc.string cimport memset
 
 cimport numpy as cnp
@@ -77,24 +78,46 @@ cdef class IsaOps:
 
 
 def quantize_rows(IsaOps isa, const float[:, ::1] x, uint8_t[:, ::1] q, float[::1] scale,
-                  int32_t[:, ::1] psum, int flip, int nthreads):
+                  int32_t[:, ::1] psum, int flip, int nthreads, int64_t block=0,
+                  uint32_t seed=0):
     """Quantize each row of x into q (Kp columns, zero-padded) in parallel; K >= 1.
 
     psum is (M, Kp/64 + 1) or has zero rows when prefix sums are not needed.
+    block > 0 rotates each row first (block Hadamard with signs from `seed`, fused with
+    the quantization; block is a power of two dividing K).
     Returns the index of the first row holding NaN/Inf, or -1.
     """
     cdef int64_t M = x.shape[0], K = x.shape[1], Kp = q.shape[1], i
     cdef int want_psum = psum.shape[0] > 0
     cdef int64_t bad = -1
+    cdef w8_fwht_fn fwht
+    cdef float *scratch = NULL
     status = np.zeros(M, dtype=np.uint8)
     cdef uint8_t[::1] st = status
     if M == 0:
         return -1
-    with nogil:
-        for i in prange(M, schedule="static", num_threads=nthreads):
-            st[i] = w8_quantize_row(isa.ops, &x[i, 0], K, Kp,
-                                    <uint8_t>flip, &q[i, 0],
-                                    &scale[i], &psum[i, 0] if want_psum else NULL)
+    if block == 0:
+        with nogil:
+            for i in prange(M, schedule="static", num_threads=nthreads):
+                st[i] = w8_quantize_row(isa.ops, &x[i, 0], K, Kp,
+                                        <uint8_t>flip, &q[i, 0],
+                                        &scale[i], &psum[i, 0] if want_psum else NULL)
+    else:
+        fwht = w8_fwht_for(isa.ops.name)
+        # One scratch row per thread: the rotated row is quantized from it, so the
+        # activation matrix is never copied whole.
+        with nogil, parallel(num_threads=nthreads):
+            scratch = <float *>malloc(K * sizeof(float))
+            for i in prange(M, schedule="static"):
+                if scratch == NULL:
+                    st[i] = 2
+                else:
+                    st[i] = w8_quantize_row_rotated(
+                        isa.ops, fwht, &x[i, 0], K, Kp, <uint8_t>flip, &q[i, 0],
+                        &scale[i], &psum[i, 0] if want_psum else NULL, block, seed, scratch)
+            free(scratch)
+        if (status == 2).any():
+            raise MemoryError(f"no memory for a scratch row of {K} floats")
     nz = np.flatnonzero(status)
     return int(nz[0]) if nz.size else -1
 
@@ -166,3 +189,35 @@ def amx_request():
 def omp_max_threads():
     """OpenMP's current default team size (OMP_NUM_THREADS, omp_set_num_threads)."""
     return omp_get_max_threads()
+
+
+def peak_macs(str isa, int64_t iters, int nthreads):
+    """Run the int8 instruction-peak loop of path `isa` on `nthreads` threads.
+
+    Returns the total multiply-accumulates performed (divide by the wall time).
+    """
+    cdef bytes name = isa.encode()
+    cdef w8_peak_fn fn = w8_peak_for(name)
+    cdef int64_t t, total = 0
+    cdef int32_t sink = 0
+    sinks = np.zeros(nthreads, dtype=np.int32)
+    macs = np.zeros(nthreads, dtype=np.int64)
+    cdef int32_t[::1] s = sinks
+    cdef int64_t[::1] mv = macs
+    with nogil:
+        for t in prange(nthreads, schedule="static", num_threads=nthreads):
+            mv[t] = fn(iters, &s[t])
+    return int(macs.sum())
+
+
+def read_bytes(const uint8_t[::1] buf, int nthreads):
+    """Read every byte of buf, split across `nthreads` threads (a bandwidth probe)."""
+    cdef int64_t n = buf.shape[0], chunk = (n // nthreads) // 64 * 64, t
+    out = np.zeros(nthreads, dtype=np.uint64)
+    cdef uint64_t[::1] o = out
+    if chunk == 0:
+        return 0
+    with nogil:
+        for t in prange(nthreads, schedule="static", num_threads=nthreads):
+            o[t] = w8_read_bytes(&buf[t * chunk], chunk)
+    return int(np.bitwise_xor.reduce(out))

@@ -115,6 +115,33 @@ def measure(contenders, rounds, min_time):
     return {name: statistics.median(s) for name, s in samples.items()}
 
 
+def int8_peak_gops(isa, nthreads, seconds=0.3):
+    """Instruction peak of path `isa`: its microkernel's inner instruction sequence in
+    independent register chains on every thread (GOPS, 1 MAC = 2 ops)."""
+    from . import _kernels
+    iters = 100_000
+    while True:
+        t0 = time.perf_counter()
+        macs = _kernels.peak_macs(isa, iters, nthreads)
+        elapsed = time.perf_counter() - t0
+        if elapsed >= seconds:
+            return 2 * macs / elapsed / 1e9
+        iters *= 2 if elapsed > seconds / 10 else 8
+
+
+def read_bandwidth_gbs(nthreads, nbytes=1 << 30, rounds=5):
+    """Memory read bandwidth (GB/s, median) over a buffer larger than any cache."""
+    from . import _kernels
+    buf = np.ones(nbytes, dtype=np.uint8)
+    _kernels.read_bytes(buf, nthreads)
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        _kernels.read_bytes(buf, nthreads)
+        times.append(time.perf_counter() - t0)
+    return nbytes / statistics.median(times) / 1e9
+
+
 def _machine_info():
     lines = [f"CPU: {platform.processor() or platform.machine()}; "
              f"{os.cpu_count()} logical CPUs; threads used: {_threads.get_num_threads()}"]
@@ -156,19 +183,32 @@ def run_table(shapes, isas, rounds, min_time, peers=True):
     return header, rows
 
 
-def format_table(header, rows, isas):
-    best_ours = [f"pyw8a8 {i}" for i in isas]
-    peer_names = [h for h in header[4:] if h not in best_ours]
+def format_table(header, rows, isas, peaks=None, bandwidth=None):
+    """Markdown table: GOPS per contender, ratios to numpy and to the best peer, the
+    fraction of the int8 instruction peak reached and, at M = 1, the weight-read GB/s."""
+    ours_names = [f"pyw8a8 {i}" for i in isas]
+    peer_names = [h for h in header[4:] if h not in ours_names]
     cols = header + ["vs numpy"] + (["vs best peer"] if peer_names else [])
+    cols += ["% int8 peak"] if peaks else []
+    cols += ["M=1 weight GB/s (% of DRAM)"] if bandwidth else []
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for (m, k, n), gops in rows:
-        ours = max(gops[name] for name in best_ours)
+        best = max(ours_names, key=lambda name: gops[name])
+        ours = gops[best]
         cells = [str(m), str(k), str(n)]
         cells += [f"{gops[h]:.0f}" if h in gops else "-" for h in header[3:]]
         cells.append(f"{ours / gops['numpy f32']:.1f}x")
         if peer_names:
             best_peer = max((gops[p] for p in peer_names if p in gops), default=None)
             cells.append(f"{ours / best_peer:.2f}x" if best_peer else "-")
+        if peaks:
+            cells.append(f"{100 * ours / peaks[best.split()[1]]:.0f}%")
+        if bandwidth:
+            if m == 1:
+                gbs = ours / 2  # at M = 1: 2 ops per weight byte, so GB/s = GOPS / 2
+                cells.append(f"{gbs:.1f} ({100 * gbs / bandwidth:.0f}%)")
+            else:
+                cells.append("")
         out.append("| " + " | ".join(cells) + " |")
     return out
 
@@ -192,10 +232,16 @@ def main(argv=None, quick=False):
     isas = args.isa or [i for i in _cpu.available_isas() if i != "scalar"] or ["scalar"]
     shapes = (QUICK_SHAPES if quick else SHAPES) if not args.shapes else [
         tuple(int(v) for v in s.split(",")) for s in args.shapes.split(";")]
+    nthreads = _threads.get_num_threads()
+    peaks = {isa: int8_peak_gops(isa, nthreads) for isa in isas}
+    for isa, gops in peaks.items():
+        print(f"int8 instruction peak of path {isa}: {gops:.0f} GOPS ({nthreads} threads)")
+    bandwidth = read_bandwidth_gbs(nthreads)
+    print(f"memory read bandwidth (1 GiB buffer): {bandwidth:.1f} GB/s ({nthreads} threads)")
     header, rows = run_table(shapes, isas, args.rounds, args.min_time,
                              peers=not args.no_peers and not quick)
     print(f"\nGOPS = 2*M*N*K / median time; rotation off; activation quantization "
-          f"included; {_threads.get_num_threads()} threads")
-    for line in format_table(header, rows, isas):
+          f"included; {nthreads} threads")
+    for line in format_table(header, rows, isas, peaks, bandwidth):
         print(line)
     return 0

@@ -4,10 +4,12 @@ The arithmetic: ``C[m, n] = s_a[m] * s_w[n] * sum_k qa[m, k] * qw[n, k]`` with t
 sum exact in int32 within each K-range (at most 32768 wide) and float32 across ranges.
 """
 import math
+import time
 
 import numpy as np
 
 from . import _cpu, _kernels, _threads
+from .tuning import TUNER
 from .packing import PackedWeight, pack_int8, padded
 from .quantize import quantize_rows
 from ._validation import float_array, int8_matrix
@@ -15,35 +17,15 @@ from ._validation import float_array, int8_matrix
 # int32 holds any sum of K products of two values in [-127, 127] up to this K.
 INT32_SAFE_K = (2**31 - 1) // (127 * 127)
 
-_L1_BYTES = 32 * 1024
-_L2_BYTES = 512 * 1024
-
-
-def blocking(ops, m, n, kp, nthreads):
-    """(kc, mc, nc, m_step, n_step) for one product on path `ops`.
-
-    kc keeps one B micro-panel (kc x 16*nv bytes) in L1, mc one A block (mc x kc) in L2;
-    tasks split N into groups of whole micro-panels (so no two threads write one cache
-    line of C) and M too when N alone gives too few tasks.
-    """
-    ncols = _kernels.NR * ops.nv
-    kc = max(_kernels.KPAD, (_L1_BYTES // ncols) // _kernels.KPAD * _kernels.KPAD)
-    kc = min(kc, kp, _kernels.MAX_KC)
-    mc = max(ops.mr, (_L2_BYTES // 2 // max(kc, 1)) // ops.mr * ops.mr)
-    groups = -(-n // ncols)
-    n_tasks = max(1, min(groups, 2 * nthreads))
-    n_step = -(-groups // n_tasks) * ncols
-    m_tasks = 1
-    if nthreads > 1 and n_tasks < 2 * nthreads and m >= 2 * ops.mr * nthreads:
-        m_tasks = -(-2 * nthreads // n_tasks)
-    m_step = padded(-(-m // m_tasks), ops.mr) if m else 1
-    return kc, mc, max(n_step, ncols), m_step, n_step
-
 
 def _check_packed(packed, name):
     if not isinstance(packed, PackedWeight):
         raise TypeError(f"{name} must be a PackedWeight from pyw8a8.pack_weight, got "
                         f"{type(packed).__name__}")
+    try:
+        packed.check_layout()  # O(1); the kernels read the arrays unchecked
+    except ValueError as exc:
+        raise ValueError(f"{name} is not a consistent PackedWeight: {exc}") from None
 
 
 def _activations(x, k, name="x"):
@@ -60,7 +42,8 @@ def _quantized_activations(x2d, packed, ops, enc, shape):
         from .rotation import rotate
         x2d = rotate(x2d, block=packed.block, seed=packed.seed)
     return quantize_rows(np.ascontiguousarray(x2d), packed.kp, flip=ops.a_flip(enc),
-                         psum=ops.corr(enc) == _kernels.CORR_ROW, name="x")
+                         psum=ops.corr(enc) == _kernels.CORR_ROW, name="x",
+                         shape=tuple(shape) + x2d.shape[1:])
 
 
 def _output(out, out_dtype, shape, x):
@@ -99,12 +82,25 @@ def _finish(result, target):
     return target
 
 
-def _job(ops, enc, qa, a_psum, packed, a_scale, out2d, out_kind):
+def _job(ops, enc, qa, a_psum, packed, a_scale, out2d, out_kind, group, nthreads):
+    """One GEMM job for _kernels.gemm, with tuned blocking; also returns the tuner slot."""
     m, kp = qa.shape
     n = packed.shape[0]
-    kc, mc, nc, m_step, n_step = blocking(ops, m, n, kp, _threads.get_num_threads())
-    return (enc, qa, a_psum, packed.panels.reshape(-1), packed.psum, a_scale,
-            packed.scales, n, out2d, out_kind, kc, mc, nc, m_step, n_step)
+    key, index, (kc, mc, nc, m_step, n_step) = TUNER.choose(ops, (enc, group), m, n, kp,
+                                                            nthreads)
+    job = (enc, qa, a_psum, packed.panels.reshape(-1), packed.psum, a_scale,
+           packed.scales, n, out2d, out_kind, kc, mc, nc, m_step, n_step)
+    return job, (key, index)
+
+
+def _gemm(ops, jobs_and_slots, nthreads):
+    """Run jobs in one parallel region and report its time to the tuner."""
+    jobs = [job for job, _ in jobs_and_slots]
+    t0 = time.perf_counter()
+    _kernels.gemm(ops, jobs, nthreads)
+    elapsed = time.perf_counter() - t0
+    for _, (key, index) in jobs_and_slots:
+        TUNER.record(key, index, elapsed)
 
 
 def _encoding_index(packed):
@@ -154,8 +150,8 @@ def matmul(x, packed, *, out=None, out_dtype=None):
 
 def _run(x2d, pairs, lead):
     """Quantize x2d once per distinct activation encoding and run every product."""
-    ops = _cpu.active_ops()
     m, k = x2d.shape
+    ops = _cpu.active_ops(m)
     if any(o.size == 0 for _, o in pairs) or m == 0:
         return
     if k == 0:
@@ -164,14 +160,16 @@ def _run(x2d, pairs, lead):
         return
     cache = {}
     jobs = []
+    nthreads = _threads.get_num_threads()
     for packed, out2d in pairs:
         enc = _encoding_index(packed)
         key = (ops.a_flip(enc), ops.corr(enc) == _kernels.CORR_ROW)
         if key not in cache:
             cache[key] = _quantized_activations(x2d, packed, ops, enc, lead)
         qa, a_scale, a_psum = cache[key]
-        jobs.append(_job(ops, enc, qa, a_psum, packed, a_scale, out2d, _kernels.OUT_F32))
-    _kernels.gemm(ops, jobs, _threads.get_num_threads())
+        jobs.append(_job(ops, enc, qa, a_psum, packed, a_scale, out2d, _kernels.OUT_F32,
+                         len(pairs), nthreads))
+    _gemm(ops, jobs, nthreads)
 
 
 def matmul_pair(x, packed1, packed2):
@@ -254,7 +252,7 @@ def int8_matmul(qa, qw, *, encoding="auto", out_dtype=np.int32, _kc=None):
     m, k = a.shape
     n = w.shape[0]
     packed = pack_int8(w, np.ones(n, dtype=np.float32), encoding)
-    ops = _cpu.active_ops()
+    ops = _cpu.active_ops(m)
     enc = _encoding_index(packed)
     kp = packed.kp
     flip = ops.a_flip(enc)
@@ -268,11 +266,12 @@ def int8_matmul(qa, qw, *, encoding="auto", out_dtype=np.int32, _kc=None):
                   axis=1, out=psum[:, 1:])
     acc = np.zeros((m, n), dtype=np.int64)
     if m and n and k:
-        job = list(_job(ops, enc, abytes, psum, packed, np.empty(0, np.float32), acc,
-                        _kernels.OUT_I64))
+        nthreads = _threads.get_num_threads()
+        job, slot = _job(ops, enc, abytes, psum, packed, np.empty(0, np.float32), acc,
+                         _kernels.OUT_I64, 1, nthreads)
         if _kc is not None:
-            job[10] = _kc
-        _kernels.gemm(ops, [tuple(job)], _threads.get_num_threads())
+            job = job[:10] + (_kc,) + job[11:]
+        _gemm(ops, [(job, slot)], nthreads)
     if out_dtype == np.int64:
         return acc
     if k > INT32_SAFE_K and acc.size and (acc.max() > 2**31 - 1 or acc.min() < -2**31):

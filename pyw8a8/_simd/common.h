@@ -24,7 +24,7 @@
 #define W8_KPAD 64          /* K padding and prefix-sum granularity */
 #define W8_QUAD_BYTES 64    /* bytes of one quad row of a panel */
 #define W8_TILE_LD 64       /* int32 leading dimension of a microkernel result tile */
-#define W8_MAX_MR 16        /* largest microkernel row count of any path */
+#define W8_MAX_MR 32        /* largest microkernel row count of any path (AMX) */
 
 /* Largest K-range accumulated in int32 before it is flushed.  The worst |partial| of the
  * biased encoding is 255 * 127 per product (|q| <= 127 after the +128 shift is at most

@@ -13,11 +13,20 @@
 #include "avx2.h"
 #include "avxvnni.h"
 #include "avx512vnni.h"
+#include "amx.h"
+#endif
+#if defined(W8_ARM64)
+#include "neon.h"
 #endif
 
 /* Paths from most to least preferred. */
-static const char *const w8_isa_names[] = {"avx512vnni", "avxvnni", "avx2", "scalar"};
-#define W8_NUM_ISAS 4
+#if defined(W8_ARM64)
+static const char *const w8_isa_names[] = {"neondot", "neon", "scalar"};
+#define W8_NUM_ISAS 3
+#else
+static const char *const w8_isa_names[] = {"amx", "avx512vnni", "avxvnni", "avx2", "scalar"};
+#define W8_NUM_ISAS 5
+#endif
 
 static const w8_isa_ops *w8_isa_lookup(const char *name)
 {
@@ -27,7 +36,19 @@ static const w8_isa_ops *w8_isa_lookup(const char *name)
     if (strcmp(name, "avxvnni") == 0) return &w8_avxvnni_ops;
     if (strcmp(name, "avx512vnni") == 0) return &w8_avx512vnni_ops;
 #endif
+#if defined(W8_ARM64)
+    if (strcmp(name, "neondot") == 0) return &w8_neondot_ops;
+    if (strcmp(name, "neon") == 0) return &w8_neon_ops;
+#endif
     return NULL;
+}
+
+/* Asks Linux for the tile state once; the answer holds for the whole process. */
+static int w8_amx_granted(void)
+{
+    static int granted = -1;
+    if (granted < 0) granted = w8_amx_request();
+    return granted;
 }
 
 static int w8_isa_supported(const w8_cpu_features *f, const char *name)
@@ -38,6 +59,8 @@ static int w8_isa_supported(const w8_cpu_features *f, const char *name)
     if (strcmp(name, "avxvnni") == 0) return f->avx2 && f->fma && f->avxvnni;
     if (strcmp(name, "avx512vnni") == 0)
         return f->avx2 && f->fma && f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni;
+    if (strcmp(name, "neondot") == 0) return f->asimd && f->asimddp;
+    if (strcmp(name, "neon") == 0) return f->asimd;
     return 0;
 }
 

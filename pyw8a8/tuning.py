@@ -1,0 +1,129 @@
+"""Blocking parameters per shape, tuned on real calls and cached.
+
+The K-range width kc is a fixed function of the path and K, so results never depend on
+tuning (floats accumulate across K-ranges in one order). What is tuned only changes which
+thread computes which block: the M block mc and the task split over N and M. The first
+calls of a new shape try each candidate in turn (round-robin, like gemma.cpp's autotuner);
+afterwards the fastest is used. The cache key holds the kernel (path and weight encoding),
+an M bucket, K, N and the thread count, so different kernels never share an entry.
+"""
+import threading
+import time
+
+from . import _kernels
+from .packing import padded
+
+_L1_BYTES = 32 * 1024
+_L2_BYTES = 512 * 1024
+ROUNDS = 3
+_SLOWER = 1.25  # candidates this much slower than the best after a round are dropped
+
+
+def kc_for(ops, kp):
+    """K-range width: one B micro-panel (kc x 16*nv bytes) fits in L1."""
+    ncols = _kernels.NR * ops.nv
+    kc = max(_kernels.KPAD, (_L1_BYTES // ncols) // _kernels.KPAD * _kernels.KPAD)
+    return min(kc, kp, _kernels.MAX_KC)
+
+
+def m_bucket(m):
+    """Shapes whose M falls in one bucket share a tuning entry."""
+    if m <= 16:
+        return m
+    return 1 << (m - 1).bit_length()
+
+
+def candidates(ops, m, n, kp, nthreads):
+    """(mc, nc, m_step, n_step) choices, the heuristic default first."""
+    kc = kc_for(ops, kp)
+    ncols = _kernels.NR * ops.nv
+    groups = -(-n // ncols)
+    mc_fit = max(ops.mr, (_L2_BYTES // 2 // max(kc, 1)) // ops.mr * ops.mr)
+    out = []
+    for tasks_per_thread in (2, 1, 4):
+        n_tasks = max(1, min(groups, tasks_per_thread * nthreads))
+        n_step = -(-groups // n_tasks) * ncols
+        m_tasks = 1
+        if nthreads > 1 and n_tasks < tasks_per_thread * nthreads and \
+                m >= 2 * ops.mr * nthreads:
+            m_tasks = -(-tasks_per_thread * nthreads // n_tasks)
+        m_step = padded(-(-m // m_tasks), ops.mr) if m else ops.mr
+        for mc in (mc_fit, max(ops.mr, mc_fit // 4 // ops.mr * ops.mr)):
+            # nc: the whole task, or a block whose B part (nc x kc) stays in L2.
+            nc_l2 = max(ncols, (_L2_BYTES // 2 // max(kc, 1)) // ncols * ncols)
+            for nc in (n_step, min(n_step, nc_l2)):
+                cand = (min(mc, max(m_step, ops.mr)), nc, m_step, n_step)
+                if cand not in out:
+                    out.append(cand)
+    return out
+
+
+class _Entry:
+    __slots__ = ("cands", "times", "alive", "calls", "best")
+
+    def __init__(self, cands):
+        self.cands = cands
+        self.times = [float("inf")] * len(cands)
+        self.alive = list(range(len(cands)))
+        self.calls = 0
+        self.best = cands[0] if len(cands) == 1 else None
+
+
+class Tuner:
+    """Thread-safe cache of tuned blocking per (kernel, M bucket, K, N, threads)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._entries = {}
+
+    def clear(self):
+        with self._lock:
+            self._entries.clear()
+
+    def choose(self, ops, enc, m, n, kp, nthreads):
+        """(key, index, (kc, mc, nc, m_step, n_step)) for the next call of this shape."""
+        key = (ops.name, enc, m_bucket(m), kp, n, nthreads)
+        kc = kc_for(ops, kp)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                entry = self._entries[key] = _Entry(candidates(ops, m, n, kp, nthreads))
+            if entry.best is not None:
+                return key, None, (kc,) + _fit(entry.best, m)
+            index = entry.alive[entry.calls % len(entry.alive)]
+            entry.calls += 1
+        return key, index, (kc,) + _fit(entry.cands[index], m)
+
+    def record(self, key, index, seconds):
+        if index is None:
+            return
+        with self._lock:
+            entry = self._entries[key]
+            if entry.best is not None:
+                return
+            entry.times[index] = min(entry.times[index], seconds)
+            if entry.calls % len(entry.alive) == 0:  # a round is complete
+                best = min(entry.times[i] for i in entry.alive)
+                entry.alive = [i for i in entry.alive if entry.times[i] <= best * _SLOWER]
+                if entry.calls >= ROUNDS * len(entry.cands) or len(entry.alive) == 1:
+                    entry.best = entry.cands[min(entry.alive, key=entry.times.__getitem__)]
+
+    def settled(self, ops, enc, m, n, kp, nthreads):
+        entry = self._entries.get((ops.name, enc, m_bucket(m), kp, n, nthreads))
+        return entry is not None and entry.best is not None
+
+
+def _fit(cand, m):
+    """A bucket's candidate adapted to this call's exact M."""
+    mc, nc, m_step, n_step = cand
+    return max(1, min(mc, m)), nc, max(1, min(m_step, m)), n_step
+
+
+TUNER = Tuner()
+
+
+def timed(tuner, key, index, fn):
+    t0 = time.perf_counter()
+    result = fn()
+    tuner.record(key, index, time.perf_counter() - t0)
+    return result
