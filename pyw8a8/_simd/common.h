@@ -15,6 +15,11 @@
 #ifndef PYW8A8_SIMD_COMMON_H
 #define PYW8A8_SIMD_COMMON_H
 
+/* syscall() (the AMX permission request) is a GNU/POSIX extension beyond -std=c11. */
+#if !defined(_GNU_SOURCE)
+#define _GNU_SOURCE 1
+#endif
+
 #include <stdint.h>
 #include <stddef.h>
 #include <string.h>

@@ -1,0 +1,240 @@
+/* Arm paths (AArch64): signed int8 x int8 products on NEON.
+ *
+ * "neondot" uses sdot (vdotq_s32, Armv8.2-A dotprod): each int32 lane gains the sum of four
+ * s8 x s8 products with no intermediate rounding or saturation, so it is exact.  It is
+ * compiled with a target attribute and chosen at run time (HWCAP_ASIMDDP), so the binary
+ * itself stays baseline armv8-a.  "neon" serves armv8-a cores without dotprod.
+ *
+ * One quad row of a panel (byte 4c + j = channel c, K offset j) is exactly four sdot
+ * operands: lane i of the c-th 16-byte vector is channel 4c + i, so four int32x4
+ * accumulators hold the 16 channels of one row.  Both paths multiply signed by signed:
+ * biased weights (q + 128) become q again with one XOR, so neither encoding needs the +128
+ * compensation (W8_CORR_NONE) nor shifted activations (a_flip 0).  The row quantizer and
+ * the FWHT use baseline NEON only and serve both paths. */
+#ifndef PYW8A8_SIMD_NEON_H
+#define PYW8A8_SIMD_NEON_H
+
+#include "scalar.h"
+#if defined(W8_ARM64)
+#include <arm_neon.h>
+
+#define W8_NEONDOT W8_TARGET("arch=armv8.2-a+dotprod")
+/* 4 rows x 16 channels = 16 accumulators; with the 4 B vectors of a quad row and the A
+ * vectors this stays within the 32 NEON registers. */
+#define W8_NEON_MR 4
+#define W8_NEON_NV 1
+
+W8_INLINE int8x16_t w8_neon_load_b(const uint8_t *p, int biased)
+{
+    uint8x16_t v = vld1q_u8(p);
+    if (biased) v = veorq_u8(v, vdupq_n_u8(0x80));
+    return vreinterpretq_s8_u8(v);
+}
+
+/* The sdot kernel reads 16 bytes of each A row (four quad rows) at once and takes each
+ * quad's 4 bytes as an sdot lane: every K-range of the loop nest is a multiple of
+ * W8_KPAD = 64 values, i.e. of 16 quad rows.  The lane index must be a literal, hence a
+ * macro per quad row. */
+#define W8_NEONDOT_QUAD(S)                                                               \
+    {                                                                                    \
+        const uint8_t *bq = b + (q + S) * W8_QUAD_BYTES;                                 \
+        int8x16_t bv[4];                                                                 \
+        for (int c = 0; c < 4; c++) bv[c] = w8_neon_load_b(bq + 16 * c, biased);         \
+        for (int r = 0; r < W8_NEON_MR; r++) {                                           \
+            if (r >= rows) break;                                                        \
+            for (int c = 0; c < 4; c++)                                                  \
+                acc[r][c] = vdotq_laneq_s32(acc[r][c], bv[c], av[r], S);                 \
+        }                                                                                \
+    }
+
+W8_NEONDOT W8_INLINE void w8_neondot_tile(int rows, int64_t kq, const uint8_t *a,
+                                          int64_t lda, const uint8_t *b, int32_t *tile,
+                                          int biased)
+{
+    int32x4_t acc[W8_NEON_MR][4];
+    for (int r = 0; r < W8_NEON_MR; r++)
+        for (int c = 0; c < 4; c++) acc[r][c] = vdupq_n_s32(0);
+    for (int64_t q = 0; q < kq; q += 4) {
+        int8x16_t av[W8_NEON_MR];
+        for (int r = 0; r < W8_NEON_MR; r++) {
+            if (r >= rows) break;
+            av[r] = vld1q_s8((const int8_t *)(a + r * lda + 4 * q));
+        }
+        W8_NEONDOT_QUAD(0)
+        W8_NEONDOT_QUAD(1)
+        W8_NEONDOT_QUAD(2)
+        W8_NEONDOT_QUAD(3)
+    }
+    for (int r = 0; r < W8_NEON_MR; r++) {
+        if (r >= rows) break;
+        for (int c = 0; c < 4; c++) vst1q_s32(tile + r * W8_TILE_LD + 4 * c, acc[r][c]);
+    }
+}
+
+/* Without sdot: vmull_s8 gives exact int16 products of 2 channels x 4 K values; vpaddq_s16
+ * adds K pairs (|a0 w0 + a1 w1| <= 2 * 127 * 128 = 32512 < 32767: activations are clamped
+ * to [-127, 127] by the quantizer) into 4 channels x 2 halves, and vpadalq_s16 adds the
+ * halves into the int32 accumulator of those 4 channels.  One quad row at a time: grouping
+ * four like the sdot kernel lets the compiler hoist 16 B vectors and spill accumulators. */
+W8_INLINE void w8_neon_tile(int rows, int64_t kq, const uint8_t *a, int64_t lda,
+                            const uint8_t *b, int32_t *tile, int biased)
+{
+    int32x4_t acc[W8_NEON_MR][4];
+    for (int r = 0; r < W8_NEON_MR; r++)
+        for (int c = 0; c < 4; c++) acc[r][c] = vdupq_n_s32(0);
+    for (int64_t q = 0; q < kq; q++) {
+        const uint8_t *bq = b + q * W8_QUAD_BYTES;
+        int8x16_t bv[4];
+        for (int c = 0; c < 4; c++) bv[c] = w8_neon_load_b(bq + 16 * c, biased);
+        for (int r = 0; r < W8_NEON_MR; r++) {
+            if (r >= rows) break;
+            int32_t a4;
+            memcpy(&a4, a + r * lda + 4 * q, 4);
+            const int8x16_t av = vreinterpretq_s8_s32(vdupq_n_s32(a4));
+            for (int c = 0; c < 4; c++) {
+                const int16x8_t lo = vmull_s8(vget_low_s8(bv[c]), vget_low_s8(av));
+                const int16x8_t hi = vmull_high_s8(bv[c], av);
+                acc[r][c] = vpadalq_s16(acc[r][c], vpaddq_s16(lo, hi));
+            }
+        }
+    }
+    for (int r = 0; r < W8_NEON_MR; r++) {
+        if (r >= rows) break;
+        for (int c = 0; c < 4; c++) vst1q_s32(tile + r * W8_TILE_LD + 4 * c, acc[r][c]);
+    }
+}
+
+/* Row counts are compile-time constants in each branch so the accumulators stay in
+ * registers. */
+#define W8_NEON_DISPATCH(TILE, BIASED)                                                   \
+    for (int p = 0; p < npanels; p++) {                                                  \
+        const uint8_t *bp = b + p * ps;                                                  \
+        int32_t *tp = t + p * W8_NR;                                                     \
+        switch (rows) {                                                                  \
+        case 4: TILE(4, kq, a, lda, bp, tp, BIASED); break;                              \
+        case 3: TILE(3, kq, a, lda, bp, tp, BIASED); break;                              \
+        case 2: TILE(2, kq, a, lda, bp, tp, BIASED); break;                              \
+        default: TILE(1, kq, a, lda, bp, tp, BIASED); break;                             \
+        }                                                                                \
+    }
+
+W8_NEONDOT static void w8_neondot_ukernel_biased(int rows, int npanels, int64_t kq,
+                                                 const uint8_t *a, int64_t lda,
+                                                 const uint8_t *b, int64_t ps, int32_t *t)
+{
+    W8_NEON_DISPATCH(w8_neondot_tile, 1)
+}
+
+W8_NEONDOT static void w8_neondot_ukernel_signed(int rows, int npanels, int64_t kq,
+                                                 const uint8_t *a, int64_t lda,
+                                                 const uint8_t *b, int64_t ps, int32_t *t)
+{
+    W8_NEON_DISPATCH(w8_neondot_tile, 0)
+}
+
+static void w8_neon_ukernel_biased(int rows, int npanels, int64_t kq, const uint8_t *a,
+                                   int64_t lda, const uint8_t *b, int64_t ps, int32_t *t)
+{
+    W8_NEON_DISPATCH(w8_neon_tile, 1)
+}
+
+static void w8_neon_ukernel_signed(int rows, int npanels, int64_t kq, const uint8_t *a,
+                                   int64_t lda, const uint8_t *b, int64_t ps, int32_t *t)
+{
+    W8_NEON_DISPATCH(w8_neon_tile, 0)
+}
+
+/* The maximum is one of the inputs whatever the order of comparison, so the result is
+ * bit-identical to w8_scalar_absmax. */
+static int w8_neon_absmax(const float *x, int64_t n, float *amax)
+{
+    const float32x4_t fmax = vdupq_n_f32(3.4028234663852886e38f);
+    float32x4_t m = vdupq_n_f32(0.0f);
+    uint32x4_t ok = vdupq_n_u32(0xffffffffu);
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const float32x4_t v = vabsq_f32(vld1q_f32(x + i));
+        ok = vandq_u32(ok, vcleq_f32(v, fmax)); /* false for NaN and Inf */
+        m = vmaxq_f32(m, v);
+    }
+    if (vminvq_u32(ok) == 0) return 1;
+    float tail;
+    if (w8_scalar_absmax(x + i, n - i, &tail)) return 1;
+    const float vm = vmaxvq_f32(m);
+    *amax = vm > tail ? vm : tail;
+    return 0;
+}
+
+static void w8_neon_quantize(const float *x, int64_t n, float inv, uint8_t flip, uint8_t *q)
+{
+    const float32x4_t vinv = vdupq_n_f32(inv), hi = vdupq_n_f32(127.0f),
+                      lo = vdupq_n_f32(-127.0f);
+    const uint8x16_t vflip = vdupq_n_u8(flip);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        int16x4_t h[4];
+        for (int j = 0; j < 4; j++) {
+            float32x4_t v = vmulq_f32(vld1q_f32(x + i + 4 * j), vinv);
+            v = vminq_f32(vmaxq_f32(v, lo), hi);
+            /* Round to nearest, ties to even, like rintf; the clamp makes the narrowing
+             * exact. */
+            h[j] = vmovn_s32(vcvtnq_s32_f32(v));
+        }
+        const int8x8_t b01 = vmovn_s16(vcombine_s16(h[0], h[1]));
+        const int8x8_t b23 = vmovn_s16(vcombine_s16(h[2], h[3]));
+        vst1q_u8(q + i, veorq_u8(vreinterpretq_u8_s8(vcombine_s8(b01, b23)), vflip));
+    }
+    w8_scalar_quantize(x + i, n - i, inv, flip, q + i);
+}
+
+/* In-place unnormalized Walsh-Hadamard transform in natural (Sylvester) order; n is a power
+ * of two.  Stages run h = 1, 2, 4, ... with the butterfly (u + v, u - v), and every element
+ * goes through the same float operations in the same order as in the plain radix-2 loop,
+ * so the result is bit-identical to it; only the grouping into vectors differs. */
+static void w8_fwht_neon(float *x, int64_t n)
+{
+    if (n < 4) {
+        if (n == 2) {
+            const float u = x[0], v = x[1];
+            x[0] = u + v;
+            x[1] = u - v;
+        }
+        return;
+    }
+    /* Stages h = 1 and h = 2 stay inside each group of four. */
+    for (int64_t i = 0; i < n; i += 4) {
+        float32x4_t v = vld1q_f32(x + i);
+        const float32x4_t r = vrev64q_f32(v);             /* x1 x0 x3 x2 */
+        v = vtrn1q_f32(vaddq_f32(v, r), vsubq_f32(v, r)); /* x0+x1 x0-x1 x2+x3 x2-x3 */
+        const float32x2_t lo = vget_low_f32(v), hi = vget_high_f32(v);
+        vst1q_f32(x + i, vcombine_f32(vadd_f32(lo, hi), vsub_f32(lo, hi)));
+    }
+    for (int64_t h = 4; h < n; h *= 2)
+        for (int64_t i = 0; i < n; i += 2 * h)
+            for (int64_t j = i; j < i + h; j += 4) {
+                const float32x4_t u = vld1q_f32(x + j), v = vld1q_f32(x + j + h);
+                vst1q_f32(x + j, vaddq_f32(u, v));
+                vst1q_f32(x + j + h, vsubq_f32(u, v));
+            }
+}
+
+static const w8_isa_ops w8_neondot_ops = {
+    "neondot", W8_NEON_MR, W8_NEON_NV,
+    {w8_neondot_ukernel_biased, w8_neondot_ukernel_signed},
+    {W8_CORR_NONE, W8_CORR_NONE},
+    {0, 0},
+    w8_neon_absmax,
+    w8_neon_quantize,
+};
+
+static const w8_isa_ops w8_neon_ops = {
+    "neon", W8_NEON_MR, W8_NEON_NV,
+    {w8_neon_ukernel_biased, w8_neon_ukernel_signed},
+    {W8_CORR_NONE, W8_CORR_NONE},
+    {0, 0},
+    w8_neon_absmax,
+    w8_neon_quantize,
+};
+
+#endif
+#endif

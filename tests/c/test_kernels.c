@@ -1,0 +1,455 @@
+/* Bit-exactness tests of the C core, for every instruction-set path this CPU runs.
+ *
+ * The microkernels run through the shared loop nest (w8_gemm_range) on weights packed
+ * exactly as pyw8a8/packing.py packs them, and are compared with a plain int64 reference;
+ * the row quantizer of each path is compared with the scalar one byte for byte, and the
+ * FWHT of each path (and the NEON one) with w8_fwht_scalar bit for bit and with a naive
+ * Hadamard product in double.
+ *
+ * Usage: test_kernels [--expect NAME]   (NAME: the path the dispatcher must pick first)
+ * Build: cc -O2 -I pyw8a8/_simd tests/c/test_kernels.c -lm */
+#include "dispatch.h"
+
+#include <float.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static long n_passed, n_failed;
+
+static void check(int ok, const char *fmt, ...)
+{
+    if (ok) {
+        n_passed++;
+        return;
+    }
+    /* A broken kernel fails thousands of cases; the first few tell what broke. */
+    if (n_failed++ < 20) {
+        va_list ap;
+        va_start(ap, fmt);
+        printf("FAIL: ");
+        vprintf(fmt, ap);
+        printf("\n");
+        va_end(ap);
+    }
+}
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static uint64_t rng_next(void)
+{
+    /* splitmix64: a fixed seed keeps every run identical. */
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static int rand_q(void) { return (int)(rng_next() % 255) - 127; }
+
+/* Uniform in [-1, 1). */
+static float rand_f(void)
+{
+    return (float)((double)(rng_next() >> 11) / 9007199254740992.0 * 2 - 1);
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        printf("out of memory\n");
+        exit(2);
+    }
+    return p;
+}
+
+static int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+/* ---------------------------------------------------------------- GEMM ---------------- */
+
+enum { DATA_RANDOM, DATA_POS, DATA_NEG, DATA_MIXED, DATA_ALTERNATING, NUM_DATA };
+static const char *const data_names[] = {"random", "all +127", "all -127",
+                                         "+127 x -127", "alternating"};
+
+static void fill(int kind, int8_t *qa, int64_t M, int8_t *qw, int64_t N, int64_t K)
+{
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t k = 0; k < K; k++) {
+            int v = kind == DATA_RANDOM ? rand_q()
+                    : kind == DATA_NEG  ? -127
+                    : kind == DATA_ALTERNATING ? ((k & 1) ? -127 : 127)
+                                               : 127;
+            qa[m * K + k] = (int8_t)v;
+        }
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++) {
+            int v = kind == DATA_RANDOM ? rand_q()
+                    : kind == DATA_POS  ? 127
+                    : kind == DATA_ALTERNATING ? (((k + n) & 1) ? 127 : -127)
+                                               : -127;
+            qw[n * K + k] = (int8_t)v;
+        }
+}
+
+/* The layout of packing._panels_from_int8: panels [Np/16][Kp/4][16][4], padding encodes 0,
+ * biased bytes are q ^ 0x80 (q + 128); psum holds the per-channel prefix sums over 64-K
+ * chunks of the signed values. */
+static void pack_weight(const int8_t *qw, int64_t N, int64_t K, int64_t Np, int64_t Kp,
+                        int enc, uint8_t *panels, int32_t *psum)
+{
+    const int64_t nch = Kp / W8_KPAD + 1;
+    for (int64_t n = 0; n < Np; n++) {
+        psum[n * nch] = 0;
+        int32_t s = 0;
+        for (int64_t k = 0; k < Kp; k++) {
+            const int8_t v = n < N && k < K ? qw[n * K + k] : 0;
+            const int64_t p = n / W8_NR, c = n % W8_NR, quad = k / 4, j = k % 4;
+            panels[((p * (Kp / 4) + quad) * W8_NR + c) * 4 + j] =
+                (uint8_t)v ^ (enc == W8_ENC_BIASED ? 0x80 : 0);
+            s += v;
+            if ((k + 1) % W8_KPAD == 0) psum[n * nch + (k + 1) / W8_KPAD] = s;
+        }
+    }
+}
+
+/* Quantized activations as w8_quantize_row leaves them: Kp bytes a row, XOR a_flip. */
+static void pack_act(const int8_t *qa, int64_t M, int64_t K, int64_t Kp, uint8_t flip,
+                     uint8_t *a, int32_t *psum)
+{
+    const int64_t nch = Kp / W8_KPAD + 1;
+    for (int64_t m = 0; m < M; m++) {
+        psum[m * nch] = 0;
+        int32_t s = 0;
+        for (int64_t k = 0; k < Kp; k++) {
+            const int8_t v = k < K ? qa[m * K + k] : 0;
+            a[m * Kp + k] = (uint8_t)v ^ flip;
+            s += v;
+            if ((k + 1) % W8_KPAD == 0) psum[m * nch + (k + 1) / W8_KPAD] = s;
+        }
+    }
+}
+
+typedef struct {
+    const char *what;
+    int out_kind;
+    int fine;  /* kc = 64, mc = mr, nc = 16 * nv: every blocking boundary is crossed */
+    int split; /* four tasks, split at a row and at a panel boundary */
+} gemm_variant;
+
+/* W8_OUT_I32 stores (does not add) each K-range, so it takes one K-range. */
+static const gemm_variant variants[] = {
+    {"i64", W8_OUT_I64, 0, 0},
+    {"i64 fine-blocked split", W8_OUT_I64, 1, 1},
+    {"i32 split", W8_OUT_I32, 0, 1},
+};
+#define NUM_VARIANTS (int)(sizeof(variants) / sizeof(variants[0]))
+
+static const int64_t SENTINEL = 0x5A5A5A5A;
+
+static void test_gemm_case(const w8_isa_ops *ops, int kind, int64_t M, int64_t N, int64_t K)
+{
+    const int64_t Kp = round_up(K, W8_KPAD), Np = round_up(N, W8_NR);
+    const int64_t nch = Kp / W8_KPAD + 1, ldo = N + 1; /* one sentinel column per row */
+    int8_t *qa = xmalloc((size_t)(M * K)), *qw = xmalloc((size_t)(N * K));
+    uint8_t *a = xmalloc((size_t)(M * Kp)), *b = xmalloc((size_t)(Np * Kp));
+    int32_t *a_psum = xmalloc(sizeof(int32_t) * (size_t)(M * nch));
+    int32_t *b_psum = xmalloc(sizeof(int32_t) * (size_t)(Np * nch));
+    int64_t *ref = xmalloc(sizeof(int64_t) * (size_t)(M * N));
+    int64_t *o64 = xmalloc(sizeof(int64_t) * (size_t)(M * ldo));
+    int32_t *o32 = xmalloc(sizeof(int32_t) * (size_t)(M * ldo));
+
+    fill(kind, qa, M, qw, N, K);
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            int64_t s = 0;
+            for (int64_t k = 0; k < K; k++) s += (int64_t)qa[m * K + k] * qw[n * K + k];
+            ref[m * N + n] = s;
+        }
+
+    for (int enc = 0; enc < 2; enc++) {
+        pack_act(qa, M, K, Kp, ops->a_flip[enc], a, a_psum);
+        pack_weight(qw, N, K, Np, Kp, enc, b, b_psum);
+        for (int v = 0; v < NUM_VARIANTS; v++) {
+            const gemm_variant *var = &variants[v];
+            w8_gemm_plan g = {ops, enc, M, N, Kp, a, Kp, a_psum, b, b_psum, NULL, NULL,
+                              var->out_kind, NULL, ldo, Kp, round_up(M, ops->mr), Np};
+            if (var->fine) {
+                g.kc = W8_KPAD;
+                g.mc = ops->mr;
+                g.nc = (int64_t)W8_NR * ops->nv;
+            }
+            g.out = var->out_kind == W8_OUT_I64 ? (void *)o64 : (void *)o32;
+            for (int64_t i = 0; i < M * ldo; i++) o64[i] = o32[i] = (int32_t)SENTINEL;
+            if (var->split) {
+                const int64_t ms = M / 2, ns = Np / 32 * 16;
+                w8_gemm_range(&g, 0, ms, 0, ns);
+                w8_gemm_range(&g, 0, ms, ns, N);
+                w8_gemm_range(&g, ms, M, 0, ns);
+                w8_gemm_range(&g, ms, M, ns, N);
+            } else {
+                w8_gemm_range(&g, 0, M, 0, N);
+            }
+            /* Column N holds the sentinel: nothing may be written past the last column. */
+            int64_t bad_m = -1, bad_n = -1;
+            for (int64_t m = 0; m < M && bad_m < 0; m++)
+                for (int64_t n = 0; n <= N; n++) {
+                    const int64_t got = var->out_kind == W8_OUT_I64 ? o64[m * ldo + n]
+                                                                     : o32[m * ldo + n];
+                    if (got != (n < N ? ref[m * N + n] : SENTINEL)) {
+                        bad_m = m, bad_n = n;
+                        break;
+                    }
+                }
+            check(bad_m < 0,
+                  "%s gemm %s enc=%s %s M=%lld N=%lld K=%lld: first bad at m=%lld n=%lld",
+                  ops->name, var->what, enc == W8_ENC_BIASED ? "biased" : "signed",
+                  data_names[kind], (long long)M, (long long)N, (long long)K,
+                  (long long)bad_m, (long long)bad_n);
+        }
+    }
+    free(qa), free(qw), free(a), free(b), free(a_psum), free(b_psum), free(ref), free(o64),
+        free(o32);
+}
+
+/* The smallest sizes, and sizes just below, at and just above multiples of 16 (panel), 64
+ * (K padding) and 128, so every kernel meets full tiles and partial ones of each size. */
+static const int64_t sizes[] = {1,  2,  3,  4,   5,   15,  16,  17,
+                                63, 64, 65, 127, 128, 129, 640, 1000};
+#define NUM_SIZES (int)(sizeof(sizes) / sizeof(sizes[0]))
+
+/* All size triples whose work M * N * K stays under a limit, which keeps the grid fast under
+ * emulation: the small sizes meet one another in full and each large size meets the small
+ * ones; `big` adds large sizes in all dimensions at once. */
+#define GEMM_WORK_LIMIT 70000
+
+static void test_gemm(const w8_isa_ops *ops)
+{
+    for (int i = 0; i < NUM_SIZES; i++)
+        for (int j = 0; j < NUM_SIZES; j++)
+            for (int l = 0; l < NUM_SIZES; l++) {
+                const int64_t M = sizes[i], N = sizes[j], K = sizes[l];
+                if (M * N * K <= GEMM_WORK_LIMIT) test_gemm_case(ops, DATA_RANDOM, M, N, K);
+            }
+    /* Large sizes in several dimensions at once. */
+    static const int64_t big[][3] = {{129, 65, 1000}, {17, 640, 129}, {65, 129, 640},
+                                     {1000, 17, 65},  {127, 1000, 63}, {5, 1000, 1000}};
+    for (size_t s = 0; s < sizeof(big) / sizeof(big[0]); s++)
+        test_gemm_case(ops, DATA_RANDOM, big[s][0], big[s][1], big[s][2]);
+    /* Extreme values: the largest sums of either sign (1000 * 127 * 127 at K = 1000). */
+    static const int64_t extreme[][3] = {{1, 1, 1},    {4, 16, 64},  {5, 17, 65},
+                                         {3, 15, 127}, {17, 33, 1000}, {65, 129, 129}};
+    for (int kind = DATA_POS; kind < NUM_DATA; kind++)
+        for (size_t s = 0; s < sizeof(extreme) / sizeof(extreme[0]); s++)
+            test_gemm_case(ops, kind, extreme[s][0], extreme[s][1], extreme[s][2]);
+}
+
+/* ------------------------------------------------------------ quantizer --------------- */
+
+static int same_float(float x, float y) { return memcmp(&x, &y, sizeof(float)) == 0; }
+
+static void compare_quantize(const w8_isa_ops *ops, const float *x, int64_t n, float inv,
+                             const char *what)
+{
+    uint8_t *q0 = xmalloc((size_t)n), *q1 = xmalloc((size_t)n);
+    for (int f = 0; f < 2; f++) {
+        const uint8_t flip = f ? 0x80 : 0;
+        w8_scalar_quantize(x, n, inv, flip, q0);
+        ops->quantize(x, n, inv, flip, q1);
+        check(memcmp(q0, q1, (size_t)n) == 0, "%s quantize %s n=%lld flip=%d", ops->name,
+              what, (long long)n, flip);
+    }
+    free(q0), free(q1);
+}
+
+static void compare_absmax(const w8_isa_ops *ops, const float *x, int64_t n,
+                           const char *what)
+{
+    float m0 = -1.0f, m1 = -1.0f;
+    const int r0 = w8_scalar_absmax(x, n, &m0), r1 = ops->absmax(x, n, &m1);
+    check(r0 == r1 && (r0 || same_float(m0, m1)),
+          "%s absmax %s n=%lld: %d %g vs scalar %d %g", ops->name, what, (long long)n, r1,
+          m1, r0, m0);
+}
+
+static void compare_quantize_row(const w8_isa_ops *ops, const float *x, int64_t K,
+                                 const char *what)
+{
+    const int64_t Kp = round_up(K, W8_KPAD), nch = Kp / W8_KPAD + 1;
+    uint8_t *q0 = xmalloc((size_t)Kp), *q1 = xmalloc((size_t)Kp);
+    const size_t psize = sizeof(int32_t) * (size_t)nch;
+    int32_t *p0 = xmalloc(psize), *p1 = xmalloc(psize);
+    for (int f = 0; f < 2; f++) {
+        const uint8_t flip = f ? 0x80 : 0;
+        float s0 = -1.0f, s1 = -1.0f;
+        memset(q0, 0xEE, (size_t)Kp), memset(q1, 0xEE, (size_t)Kp);
+        memset(p0, 0, psize), memset(p1, 0, psize);
+        const int r0 = w8_quantize_row(&w8_scalar_ops, x, K, Kp, flip, q0, &s0, p0);
+        const int r1 = w8_quantize_row(ops, x, K, Kp, flip, q1, &s1, p1);
+        check(r0 == r1 && same_float(s0, s1) && memcmp(q0, q1, (size_t)Kp) == 0 &&
+                  memcmp(p0, p1, psize) == 0,
+              "%s quantize_row %s K=%lld flip=%d", ops->name, what, (long long)K, flip);
+    }
+    free(q0), free(q1), free(p0), free(p1);
+}
+
+static void test_quantizer(const w8_isa_ops *ops)
+{
+    enum { MAXN = 1040 };
+    float *x = xmalloc(sizeof(float) * MAXN);
+    static const int64_t lengths[] = {0, 1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47,
+                                      63, 64, 65, 100, 127, 128, 129, 1000, 1031};
+    const int nlen = (int)(sizeof(lengths) / sizeof(lengths[0]));
+
+    for (int li = 0; li < nlen; li++) {
+        const int64_t n = lengths[li];
+        for (int rep = 0; rep < 4; rep++) {
+            /* The last scale makes rows too small for a normal scale: quantized to 0. */
+            static const float scales[] = {1.0f, 1e-3f, 1e3f, 1e-37f};
+            const float scale = scales[rep];
+            for (int64_t i = 0; i < n; i++) x[i] = rand_f() * scale;
+            compare_absmax(ops, x, n, "random");
+            compare_quantize_row(ops, x, n, "random");
+            /* Values far beyond +-127 after scaling exercise the clamp. */
+            if (rep < 3) compare_quantize(ops, x, n, 300.0f / scale, "clamped");
+        }
+        /* Exactly half-way after scaling: 0.5, 1.5, 2.5, ... must round to even. */
+        for (int64_t i = 0; i < n; i++) x[i] = (float)(4 * ((i % 261) - 130) + 2);
+        compare_quantize(ops, x, n, 0.25f, "ties");
+        /* Non-finite values anywhere, including in the vector body and in the tail. */
+        static const float bad[] = {NAN, INFINITY, -INFINITY};
+        if (n > 0)
+            for (int bi = 0; bi < 3; bi++) {
+                const int64_t pos[] = {0, n / 2, n - 1};
+                for (int pi = 0; pi < 3; pi++) {
+                    for (int64_t i = 0; i < n; i++) x[i] = rand_f();
+                    x[pos[pi]] = bad[bi];
+                    compare_absmax(ops, x, n, "non-finite");
+                    compare_quantize_row(ops, x, n, "non-finite");
+                }
+            }
+        /* Largest finite magnitude is valid; signed zeros and subnormals too. */
+        for (int64_t i = 0; i < n; i++)
+            x[i] = i % 3 == 0 ? -0.0f : i % 3 == 1 ? 1e-40f : -FLT_MIN;
+        if (n > 2) x[n - 2] = -FLT_MAX;
+        compare_absmax(ops, x, n, "edge magnitudes");
+        compare_quantize_row(ops, x, n, "edge magnitudes");
+    }
+
+    /* The quantizer must round half to even itself, not only agree with the scalar path. */
+    static const float ties[] = {0.5f,   1.5f,    2.5f, -0.5f,       -1.5f, -2.5f,
+                                 126.5f, -126.5f, 127.5f, -127.5f,   3.5f,  -3.5f,
+                                 0.49999997f,     1e9f, -1e9f,       0.0f};
+    static const int8_t want[] = {0, 2, 2, 0, -2, -2, 126, -126, 127, -127, 4, -4, 0, 127,
+                                  -127, 0};
+    enum { NT = sizeof(ties) / sizeof(ties[0]) };
+    float xt[2 * NT];
+    uint8_t qt[2 * NT];
+    for (int i = 0; i < 2 * NT; i++) xt[i] = 2.0f * ties[i % NT];
+    ops->quantize(xt, 2 * NT, 0.5f, 0, qt);
+    for (int i = 0; i < 2 * NT; i++)
+        check((int8_t)qt[i] == want[i % NT], "%s quantize tie %g -> %d, want %d", ops->name,
+              ties[i % NT], (int8_t)qt[i], want[i % NT]);
+    free(x);
+}
+
+/* ----------------------------------------------------------------- FWHT --------------- */
+
+typedef struct {
+    const char *name;
+    w8_fwht_fn fn;
+} fwht_case;
+
+/* Every FWHT runs the butterfly network of w8_fwht_scalar, so each must match it bit for
+ * bit; the naive product in double checks that network itself. */
+static void test_fwht(const fwht_case *cases, int ncases)
+{
+    enum { MAXN = 4096 };
+    float *x = xmalloc(sizeof(float) * MAXN), *y = xmalloc(sizeof(float) * MAXN),
+          *z = xmalloc(sizeof(float) * MAXN);
+    double *ref = xmalloc(sizeof(double) * MAXN);
+    for (int64_t n = 1; n <= MAXN; n *= 2) {
+        double l1 = 0;
+        for (int64_t i = 0; i < n; i++) {
+            x[i] = rand_f();
+            l1 += fabs(x[i]);
+        }
+        for (int64_t i = 0; i < n; i++) {
+            double s = 0;
+            for (int64_t j = 0; j < n; j++)
+                s += __builtin_parityll((unsigned long long)(i & j)) ? -(double)x[j] : x[j];
+            ref[i] = s;
+        }
+        /* Each output is a +-1 sum of the inputs, rounded once per stage. */
+        int stages = 0;
+        while ((1ll << stages) < n) stages++;
+        const double tol = (stages + 1) * FLT_EPSILON * l1;
+        memcpy(z, x, sizeof(float) * (size_t)n);
+        w8_fwht_scalar(z, n);
+        for (int c = 0; c < ncases; c++) {
+            memcpy(y, x, sizeof(float) * (size_t)n);
+            cases[c].fn(y, n);
+            check(memcmp(y, z, sizeof(float) * (size_t)n) == 0,
+                  "fwht %s n=%lld differs from w8_fwht_scalar", cases[c].name,
+                  (long long)n);
+            double worst = 0;
+            for (int64_t i = 0; i < n; i++) {
+                const double err = fabs(ref[i] - y[i]);
+                worst = err > worst ? err : worst;
+            }
+            check(worst <= tol, "fwht %s n=%lld: error %g > %g", cases[c].name,
+                  (long long)n, worst, tol);
+        }
+    }
+    free(x), free(y), free(z), free(ref);
+}
+
+/* ----------------------------------------------------------------- main --------------- */
+
+int main(int argc, char **argv)
+{
+    const char *expect = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--expect") == 0 && i + 1 < argc) {
+            expect = argv[++i];
+        } else {
+            printf("usage: %s [--expect NAME]\n", argv[0]);
+            return 2;
+        }
+    }
+    w8_cpu_features f;
+    w8_cpu_detect(&f);
+    const char *chosen = NULL;
+    for (int i = 0; i < W8_NUM_ISAS; i++)
+        if (!chosen && w8_isa_lookup(w8_isa_names[i]) &&
+            w8_isa_supported(&f, w8_isa_names[i]))
+            chosen = w8_isa_names[i];
+    printf("dispatch: %s\n", chosen);
+    if (expect)
+        check(strcmp(chosen, expect) == 0, "dispatcher picked %s, expected %s", chosen,
+              expect);
+
+    fwht_case fwht[W8_NUM_ISAS + 1];
+    int nfwht = 0;
+    for (int i = 0; i < W8_NUM_ISAS; i++) {
+        const char *name = w8_isa_names[i];
+        const w8_isa_ops *ops = w8_isa_lookup(name);
+        if (!ops || !w8_isa_supported(&f, name)) {
+            if (ops) printf("skip %s: not supported by this CPU\n", name);
+            continue;
+        }
+        const long before = n_passed + n_failed;
+        test_gemm(ops);
+        if (ops != &w8_scalar_ops) test_quantizer(ops);
+        printf("tested %s: %ld checks\n", name, n_passed + n_failed - before);
+        fwht[nfwht++] = (fwht_case){name, w8_fwht_for(name)};
+    }
+#if defined(W8_ARM64)
+    /* Directly as well: w8_fwht_for may not hand it out. */
+    fwht[nfwht++] = (fwht_case){"w8_fwht_neon", w8_fwht_neon};
+#endif
+    const long before = n_passed + n_failed;
+    test_fwht(fwht, nfwht);
+    printf("tested fwht: %ld checks\n", n_passed + n_failed - before);
+    printf("%ld passed, %ld failed\n", n_passed, n_failed);
+    return n_failed != 0;
+}
