@@ -1,7 +1,7 @@
 """pyw8a8: fast, faithful W8A8 matrix multiplication for numpy on CPUs.
 
 int8 weights (one scale per output channel, packed once) times int8 activations (one scale
-per token, quantized per call), exact int32 accumulation, float output; optionally with a
+per token, quantized per call), exact int32 accumulation, float output; by default with a
 block randomized Walsh-Hadamard rotation that spreads outliers before quantizing.
 """
 from ._cpu import available_isas, cpu_features, isa, set_isa, use_isa
@@ -9,6 +9,8 @@ from ._threads import get_num_threads, set_num_threads
 from .matmul import int8_matmul, matmul, matmul_pair
 from .packing import PackedWeight, pack_weight
 from .quantize import quantize_per_channel, quantize_per_token
+from .rotation import fwht, rotate, unrotate
+from .scaling import equalize_ffn, smooth
 
 __version__ = "0.1.0"
 
@@ -16,6 +18,8 @@ __all__ = [
     "PackedWeight",
     "available_isas",
     "cpu_features",
+    "equalize_ffn",
+    "fwht",
     "get_num_threads",
     "int8_matmul",
     "isa",
@@ -24,7 +28,10 @@ __all__ = [
     "pack_weight",
     "quantize_per_channel",
     "quantize_per_token",
+    "rotate",
     "set_isa",
     "set_num_threads",
+    "smooth",
+    "unrotate",
     "use_isa",
 ]

@@ -8,7 +8,7 @@ from cython.parallel cimport parallel, prange
 cimport openmp
 from openmp cimport omp_get_max_threads
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from libc.stdlib cimport free, malloc
+from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memset
 
 cimport numpy as cnp
@@ -92,10 +92,13 @@ def quantize_rows(IsaOps isa, const float[:, ::1] x, uint8_t[:, ::1] q, float[::
     cdef int64_t bad = -1
     cdef w8_fwht_fn fwht
     cdef float *scratch = NULL
-    status = np.zeros(M, dtype=np.uint8)
-    cdef uint8_t[::1] st = status
+    cdef uint8_t *st
     if M == 0:
         return -1
+    # Per-row status (0 ok, 1 NaN/Inf, 2 no scratch memory), scanned once at the end.
+    st = <uint8_t *>calloc(M, 1)
+    if st == NULL:
+        raise MemoryError(f"no memory for the status of {M} rows")
     if block == 0:
         with nogil:
             for i in prange(M, schedule="static", num_threads=nthreads):
@@ -116,10 +119,14 @@ def quantize_rows(IsaOps isa, const float[:, ::1] x, uint8_t[:, ::1] q, float[::
                         isa.ops, fwht, &x[i, 0], K, Kp, <uint8_t>flip, &q[i, 0],
                         &scale[i], &psum[i, 0] if want_psum else NULL, block, seed, scratch)
             free(scratch)
-        if (status == 2).any():
-            raise MemoryError(f"no memory for a scratch row of {K} floats")
-    nz = np.flatnonzero(status)
-    return int(nz[0]) if nz.size else -1
+    for i in range(M):
+        if st[i] != 0:
+            bad = i if st[i] == 1 else -2
+            break
+    free(st)
+    if bad == -2:
+        raise MemoryError(f"no memory for a scratch row of {K} floats")
+    return bad
 
 
 def gemm(IsaOps isa, list jobs, int nthreads):
@@ -133,21 +140,28 @@ def gemm(IsaOps isa, list jobs, int nthreads):
     list keeps them) and are trusted: the Python layer has validated them.
     """
     cdef int njobs = len(jobs), j
-    cdef int64_t M, N, Kp, m_step, n_step, m0, n0, t, ntasks = 0
+    cdef int64_t M, N, Kp, m_step, n_step, t, ntasks = 0
     cdef const uint8_t[:, ::1] a
     cdef const int32_t[:, ::1] a_psum, b_psum
     cdef const uint8_t[::1] b
     cdef const float[::1] a_scale, b_scale
     cdef cnp.ndarray outa
-    plan_storage = np.zeros(max(njobs, 1) * sizeof(w8_gemm_plan), dtype=np.uint8)
-    cdef w8_gemm_plan *plans = <w8_gemm_plan *>cnp.PyArray_DATA(plan_storage)
-    task_list = []
+    cdef int64_t job_m_step[64]
+    cdef int64_t job_n_step[64]
+    cdef int64_t job_first[65]
+    if njobs > 64:
+        raise ValueError("at most 64 jobs per call")
+    cdef w8_gemm_plan plans[64]
+    job_first[0] = 0
     for j in range(njobs):
         (enc, a, a_psum, b, b_psum, a_scale, b_scale, N, outa, out_kind,
          kc, mc, nc, m_step, n_step) = jobs[j]
         M = a.shape[0]
         Kp = a.shape[1]
+        job_m_step[j] = m_step
+        job_n_step[j] = n_step
         if M == 0 or N == 0 or Kp == 0:
+            job_first[j + 1] = job_first[j]
             continue
         plans[j].ops = isa.ops
         plans[j].enc = enc
@@ -167,19 +181,29 @@ def gemm(IsaOps isa, list jobs, int nthreads):
         plans[j].kc = kc
         plans[j].mc = mc
         plans[j].nc = nc
-        for m0 in range(0, M, m_step):
-            for n0 in range(0, N, n_step):
-                task_list.append((j, m0, min(m0 + m_step, M), n0, min(n0 + n_step, N)))
-    ntasks = len(task_list)
+        job_first[j + 1] = job_first[j] + ((M + m_step - 1) // m_step) * \
+            ((N + n_step - 1) // n_step)
+    ntasks = job_first[njobs]
     if ntasks == 0:
         return
-    tasks_arr = np.array(task_list, dtype=np.int64)
-    cdef const int64_t[:, ::1] tasks = tasks_arr
     with nogil:
         for t in prange(ntasks, schedule="dynamic", num_threads=nthreads):
-            w8_gemm_range(&plans[tasks[t, 0]], tasks[t, 1], tasks[t, 2], tasks[t, 3],
-                          tasks[t, 4])
+            _run_task(plans, njobs, job_first, job_m_step, job_n_step, t)
 
+
+cdef void _run_task(const w8_gemm_plan *plans, int njobs, const int64_t *job_first,
+                    const int64_t *m_steps, const int64_t *n_steps,
+                    int64_t t) noexcept nogil:
+    """Task t: the job whose task range holds t, then its (m block, n block) in row-major
+    order of blocks."""
+    cdef int j = 0
+    while t >= job_first[j + 1]:
+        j += 1
+    cdef const w8_gemm_plan *g = &plans[j]
+    cdef int64_t local = t - job_first[j]
+    cdef int64_t n_blocks = (g.N + n_steps[j] - 1) // n_steps[j]
+    cdef int64_t m0 = (local // n_blocks) * m_steps[j], n0 = (local % n_blocks) * n_steps[j]
+    w8_gemm_range(g, m0, min(m0 + m_steps[j], g.M), n0, min(n0 + n_steps[j], g.N))
 
 def amx_request():
     """Ask the OS for the AMX tile state; True when granted."""

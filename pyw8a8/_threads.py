@@ -40,3 +40,14 @@ def set_num_threads(n):
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
     _override = n
+
+
+# Below this many multiply-accumulates a product runs on one thread: waking a team costs
+# about as much as the work (and far more on a loaded machine, where a descheduled thread
+# stalls the join for a whole time slice).
+SERIAL_WORK = 1 << 21
+
+
+def threads_for(work):
+    """Threads for a call doing `work` multiply-accumulates (or element operations)."""
+    return 1 if work < SERIAL_WORK else get_num_threads()

@@ -13,7 +13,10 @@ def float_array(x, name, ndim=None):
         raise ValueError(f"{name} must be {ndim}-D, got shape {arr.shape}")
     if ndim is None and arr.ndim < 1:
         raise ValueError(f"{name} must have at least one dimension, got a scalar")
-    return arr.astype(np.float32, copy=False)
+    arr = arr.astype(np.float32, copy=False)
+    # The C kernels load floats through float pointers: an unaligned buffer (an offset
+    # view of bytes) is copied, as its loads would be undefined behaviour.
+    return arr if arr.flags.aligned else arr.copy()
 
 
 def c_matrix(arr):

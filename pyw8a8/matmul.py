@@ -38,12 +38,10 @@ def _activations(x, k, name="x"):
 
 def _quantized_activations(x2d, packed, ops, enc, shape):
     """(q (M, Kp) bytes for the kernel of `enc`, scale (M,), prefix sums or empty)."""
-    if packed.rotate:
-        from .rotation import rotate
-        x2d = rotate(x2d, block=packed.block, seed=packed.seed)
     return quantize_rows(np.ascontiguousarray(x2d), packed.kp, flip=ops.a_flip(enc),
                          psum=ops.corr(enc) == _kernels.CORR_ROW, name="x",
-                         shape=tuple(shape) + x2d.shape[1:])
+                         shape=tuple(shape) + x2d.shape[1:],
+                         block=packed.block if packed.rotate else 0, seed=packed.seed)
 
 
 def _output(out, out_dtype, shape, x):
@@ -68,7 +66,7 @@ def _output(out, out_dtype, shape, x):
         raise ValueError("out is read-only")
     if np.shares_memory(out, x):
         raise ValueError("out overlaps the input x; pass a separate array")
-    if out.dtype == np.float32 and out.flags.c_contiguous:
+    if out.dtype == np.float32 and out.flags.c_contiguous and out.flags.aligned:
         return out, None
     return np.empty(shape, dtype=np.float32), out
 
@@ -160,7 +158,7 @@ def _run(x2d, pairs, lead):
         return
     cache = {}
     jobs = []
-    nthreads = _threads.get_num_threads()
+    nthreads = _threads.threads_for(m * k * sum(p.shape[0] for p, _ in pairs))
     for packed, out2d in pairs:
         enc = _encoding_index(packed)
         key = (ops.a_flip(enc), ops.corr(enc) == _kernels.CORR_ROW)
@@ -266,7 +264,7 @@ def int8_matmul(qa, qw, *, encoding="auto", out_dtype=np.int32, _kc=None):
                   axis=1, out=psum[:, 1:])
     acc = np.zeros((m, n), dtype=np.int64)
     if m and n and k:
-        nthreads = _threads.get_num_threads()
+        nthreads = _threads.threads_for(m * n * k)
         job, slot = _job(ops, enc, abytes, psum, packed, np.empty(0, np.float32), acc,
                          _kernels.OUT_I64, 1, nthreads)
         if _kc is not None:

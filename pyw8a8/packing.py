@@ -31,6 +31,17 @@ def padded(n, multiple):
     return -(-n // multiple) * multiple
 
 
+def _layout(n, k, encoding):
+    """(dtype, shape) of the panels, psum and scales arrays of an (N, K) weight."""
+    np_, kp = padded(n, _kernels.NR), padded(k, _kernels.KPAD)
+    return ((_U8, (np_ // _kernels.NR, kp // 4, 4 * _kernels.NR)),
+            (_I32, (np_ if encoding == "signed" else 0, kp // _kernels.KPAD + 1)),
+            (_F32, (n,)))
+
+
+_U8, _I32, _F32 = np.dtype(np.uint8), np.dtype(np.int32), np.dtype(np.float32)
+
+
 def _panels_from_int8(q, encoding):
     """(N, K) int8 -> (panels uint8 (Np/16, Kp/4, 64), prefix sums int32 (Np, Kp/64 + 1))."""
     n, k = q.shape
@@ -92,6 +103,43 @@ class PackedWeight:
         """Bytes held: the packed panels, the scales and the compensation sums."""
         return self.panels.nbytes + self.scales.nbytes + self.psum.nbytes
 
+    def check_layout(self):
+        """Raise ValueError unless the arrays have the dtypes, shapes and C order that
+        `shape` and `encoding` imply (O(1); the kernels trust them, so a hand-built or
+        altered weight is checked before every product)."""
+        try:  # the fast path of every product: a few attribute comparisons
+            n, k = self.shape
+            (d1, s1), (d2, s2), (d3, s3) = _layout(n, k, self.encoding)
+            p, c, s = self.panels, self.psum, self.scales
+            if (n >= 0 and k >= 0 and self.encoding in ENCODINGS and
+                    isinstance(p, np.ndarray) and isinstance(c, np.ndarray) and
+                    isinstance(s, np.ndarray) and p.shape == s1 and c.shape == s2 and
+                    s.shape == s3 and p.dtype == d1 and c.dtype == d2 and s.dtype == d3 and
+                    p.flags.c_contiguous and c.flags.c_contiguous and s.flags.c_contiguous
+                    and c.flags.aligned and s.flags.aligned):
+                return
+        except (TypeError, ValueError):
+            pass
+        if self.encoding not in ENCODINGS:
+            raise ValueError(f"packed weight encoding {self.encoding!r} is not one of "
+                             f"{ENCODINGS}")
+        if min(self.shape) < 0:
+            raise ValueError(f"packed weight shape {self.shape} is negative")
+        for name, (dtype, shape) in zip(("panels", "psum", "scales"),
+                                        _layout(*self.shape, self.encoding)):
+            arr = getattr(self, name)
+            if not (isinstance(arr, np.ndarray) and arr.dtype == dtype and
+                    arr.shape == shape and arr.flags.c_contiguous and arr.flags.aligned):
+                got = (f"{arr.dtype} {arr.shape}" if isinstance(arr, np.ndarray)
+                       else type(arr).__name__)
+                if isinstance(arr, np.ndarray) and not arr.flags.c_contiguous:
+                    got += " not C-contiguous"
+                if isinstance(arr, np.ndarray) and not arr.flags.aligned:
+                    got += " unaligned"
+                raise ValueError(f"packed weight array {name!r}: expected aligned "
+                                 f"C-contiguous {np.dtype(dtype)} {shape}, got {got}")
+        raise ValueError(f"packed weight shape {self.shape!r} is not two ints")
+
     @property
     def kp(self):
         return padded(self.shape[1], _kernels.KPAD)
@@ -110,8 +158,9 @@ class PackedWeight:
             In the rotated basis when `rotate` is True.
         """
         n, k = self.shape
-        raw = self.panels.reshape(-1, self.kp // 4, _kernels.NR, 4).transpose(0, 2, 1, 3)
-        raw = raw.reshape(-1, self.kp)[:n, :k]
+        panels = self.panels.shape[0]  # explicit sizes: -1 is ambiguous when K == 0
+        raw = self.panels.reshape(panels, self.kp // 4, _kernels.NR, 4).transpose(0, 2, 1, 3)
+        raw = raw.reshape(panels * _kernels.NR, self.kp)[:n, :k]
         if self.encoding == "biased":
             raw = raw ^ np.uint8(0x80)
         return np.ascontiguousarray(raw).view(np.int8)
@@ -149,37 +198,53 @@ class PackedWeight:
         Raises
         ------
         ValueError
-            If an array is missing, of the wrong dtype or shape, or the format is unknown.
+            If an array is missing, unreadable (a damaged ``np.load`` file), of the wrong
+            dtype or shape, or the format is unknown; or if the contents are not what
+            :func:`pack_weight` makes (-128, non-zero padding, inconsistent sums, negative
+            or non-finite scales).
         """
+        import zipfile
+        import zlib
         try:
             version = int(d["format_version"])
             n, k = (int(v) for v in d["shape"])
-            encoding = ENCODINGS[int(d["encoding"])]
+            index = int(d["encoding"])
+            if not 0 <= index < len(ENCODINGS):
+                raise IndexError(f"encoding index {index}")
+            encoding = ENCODINGS[index]
             rotate, block, seed = (int(v) for v in d["rotation"])
             panels, psum, scales = d["panels"], d["psum"], d["scales"]
-        except (KeyError, ValueError, IndexError, TypeError) as exc:
+        # The others: reading a member of a damaged np.load file.
+        except (KeyError, ValueError, IndexError, TypeError, EOFError, OSError,
+                zipfile.BadZipFile, zlib.error) as exc:
             raise ValueError(f"not a packed weight: {exc!r}") from None
         if version != _FORMAT_VERSION:
             raise ValueError(f"packed weight format {version} is not supported "
                              f"(expected {_FORMAT_VERSION})")
-        np_, kp = padded(n, _kernels.NR), padded(k, _kernels.KPAD)
-        expect = {
-            "panels": (panels, np.uint8, (np_ // _kernels.NR, kp // 4, 4 * _kernels.NR)),
-            "psum": (psum, np.int32,
-                     (np_ if encoding == "signed" else 0, kp // _kernels.KPAD + 1)),
-            "scales": (scales, np.float32, (n,)),
-        }
-        for name, (arr, dtype, shape) in expect.items():
-            if not isinstance(arr, np.ndarray) or arr.dtype != dtype or arr.shape != shape:
-                got = (getattr(arr, "dtype", type(arr)), getattr(arr, "shape", None))
-                raise ValueError(f"packed weight array {name!r}: expected {np.dtype(dtype)} "
-                                 f"{shape}, got {got[0]} {got[1]}")
+        if rotate:
+            from .rotation import check_rotation
+            try:
+                check_rotation(k, block, seed, "w")
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"packed weight rotation: {exc}") from None
+        panels, psum, scales = (np.require(a, requirements=["C", "A"])
+                                if isinstance(a, np.ndarray) else a
+                                for a in (panels, psum, scales))
+        weight = cls((n, k), encoding, panels, psum, scales, bool(rotate), block, seed)
+        weight.check_layout()
         if not np.all(np.isfinite(scales)) or np.any(scales < 0):
             raise ValueError("packed weight array 'scales' holds negative or non-finite "
                              "values")
-        return cls((n, k), encoding, np.ascontiguousarray(panels),
-                   np.ascontiguousarray(psum), np.ascontiguousarray(scales), bool(rotate),
-                   block, seed)
+        # Contents: every path must read the same weights, so the bytes must be what
+        # pack_weight makes of them (values in [-127, 127], zero padding, matching sums).
+        q = weight.int8()
+        if q.size and q.min() == -128:
+            raise ValueError("packed weight array 'panels' holds -128")
+        if not all(np.array_equal(a, b) for a, b in
+                   zip(_panels_from_int8(q, encoding), (panels, psum))):
+            raise ValueError("packed weight arrays 'panels'/'psum' are inconsistent "
+                             "(non-zero padding or wrong compensation sums)")
+        return weight
 
 
 def pack_int8(q, scales, encoding="auto", rotate=False, block=128, seed=0):
@@ -190,7 +255,7 @@ def pack_int8(q, scales, encoding="auto", rotate=False, block=128, seed=0):
                         np.ascontiguousarray(scales, dtype=np.float32), rotate, block, seed)
 
 
-def pack_weight(w, *, encoding="auto", rotate=False, block=128, seed=0):
+def pack_weight(w, *, encoding="auto", rotate=True, block=128, seed=0):
     """Quantize a weight matrix once and store it in the kernels' layout.
 
     Parameters
@@ -203,11 +268,13 @@ def pack_weight(w, *, encoding="auto", rotate=False, block=128, seed=0):
         'biased' on x86 and 'signed' on Arm. Every path computes exact results with either.
     rotate : bool
         Rotate each row by the block randomized Walsh-Hadamard transform before quantizing
-        (activations are then rotated by :func:`matmul` with the same transform).
+        (activations are then rotated by :func:`matmul` with the same transform, fused
+        with their quantization). On by default: it spreads outlier features, which
+        otherwise set a coarse per-row scale (see :mod:`pyw8a8.rotation`).
     block : int
-        Rotation block size, a power of two dividing K.
+        Rotation block size, a power of two from 16 to 4096 dividing K.
     seed : int
-        Seed of the rotation's random signs.
+        Seed of the rotation's random signs, in [0, 2**32 - 1].
 
     Returns
     -------
@@ -220,7 +287,8 @@ def pack_weight(w, *, encoding="auto", rotate=False, block=128, seed=0):
         If w is not a float32/float64 array.
     ValueError
         If w is not 2-D, holds NaN/Inf (the message names the row), or `encoding`,
-        `block` are invalid.
+        `block`, `seed` are invalid, or (when rotating) K is not a multiple of `block`:
+        the message suggests a smaller block; ``rotate=False`` packs any K.
     """
     from .quantize import quantize_rows
 
@@ -230,7 +298,8 @@ def pack_weight(w, *, encoding="auto", rotate=False, block=128, seed=0):
     seed = positive_int(seed, "seed", minimum=0)
     arr = np.ascontiguousarray(arr)
     if rotate:
-        from .rotation import rotate as _rotate
+        from .rotation import check_rotation, rotate as _rotate
+        block, seed = check_rotation(arr.shape[1], block, seed, name="w")
         arr = _rotate(arr, block=block, seed=seed)
     q, scales, _ = quantize_rows(arr, arr.shape[1], name="w")
     return pack_int8(q.view(np.int8), scales, encoding, rotate, block, seed)

@@ -10,10 +10,14 @@ import numpy as np
 
 from . import _cpu, _kernels, _threads
 from ._validation import check_finite_row, float_array
+from .rotation import check_rotation
 
 
-def quantize_rows(x2d, kp, flip=0, psum=False, name="x"):
+def quantize_rows(x2d, kp, flip=0, psum=False, name="x", shape=None, block=0, seed=0):
     """Quantize a C-contiguous float32 (M, K) matrix into (M, kp) bytes (internal).
+
+    `shape` is the caller's shape of x (..., K), for the error message of a bad row.
+    block > 0 quantizes ``rotation.rotate(x2d, block, seed)`` instead, fused (bit-identical).
 
     Returns (q uint8 (M, kp), scale float32 (M,), psum int32 (M, kp/64 + 1) or (0, 1)).
     """
@@ -26,9 +30,14 @@ def quantize_rows(x2d, kp, flip=0, psum=False, name="x"):
         scale.fill(0)
         sums.fill(0)
         return q, scale, sums
+    if block:
+        block, seed = check_rotation(k, block, seed, name)
     bad = _kernels.quantize_rows(_cpu.active_ops(), x2d, q, scale, sums, flip,
-                                 _threads.get_num_threads())
-    check_finite_row(bad, name, x2d.shape)
+                                 _threads.threads_for(m * k * 16), block, seed)
+    if block and bad >= 0 and np.all(np.isfinite(x2d[bad])):
+        raise ValueError(f"{name} row {bad} is finite but too large to rotate: its "
+                         "rotation exceeds the float32 range")
+    check_finite_row(bad, name, x2d.shape if shape is None else shape)
     return q, scale, sums
 
 

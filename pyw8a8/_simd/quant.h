@@ -5,6 +5,7 @@
 
 #include "common.h"
 #include <float.h>
+#include "fwht.h"
 
 /* Rows whose max |x| is below 127 * FLT_MIN quantize to zero: their scale max|x| / 127
  * would be a subnormal float, which cannot carry a faithful scale. */
@@ -39,6 +40,22 @@ static int w8_quantize_row(const w8_isa_ops *ops, const float *x, int64_t K, int
         }
     }
     return 0;
+}
+
+/* w8_quantize_row of the block-rotated row (see fwht.h), in one pass per block: sign flip
+ * with the 1/sqrt(block) normalization, FWHT, into `scratch` (K floats, one per thread),
+ * then absmax and quantization from scratch.  The floats quantized are exactly those that
+ * w8_rotate_row returns, so the result equals rotating then quantizing, bit for bit.
+ * NaN/Inf in x reach the rotated block (adds and subtracts never make them finite), so
+ * such rows still return 1; so does a finite row whose rotation overflows float32, which
+ * needs max|x| above FLT_MAX / sqrt(block).  K is a multiple of block, a power of two. */
+static int w8_quantize_row_rotated(const w8_isa_ops *ops, w8_fwht_fn fwht, const float *x,
+                                   int64_t K, int64_t Kp, uint8_t flip, uint8_t *q,
+                                   float *scale, int32_t *psum, int64_t block, uint32_t seed,
+                                   float *scratch)
+{
+    w8_rotate_row(fwht, w8_sign_scale_for(ops->name), x, scratch, K, block, seed);
+    return w8_quantize_row(ops, scratch, K, Kp, flip, q, scale, psum);
 }
 
 #endif

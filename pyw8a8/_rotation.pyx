@@ -1,0 +1,97 @@
+# cython: language_level=3
+"""Compiled block Hadamard rotation: typed entry points around ``_simd/fwht.h``.
+
+Callers (``pyw8a8.rotation``) validate every argument first: arrays are C-contiguous
+float32, block sizes are powers of two dividing the row length, `isa` names the active
+path. Loops release the GIL and run rows in OpenMP ``prange``.
+"""
+from cython.parallel cimport prange
+from libc.stdint cimport int64_t, uint32_t
+
+import numpy as np
+
+
+cdef extern from "_simd/fwht.h" nogil:
+    ctypedef void (*w8_fwht_fn)(float *x, int64_t n)
+    ctypedef void (*w8_sign_scale_fn)(const float *x, float *y, int64_t n, uint32_t pos,
+                                      uint32_t seed, float c)
+    w8_fwht_fn w8_fwht_for(const char *isa_name)
+    w8_sign_scale_fn w8_sign_scale_for(const char *isa_name)
+    uint32_t w8_sign_bit(uint32_t pos, uint32_t seed)
+    void w8_rotate_row(w8_fwht_fn fwht, w8_sign_scale_fn sign_scale, const float *x,
+                       float *y, int64_t K, int64_t block, uint32_t seed)
+    void w8_unrotate_row(w8_fwht_fn fwht, w8_sign_scale_fn sign_scale, const float *y,
+                         float *x, int64_t K, int64_t block, uint32_t seed)
+
+
+def fwht_rows(str isa, float[:, ::1] x, int64_t block, int nthreads):
+    """Unnormalized FWHT, in place, of every `block` consecutive values of each row of x."""
+    cdef bytes name = isa.encode()
+    cdef w8_fwht_fn fwht = w8_fwht_for(name)
+    cdef int64_t M = x.shape[0], K = x.shape[1], i, j
+    if M == 0 or K == 0:
+        return
+    with nogil:
+        for i in prange(M, schedule="static", num_threads=nthreads):
+            for j in range(K // block):
+                fwht(&x[i, j * block], block)
+
+
+def rotate_rows(str isa, const float[:, ::1] x, float[:, ::1] out, int64_t block,
+                uint32_t seed, int nthreads):
+    """out = the block rotation of each row of x (out may be x)."""
+    cdef bytes name = isa.encode()
+    cdef w8_fwht_fn fwht = w8_fwht_for(name)
+    cdef w8_sign_scale_fn sign_scale = w8_sign_scale_for(name)
+    cdef int64_t M = x.shape[0], K = x.shape[1], i
+    if M == 0 or K == 0:
+        return
+    with nogil:
+        for i in prange(M, schedule="static", num_threads=nthreads):
+            w8_rotate_row(fwht, sign_scale, &x[i, 0], &out[i, 0], K, block, seed)
+
+
+def unrotate_rows(str isa, const float[:, ::1] y, float[:, ::1] out, int64_t block,
+                  uint32_t seed, int nthreads):
+    """out = the inverse block rotation of each row of y (out may be y)."""
+    cdef bytes name = isa.encode()
+    cdef w8_fwht_fn fwht = w8_fwht_for(name)
+    cdef w8_sign_scale_fn sign_scale = w8_sign_scale_for(name)
+    cdef int64_t M = y.shape[0], K = y.shape[1], i
+    if M == 0 or K == 0:
+        return
+    with nogil:
+        for i in prange(M, schedule="static", num_threads=nthreads):
+            w8_unrotate_row(fwht, sign_scale, &y[i, 0], &out[i, 0], K, block, seed)
+
+
+def signs(str isa, uint32_t start, int64_t n, uint32_t seed):
+    """The +-1 signs of positions start .. start + n - 1 as path `isa` applies them.
+
+    Returns
+    -------
+    ndarray of float32, shape (n,)
+    """
+    cdef bytes name = isa.encode()
+    cdef w8_sign_scale_fn sign_scale = w8_sign_scale_for(name)
+    out = np.ones(n, dtype=np.float32)
+    cdef float[::1] o = out
+    if n > 0:
+        sign_scale(&o[0], &o[0], n, start, seed, 1.0)
+    return out
+
+
+def sign_bits(uint32_t start, int64_t n, uint32_t seed):
+    """w8_sign_bit (the reference definition) of positions start .. start + n - 1.
+
+    Returns
+    -------
+    ndarray of uint8, shape (n,)
+        1 where the position is negated.
+    """
+    out = np.empty(n, dtype=np.uint8)
+    cdef unsigned char[::1] o = out
+    cdef int64_t i
+    for i in range(n):
+        o[i] = <unsigned char>w8_sign_bit(start + <uint32_t>i, seed)
+    return out

@@ -1,0 +1,193 @@
+"""Block randomized Walsh-Hadamard rotation: spreads outliers before int8 quantization.
+
+The rotation of a vector of K = nb * block features acts on each block of `block`
+consecutive features independently: ``y_b = H (D_b x_b) / sqrt(block)``, with ``H`` the
+Sylvester Hadamard matrix (natural order, ``scipy.linalg.hadamard``) and ``D_b`` the
+diagonal of random signs of the block's absolute positions. It is orthonormal, so rotating
+both operands of a dot product leaves it unchanged: ``rotate(a) . rotate(b) == a . b``, and
+:func:`pyw8a8.matmul` rotates the activations (fused with their quantization) of a weight
+packed with ``rotate=True``.
+
+The signs come from a hash of (position, seed) (``_simd/fwht.h``): in every aligned window
+of 65,536 positions the low 16 bits of the position go through a seed-keyed bijection of
+16-bit values, and a position is negated when the top bit of its image is set; so exactly
+half of every window is negated, the pattern has no short period, and the hash costs three
+16-bit multiplies per position.
+"""
+import math
+import operator
+
+import numpy as np
+
+from . import _cpu, _rotation, _threads
+from ._validation import float_array
+
+MIN_BLOCK = 16
+MAX_BLOCK = 4096
+_MAX_SEED = 2**32 - 1
+
+
+def _is_power_of_two(n):
+    return n >= 1 and n & (n - 1) == 0
+
+
+def check_rotation(k, block, seed, name="x"):
+    """Validate a rotation of K = `k` features; returns (block, seed) as ints.
+
+    Raises
+    ------
+    TypeError
+        If block or seed is not an int.
+    ValueError
+        If block is not a power of two in [16, 4096], seed is outside [0, 2**32 - 1], or
+        block does not divide K (the message suggests a block that does, if any).
+    """
+    try:
+        block = operator.index(block)
+        seed = operator.index(seed)
+    except TypeError:
+        raise TypeError(f"block and seed must be ints, got {type(block).__name__} and "
+                        f"{type(seed).__name__}") from None
+    if not (_is_power_of_two(block) and MIN_BLOCK <= block <= MAX_BLOCK):
+        raise ValueError(f"block must be a power of two from {MIN_BLOCK} to {MAX_BLOCK}, "
+                         f"got {block}")
+    if not 0 <= seed <= _MAX_SEED:
+        raise ValueError(f"seed must be in [0, 2**32 - 1], got {seed}")
+    if k % block:
+        fits = [b for b in (2**i for i in range(4, 13)) if b < block and k % b == 0]
+        hint = (f"use block={fits[-1]} (the largest power of two >= {MIN_BLOCK} dividing "
+                f"K)" if fits else f"K is not a multiple of {MIN_BLOCK}, so no block fits: "
+                "pad the features or do not rotate (rotate=False)")
+        raise ValueError(f"{name} has K={k} features, not a multiple of block={block}; "
+                         f"{hint}")
+    return block, seed
+
+
+def _threads_for(size, n):
+    """Threads for transforms of `size` elements in blocks of n (about log2(n) + 2
+    operations per element, counting the sign flip)."""
+    return _threads.threads_for(size * (n.bit_length() + 1))
+
+
+def _rows(x, name):
+    """x as a C-contiguous float32 (M, K) matrix, and its original shape."""
+    arr = float_array(x, name)
+    rows = arr.reshape(math.prod(arr.shape[:-1]), arr.shape[-1])
+    return np.ascontiguousarray(rows), arr.shape
+
+
+def fwht(x, out=None):
+    """Unnormalized fast Walsh-Hadamard transform along the last axis.
+
+    Parameters
+    ----------
+    x : array_like of float32 or float64, shape (..., n)
+        n a power of two (1, 2, 4, ...).
+    out : ndarray of float32, shape (..., n), optional
+        Where to write the result; may be x itself (a float32 array) for an in-place
+        transform.
+
+    Returns
+    -------
+    ndarray of float32, shape (..., n)
+        ``x @ scipy.linalg.hadamard(n)`` (the Sylvester, natural-order matrix; symmetric,
+        so also ``H @ x`` per vector), computed in float32 with n log2(n) additions. Every
+        instruction-set path returns the same bits.
+
+    Raises
+    ------
+    TypeError
+        If x is not float32/float64, or out is not a float32 ndarray.
+    ValueError
+        If n is not a power of two, or out has the wrong shape or is read-only.
+    """
+    arr = float_array(x, "x")
+    n = arr.shape[-1]
+    if not _is_power_of_two(n):
+        raise ValueError(f"x must have a power-of-two length in its last dimension, got "
+                         f"shape {arr.shape}")
+    if out is None:
+        result = np.array(arr, dtype=np.float32, order="C")
+    else:
+        if not isinstance(out, np.ndarray) or out.dtype != np.float32:
+            raise TypeError(f"out must be a float32 ndarray, got "
+                            f"{getattr(out, 'dtype', type(out).__name__)}")
+        if out.shape != arr.shape:
+            raise ValueError(f"out has shape {out.shape}, expected {arr.shape}")
+        if not out.flags.writeable:
+            raise ValueError("out is read-only")
+        # A C-contiguous out is transformed in place; anything else through a copy.
+        result = out if out.flags.c_contiguous else np.empty(arr.shape, np.float32)
+        np.copyto(result, arr)
+    if result.size:
+        _rotation.fwht_rows(_cpu.isa(), result.reshape(-1, n), n,
+                            _threads_for(result.size, n))
+    if out is not None and result is not out:
+        out[...] = result
+        return out
+    return result
+
+
+def rotate(x, block=128, seed=0):
+    """Block randomized Hadamard rotation of the last axis (orthonormal).
+
+    Parameters
+    ----------
+    x : array_like of float32 or float64, shape (..., K)
+        K a multiple of `block`.
+    block : int
+        Block size, a power of two from 16 to 4096.
+    seed : int
+        Seed of the random signs, in [0, 2**32 - 1].
+
+    Returns
+    -------
+    ndarray of float32, shape (..., K)
+        Per block b of each row: ``hadamard(block) @ (d_b * x_b) / sqrt(block)``, with
+        d_b the +-1 signs of the block's positions. The same floats that
+        :func:`pyw8a8.matmul` quantizes for a weight packed with this rotation.
+
+    Raises
+    ------
+    TypeError
+        If x is not float32/float64, or block/seed are not ints.
+    ValueError
+        If block is not a power of two in [16, 4096], seed is out of range, or K is not
+        a multiple of block (the message suggests a block that fits).
+    """
+    x2d, shape = _rows(x, "x")
+    block, seed = check_rotation(shape[-1], block, seed)
+    out = np.empty(x2d.shape, dtype=np.float32)
+    _rotation.rotate_rows(_cpu.isa(), x2d, out, block, seed,
+                          _threads_for(out.size, block))
+    return out.reshape(shape)
+
+
+def unrotate(y, block=128, seed=0):
+    """Inverse (and transpose) of :func:`rotate` with the same block and seed.
+
+    Parameters
+    ----------
+    y : array_like of float32 or float64, shape (..., K)
+        K a multiple of `block`.
+    block : int
+        Block size, a power of two from 16 to 4096.
+    seed : int
+        Seed of the random signs, in [0, 2**32 - 1].
+
+    Returns
+    -------
+    ndarray of float32, shape (..., K)
+        x with ``rotate(x, block, seed) == y`` up to float32 rounding.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`rotate`.
+    """
+    y2d, shape = _rows(y, "y")
+    block, seed = check_rotation(shape[-1], block, seed, name="y")
+    out = np.empty(y2d.shape, dtype=np.float32)
+    _rotation.unrotate_rows(_cpu.isa(), y2d, out, block, seed,
+                            _threads_for(out.size, block))
+    return out.reshape(shape)

@@ -1,0 +1,188 @@
+"""Per-channel scaling folded into weights: smaller int8 quantization ranges, same output.
+
+Two transforms, both exact in real arithmetic:
+
+- :func:`equalize_ffn` (data-free): in a gated FFN ``y = W_down (act(W_gate x) * (W_up x))``
+  hidden channel i is scaled by t_i on the up projection's output and by 1/t_i on the down
+  projection's input. The product ``*`` is bilinear and the activation sees the gate only,
+  so this is exact for any activation (GELU and SiLU are not positively homogeneous, which
+  is why the gate is never scaled). It balances the down projection's input activations
+  against its weight columns (per-row scales absorb any scaling of W_up's rows).
+- :func:`smooth` (SmoothQuant, needs calibration maxima): input channel j of a set of
+  linears sharing one input is multiplied by s_j in the weights and divided by s_j in the
+  activation (folded into the preceding norm's gain), moving range from activation
+  outliers into the weights.
+
+Apply scaling before rotation (pack the returned weights with ``rotate=True``).
+"""
+import numbers
+
+import numpy as np
+
+NORM_FLOOR = 1e-12
+SMOOTH_FLOOR = 1e-5
+_MODES = ("gated", "plain")
+
+
+def _matrix(w, name):
+    arr = np.asarray(w)
+    if arr.dtype not in (np.float32, np.float64):
+        raise TypeError(f"{name} must be a float32 or float64 array, got dtype {arr.dtype}")
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be 2-D, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} holds NaN or Inf")
+    return arr
+
+
+def _real(value, name):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    value = float(value)
+    if not np.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    return value
+
+
+def _norms(w, axis):
+    return np.maximum(np.linalg.norm(w.astype(np.float64, copy=False), axis=axis),
+                      NORM_FLOOR)
+
+
+def equalize_ffn(w_gate, w_up, w_down, clamp=16.0, mode="gated"):
+    """Data-free equalization of a (gated) FFN's hidden channels.
+
+    Per hidden channel i, with L2 norms ``u_i = ||w_up[i, :]||``, ``g_i = ||w_gate[i, :]||``
+    and ``d_i = ||w_down[:, i]||`` (each floored at 1e-12)::
+
+        t_i = clip(sqrt(d_i / (u_i * g_i)), 1 / clamp, clamp)    (mode="gated")
+        t_i = clip(sqrt(d_i / u_i), 1 / clamp, clamp)            (mode="plain")
+
+    In "gated" mode ``u_i * g_i`` is a data-free proxy for the magnitude of the hidden
+    activation ``act(w_gate x)_i * (w_up x)_i``; "plain" is cross-layer equalization with
+    L2 norms (for an FFN whose hidden activation is ``w_up x`` times anything that does not
+    depend on the scaling).
+
+    Parameters
+    ----------
+    w_gate : array_like of float32 or float64, shape (F, D), or None
+        Gate projection (``torch.nn.Linear.weight`` layout); returned unchanged. May be
+        None in "plain" mode.
+    w_up : array_like of float32 or float64, shape (F, D)
+        Up projection.
+    w_down : array_like of float32 or float64, shape (D, F)
+        Down projection.
+    clamp : float
+        Bound on the factors, at least 1 (1 disables the scaling).
+    mode : {'gated', 'plain'}
+        Which magnitude proxy to balance (see above).
+
+    Returns
+    -------
+    w_gate : ndarray, shape (F, D)
+        The input gate, unchanged (None if None was passed).
+    w_up : ndarray, shape (F, D)
+        ``w_up * t[:, None]``, in w_up's dtype.
+    w_down : ndarray, shape (D, F)
+        ``w_down / t[None, :]``, in w_down's dtype.
+    t : ndarray of float64, shape (F,)
+        The factors. The FFN output ``w_down (act(w_gate x) * (w_up x))`` is unchanged for
+        any activation (exactly in real arithmetic; to rounding in float64).
+
+    Raises
+    ------
+    TypeError
+        If a weight is not a float32/float64 array, or clamp is not a real number.
+    ValueError
+        If a weight is not 2-D or holds NaN/Inf, the shapes disagree, clamp < 1, or mode
+        is unknown.
+    """
+    if mode not in _MODES:
+        raise ValueError(f"mode must be 'gated' or 'plain', got {mode!r}")
+    clamp = _real(clamp, "clamp")
+    if clamp < 1:
+        raise ValueError(f"clamp must be at least 1, got {clamp}")
+    up = _matrix(w_up, "w_up")
+    down = _matrix(w_down, "w_down")
+    f, d = up.shape
+    if down.shape != (d, f):
+        raise ValueError(f"w_down must have shape (D, F) = {(d, f)} to follow w_up of "
+                         f"shape {up.shape}, got {down.shape}")
+    gate = None
+    if w_gate is not None:
+        gate = _matrix(w_gate, "w_gate")
+        if gate.shape != up.shape:
+            raise ValueError(f"w_gate must have w_up's shape {up.shape}, got {gate.shape}")
+    elif mode == "gated":
+        raise ValueError("w_gate is required in mode='gated' (pass mode='plain' without "
+                         "a gate)")
+    ratio = _norms(down, axis=0) / _norms(up, axis=1)
+    if mode == "gated":
+        ratio /= _norms(gate, axis=1)
+    t = np.clip(np.sqrt(ratio), 1.0 / clamp, clamp)
+    new_up = (up * t[:, None]).astype(up.dtype, copy=False)
+    new_down = (down / t[None, :]).astype(down.dtype, copy=False)
+    return gate, new_up, new_down, t
+
+
+def smooth(weights, act_absmax, alpha=0.5):
+    """SmoothQuant factors for linears that share one input activation.
+
+    ``s_j = act_absmax_j**alpha / wmax_j**(1 - alpha)``, clamped to at least 1e-5, where
+    ``wmax_j = max over the weights of max_i |W[i, j]|`` (clamped to at least 1e-5).
+
+    Parameters
+    ----------
+    weights : sequence of array_like of float32 or float64, each of shape (N_w, K)
+        The consumers of the activation (e.g. q/k/v, or gate/up), in the
+        ``torch.nn.Linear.weight`` layout.
+    act_absmax : array_like of float, shape (K,)
+        Calibration maximum of |x[:, j]| per input channel, non-negative.
+    alpha : float
+        Migration strength in [0, 1]: 0 leaves the activation alone (s = 1 / wmax), 1
+        moves all of its range into the weights.
+
+    Returns
+    -------
+    s : ndarray of float64, shape (K,)
+        The factors. The caller divides the activation by s (fold ``1 / s`` into the
+        preceding norm's gain); then ``(x / s) @ (W * s).T == x @ W.T``.
+    scaled : list of ndarray, each of shape (N_w, K)
+        ``W * s[None, :]`` per weight, in each weight's dtype.
+
+    Raises
+    ------
+    TypeError
+        If weights is not a sequence of float32/float64 arrays, or act_absmax is not a
+        real array, or alpha not a real number.
+    ValueError
+        If the weights are empty, not 2-D, hold NaN/Inf or differ in K; act_absmax has
+        the wrong shape or holds negative or non-finite values; alpha is outside [0, 1].
+    """
+    if isinstance(weights, np.ndarray) or not isinstance(weights, (list, tuple)):
+        raise TypeError(f"weights must be a list or tuple of 2-D arrays (pass [w] for one "
+                        f"weight), got {type(weights).__name__}")
+    if not weights:
+        raise ValueError("weights is empty")
+    mats = [_matrix(w, f"weights[{i}]") for i, w in enumerate(weights)]
+    k = mats[0].shape[1]
+    for i, w in enumerate(mats):
+        if w.shape[1] != k:
+            raise ValueError(f"weights[{i}] has K={w.shape[1]} input channels, weights[0] "
+                             f"has {k}")
+    act = np.asarray(act_absmax)
+    if act.dtype.kind not in "fiu":
+        raise TypeError(f"act_absmax must be a real array, got dtype {act.dtype}")
+    if act.shape != (k,):
+        raise ValueError(f"act_absmax must have shape ({k},) (one value per input "
+                         f"channel), got {act.shape}")
+    act = act.astype(np.float64)
+    if not np.all(np.isfinite(act)) or np.any(act < 0):
+        raise ValueError("act_absmax must hold finite, non-negative values")
+    alpha = _real(alpha, "alpha")
+    if not 0 <= alpha <= 1:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    wmax = np.max([np.abs(w).max(axis=0, initial=0.0) for w in mats], axis=0)
+    wmax = np.maximum(wmax.astype(np.float64), SMOOTH_FLOOR)
+    s = np.maximum(act**alpha / wmax**(1 - alpha), SMOOTH_FLOOR)
+    return s, [(w * s[None, :]).astype(w.dtype, copy=False) for w in mats]
