@@ -1,0 +1,511 @@
+"""Tests of pyw8a8.model: routing decisions, env parsing, lazy packing, the
+packed-weight cache and the packed-weight file format.
+
+Most tests swap the compiled core for a tiny exact fake (so they check the
+plumbing, not the kernels); the tests at the end use the real kernels and
+are skipped until ``pyw8a8._kernels`` is built.
+"""
+
+import logging
+import threading
+
+import numpy as np
+import pytest
+
+from pyw8a8 import model as M
+from pyw8a8.model import (
+    FloatLayer,
+    Linear,
+    LinearPair,
+    Router,
+    RouterConfig,
+    WeightCache,
+    load_packed,
+    save_packed,
+)
+
+# ---------------------------------------------------------------------------
+# A fake core: exact float "packing", records every call
+# ---------------------------------------------------------------------------
+
+
+class FakePacked:
+    def __init__(self, w, rotate=False, block=128, seed=0, encoding="auto"):
+        self.w = np.array(w, dtype=np.float32, copy=True)
+        self.shape = self.w.shape
+        self.rotate, self.block, self.seed, self.encoding = rotate, block, seed, encoding
+
+    @property
+    def nbytes(self):
+        return self.w.size  # pretend one byte per weight
+
+    def to_dict(self):
+        return {"w": self.w, "rot": np.array([self.rotate, self.block, self.seed], np.int64)}
+
+    @classmethod
+    def from_dict(cls, d):
+        if set(d) != {"w", "rot"}:
+            raise ValueError(f"bad keys {sorted(d)}")
+        r, b, s = (int(v) for v in d["rot"])
+        return cls(d["w"], bool(r), b, s)
+
+
+class FakeCore:
+    PackedWeight = FakePacked
+
+    def __init__(self):
+        self.packs = []
+        self.pair_calls = 0
+        self.equalize_calls = 0
+        self.lock = threading.Lock()
+
+    def pack_weight(self, w, *, rotate=False, block=128, seed=0, encoding="auto"):
+        with self.lock:
+            self.packs.append((w.shape, rotate, block, seed))
+        return FakePacked(w, rotate, block, seed, encoding)
+
+    def matmul(self, x, p):
+        return (np.asarray(x, np.float32) @ p.w.T).astype(np.float32)
+
+    def matmul_pair(self, x, p1, p2):
+        self.pair_calls += 1
+        return self.matmul(x, p1), self.matmul(x, p2)
+
+    def equalize_ffn(self, w_gate, w_up, w_down, clamp=16.0):
+        self.equalize_calls += 1
+        s = np.linspace(0.5, 4.0, w_up.shape[0]).astype(np.float32)
+        return w_gate, w_up * s[:, None], w_down / s[None, :]
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    core = FakeCore()
+    monkeypatch.setattr(M, "_core", lambda: core)
+    return core
+
+
+def rand(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------
+# RouterConfig and the environment
+# ---------------------------------------------------------------------------
+
+
+def test_config_defaults():
+    c = RouterConfig()
+    assert (c.min_k, c.skip_rows, c.include, c.exclude) == (0, None, [], [])
+    assert (c.verbose, c.rotate, c.block, c.seed, c.scaling) == (False, True, 128, 0, False)
+
+
+@pytest.mark.parametrize(
+    "kw", [{"block": 96}, {"block": 0}, {"min_k": -1}, {"skip_rows": 0}, {"include": [1]},
+           {"min_k": 1.5}, {"seed": "x"}]
+)
+def test_config_validation(kw):
+    with pytest.raises(ValueError):
+        RouterConfig(**kw)
+
+
+def test_from_env_all_variables():
+    env = {
+        "PYW8A8_MIN_K": "512",
+        "PYW8A8_SKIP_ROWS": "100000",
+        "PYW8A8_INCLUDE": "blk.*, output ,",
+        "PYW8A8_EXCLUDE": "*attn_k*,*attn_v*",
+        "PYW8A8_VERBOSE": "yes",
+        "PYW8A8_ROTATE": "0",
+        "PYW8A8_BLOCK": "64",
+        "PYW8A8_SCALING": "true",
+        "PYW8A8_SEED": "7",
+        "UNRELATED": "x",
+    }
+    c = RouterConfig.from_env(env)
+    assert c.min_k == 512 and c.skip_rows == 100000
+    assert c.include == ["blk.*", "output"]
+    assert c.exclude == ["*attn_k*", "*attn_v*"]
+    assert c.verbose is True and c.rotate is False and c.scaling is True
+    assert c.block == 64 and c.seed == 7
+
+
+def test_from_env_empty_and_overrides():
+    assert RouterConfig.from_env({}) == RouterConfig()
+    c = RouterConfig.from_env({"PYW8A8_SKIP_ROWS": "0", "PYW8A8_ROTATE": "1"}, rotate=False)
+    assert c.skip_rows is None and c.rotate is False
+    assert RouterConfig.from_env({"PYW8A8_SKIP_ROWS": "none"}).skip_rows is None
+
+
+def test_from_env_reads_os_environ(monkeypatch):
+    monkeypatch.setenv("PYW8A8_MIN_K", "33")
+    assert RouterConfig.from_env().min_k == 33
+
+
+@pytest.mark.parametrize(
+    "var,value",
+    [
+        ("PYW8A8_MIN_K", "abc"),
+        ("PYW8A8_MIN_K", "-3"),
+        ("PYW8A8_SKIP_ROWS", "1e5"),
+        ("PYW8A8_VERBOSE", "maybe"),
+        ("PYW8A8_ROTATE", "2"),
+        ("PYW8A8_BLOCK", "100"),
+        ("PYW8A8_BLOCK", "x"),
+        ("PYW8A8_SEED", "0.5"),
+    ],
+)
+def test_from_env_malformed_names_variable(var, value):
+    with pytest.raises(ValueError, match=var):
+        RouterConfig.from_env({var: value})
+
+
+# ---------------------------------------------------------------------------
+# Routing decisions
+# ---------------------------------------------------------------------------
+
+
+def test_decide_defaults_everything_w8a8():
+    r = Router(RouterConfig())
+    assert r.decide("blk.0.attn_q.weight", (1024, 640))
+    assert r.decide("output", (262144, 640))
+
+
+def test_decide_min_k_and_skip_rows():
+    r = Router(RouterConfig(min_k=1024, skip_rows=100000))
+    assert not r.decide("blk.0.attn_q.weight", (1024, 640))  # K < min_k
+    assert r.decide("blk.0.ffn_down.weight", (640, 2048))
+    assert r.decide("x", (640, 1024))  # K == min_k is allowed
+    assert not r.decide("output", (262144, 2048))  # N >= skip_rows
+    assert r.decide("y", (99999, 2048))
+
+
+def test_decide_include_exclude():
+    r = Router(RouterConfig(include=["blk.*.ffn_*"], exclude=["blk.1[0-9].*", "*ffn_down*"]))
+    assert r.decide("blk.3.ffn_gate.weight", (2048, 640))
+    assert not r.decide("blk.3.attn_q.weight", (1024, 640))  # not included
+    assert not r.decide("blk.12.ffn_up.weight", (2048, 640))  # excluded
+    assert not r.decide("blk.3.ffn_down.weight", (640, 2048))  # excluded
+    assert not r.decide("output", (262144, 640))
+    with pytest.raises(ValueError):
+        r.decide("x", (3,))
+
+
+def test_router_factory_kinds_and_laziness(fake):
+    r = Router(RouterConfig(exclude=["*attn_k*"]), cache=WeightCache(None))
+    q = r("blk.0.attn_q.weight", rand(8, 4))
+    k = r("blk.0.attn_k.weight", rand(2, 4))
+    assert isinstance(q, Linear) and isinstance(k, FloatLayer)
+    assert fake.packs == [] and not q.is_packed  # nothing packed at construction
+    pair = r.pair("blk.0.ffn_gate.weight", rand(6, 4, seed=1), "blk.0.ffn_up.weight", rand(6, 4, seed=2))
+    assert isinstance(pair, LinearPair)
+    x = rand(3, 4, seed=3)
+    g, u = pair(x)
+    assert fake.pair_calls == 1
+    np.testing.assert_allclose(g, x @ rand(6, 4, seed=1).T, rtol=1e-6)
+    np.testing.assert_allclose(u, x @ rand(6, 4, seed=2).T, rtol=1e-6)
+    mixed = Router(RouterConfig(exclude=["*ffn_up*"])).pair("g", rand(6, 4), "blk.0.ffn_up.weight", rand(6, 4))
+    assert not isinstance(mixed, LinearPair)
+    assert set(r.layers) == {"blk.0.attn_q.weight", "blk.0.attn_k.weight",
+                             "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight"}
+    st = r.stats()
+    assert st["w8a8_layers"] == 3 and st["float_layers"] == 1
+
+
+def test_rotation_off_when_k_not_multiple_of_block(fake):
+    r = Router(RouterConfig(block=128), cache=WeightCache(None))
+    a = r("a", rand(4, 256))
+    b = r("b", rand(4, 200))
+    assert a.rotate is True and b.rotate is False
+
+
+def test_router_output_matches_float(fake):
+    w = rand(5, 7)
+    x = rand(3, 7, seed=1)
+    for layer in (Router(RouterConfig())("w", w), Router(RouterConfig(exclude=["w"]))("w", w)):
+        np.testing.assert_allclose(layer(x), x @ w.T, rtol=1e-6)
+        with pytest.raises(ValueError):
+            layer(rand(3, 6))
+
+
+# ---------------------------------------------------------------------------
+# Linear: lazy, thread safe, keeps only the packed weight
+# ---------------------------------------------------------------------------
+
+
+def test_linear_packs_once_under_threads_and_drops_float(fake):
+    w = rand(16, 8)
+    lin = Linear(w, rotate=False, block=64, seed=3, name="w")
+    x = rand(4, 8, seed=1)
+    outs = []
+    barrier = threading.Barrier(8)
+
+    def work():
+        barrier.wait()
+        outs.append(lin(x))
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(fake.packs) == 1
+    assert fake.packs[0] == ((16, 8), False, 64, 3)
+    assert lin._source is None  # no float reference left
+    assert lin.nbytes == 16 * 8
+    for o in outs:
+        np.testing.assert_allclose(o, x @ w.T, rtol=1e-6)
+
+
+def test_linear_rejects_bad_weight():
+    with pytest.raises(ValueError):
+        Linear(np.zeros(5, np.float32))
+
+
+def test_verbose_logging(fake, caplog):
+    caplog.set_level(logging.INFO, logger="pyw8a8")
+    r = Router(RouterConfig(verbose=True, exclude=["b"]), cache=WeightCache(None))
+    r("a", rand(4, 8))(rand(1, 8))
+    r("b", rand(4, 8))
+    text = caplog.text
+    assert "route a (4, 8) -> W8A8" in text
+    assert "route b (4, 8) -> float (excluded)" in text
+    assert "packed a (4, 8) -> 32 bytes" in text
+
+
+# ---------------------------------------------------------------------------
+# WeightCache
+# ---------------------------------------------------------------------------
+
+
+def test_cache_lru_bound_and_clear():
+    cache = WeightCache(max_bytes=250)
+    arrays = [rand(10, 10, seed=i) for i in range(4)]  # 100 "bytes" packed each
+    for i, a in enumerate(arrays[:2]):
+        cache.put(a, FakePacked(a), "s")
+    assert cache.nbytes == 200 and len(cache) == 2
+    assert cache.get(arrays[0], "s") is not None  # refresh 0: now 1 is the LRU
+    cache.put(arrays[2], FakePacked(arrays[2]), "s")
+    assert cache.nbytes <= 250 and len(cache) == 2
+    assert cache.get(arrays[1], "s") is None
+    assert cache.get(arrays[0], "s") is not None and cache.get(arrays[2], "s") is not None
+    assert cache.get(arrays[0], "other-settings") is None
+    cache.clear()
+    assert cache.nbytes == 0 and len(cache) == 0
+
+
+def test_cache_too_large_entry_and_stale_entries():
+    cache = WeightCache(max_bytes=50)
+    a = rand(10, 10)
+    cache.put(a, FakePacked(a))
+    assert len(cache) == 0 and cache.nbytes == 0
+    cache = WeightCache(max_bytes=None)
+    b = rand(10, 10)
+    cache.put(b, FakePacked(b))
+    assert cache.nbytes == 100
+    del b  # the float array dies: its entry must not be served for a new array
+    c = rand(10, 10, seed=5)
+    assert cache.get(c) is None
+    cache.put(c, FakePacked(c))
+    assert cache.nbytes == 100
+
+
+def test_cache_does_not_keep_float_alive():
+    import gc
+    import weakref
+
+    cache = WeightCache(None)
+    a = rand(4, 4)
+    ref = weakref.ref(a)
+    cache.put(a, FakePacked(np.zeros((4, 4))))
+    del a
+    gc.collect()
+    assert ref() is None
+
+
+def test_cache_bad_bound():
+    with pytest.raises(ValueError):
+        WeightCache(-1)
+
+
+def test_router_shares_cache_across_models(fake):
+    cache = WeightCache(None)
+    w = rand(8, 8)
+    x = rand(2, 8)
+    Router(RouterConfig(), cache=cache)("w", w)(x)
+    Router(RouterConfig(), cache=cache)("w", w)(x)
+    assert len(fake.packs) == 1 and cache.hits == 1
+    Router(RouterConfig(block=64), cache=cache)("w", w)(x)  # other settings: packed again
+    assert len(fake.packs) == 2
+
+
+# ---------------------------------------------------------------------------
+# FFN scaling plumbing
+# ---------------------------------------------------------------------------
+
+
+def _ffn(layer_gate_up, layer_down, x):
+    g, u = layer_gate_up(x)
+    a = g / (1 + np.exp(-g)) * u
+    return layer_down(a)
+
+
+def test_scaling_equalizes_each_ffn_once_and_is_exact(fake):
+    wg, wu, wd = rand(12, 8, seed=1), rand(12, 8, seed=2), rand(8, 12, seed=3)
+    x = rand(3, 8, seed=4)
+    ref = _ffn(lambda v: (v @ wg.T, v @ wu.T), lambda v: v @ wd.T, x)
+    for cfg in (RouterConfig(scaling=True), RouterConfig(scaling=True, exclude=["*ffn_down*"])):
+        fake.equalize_calls = 0
+        r = Router(cfg, cache=WeightCache(None))
+        gu = r.pair("blk.0.ffn_gate.weight", wg, "blk.0.ffn_up.weight", wu)
+        down = r("blk.0.ffn_down.weight", wd)
+        out = _ffn(gu, down, x)
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+        assert fake.equalize_calls == 1
+        assert r._groups and all(g.done == {} for g in r._groups.values())
+
+
+def test_scaling_incomplete_group_falls_back(fake, caplog):
+    r = Router(RouterConfig(scaling=True), cache=WeightCache(None))
+    wg, wu = rand(6, 4), rand(6, 4, seed=1)
+    gu = r.pair("blk.0.ffn_gate.weight", wg, "blk.0.ffn_up.weight", wu)
+    x = rand(2, 4)
+    g, u = gu(x)
+    np.testing.assert_allclose(u, x @ wu.T, rtol=1e-6)
+    assert fake.equalize_calls == 0
+    assert "FFN scaling skipped" in caplog.text
+
+
+# ---------------------------------------------------------------------------
+# save_packed / load_packed
+# ---------------------------------------------------------------------------
+
+
+def test_save_load_roundtrip(tmp_path):
+    mapping = {"blk.0.attn_q.weight": FakePacked(rand(4, 8), True, 64, 2), "output": FakePacked(rand(3, 8))}
+    path = tmp_path / "packed.npz"
+    save_packed(path, mapping)
+    loaded = load_packed(path, cls=FakePacked)
+    assert list(loaded) == list(mapping)
+    for name in mapping:
+        np.testing.assert_array_equal(loaded[name].w, mapping[name].w)
+    assert loaded["blk.0.attn_q.weight"].block == 64
+
+
+def test_load_truncated_and_garbage(tmp_path):
+    path = tmp_path / "packed.npz"
+    save_packed(path, {"a": FakePacked(rand(64, 64))})
+    data = path.read_bytes()
+    for i, blob in enumerate([data[: len(data) // 2], data[:100], b"not a zip file at all"]):
+        bad = tmp_path / f"bad{i}.npz"
+        bad.write_bytes(blob)
+        with pytest.raises(ValueError, match="corrupted or truncated|not a pyw8a8"):
+            load_packed(bad, cls=FakePacked)
+    # flip bytes inside the stored array data: the zip CRC check catches it
+    flipped = bytearray(data)
+    mid = len(flipped) // 2
+    flipped[mid : mid + 8] = bytes(b ^ 0xFF for b in flipped[mid : mid + 8])
+    bad = tmp_path / "flipped.npz"
+    bad.write_bytes(bytes(flipped))
+    with pytest.raises(ValueError):
+        load_packed(bad, cls=FakePacked)
+
+
+def test_load_wrong_kind_or_version(tmp_path):
+    plain = tmp_path / "plain.npz"
+    np.savez(plain, x=np.zeros(3))
+    with pytest.raises(ValueError, match="not a pyw8a8"):
+        load_packed(plain, cls=FakePacked)
+    future = tmp_path / "future.npz"
+    np.savez(future, **{"__pyw8a8_packed_format__": np.array(99), "__names__": np.array(["a"])})
+    with pytest.raises(ValueError, match="version 99"):
+        load_packed(future, cls=FakePacked)
+    bad_entry = tmp_path / "bad_entry.npz"
+    np.savez(bad_entry, **{"__pyw8a8_packed_format__": np.array(1), "__names__": np.array(["a"]),
+                           "0/w": np.zeros((2, 2), np.float32)})
+    with pytest.raises(ValueError, match="invalid packed weight 'a'"):
+        load_packed(bad_entry, cls=FakePacked)
+
+
+def test_router_uses_prepacked(fake, tmp_path):
+    w = rand(4, 8)
+    path = tmp_path / "p.npz"
+    save_packed(path, {"w": FakePacked(w)})
+    r = Router(RouterConfig(), packed=load_packed(path, cls=FakePacked))
+    layer = r("w", np.zeros_like(w))  # weights given to the factory are not re-packed
+    x = rand(2, 8, seed=1)
+    np.testing.assert_allclose(layer(x), x @ w.T, rtol=1e-6)
+    assert fake.packs == []
+    with pytest.raises(ValueError, match="pre-packed"):
+        r("w", np.zeros((5, 8), np.float32))
+
+
+# ---------------------------------------------------------------------------
+# With the real compiled core
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def core():
+    pytest.importorskip("pyw8a8._kernels")
+    import pyw8a8
+
+    return pyw8a8
+
+
+def _rel_err(a, b):
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def test_real_linear_and_pair_close_to_float(core):
+    w1, w2 = rand(64, 256, seed=1), rand(96, 256, seed=2)
+    x = rand(5, 256, seed=3)
+    r = Router(RouterConfig(rotate=False), cache=WeightCache(None))
+    lin = r("a", w1)
+    assert _rel_err(lin(x), x @ w1.T) < 0.02
+    assert isinstance(lin.packed, core.PackedWeight)
+    g, u = r.pair("g", w1, "u", w2)(x)
+    np.testing.assert_allclose(g, lin(x), rtol=1e-5, atol=1e-5)
+    assert _rel_err(u, x @ w2.T) < 0.02
+
+
+def test_real_rotated_linear(core):
+    pytest.importorskip("pyw8a8.rotation")
+    w = rand(64, 256, seed=1)
+    w[:, 3] *= 50.0  # an outlier input channel
+    x = rand(5, 256, seed=3)
+    x[:, 3] *= 50.0
+    ref = x @ w.T
+    naive = Linear(w, rotate=False)(x)
+    rotated = Linear(w, rotate=True, block=128)(x)
+    assert _rel_err(rotated, ref) < _rel_err(naive, ref)
+
+
+def test_real_save_load_packed(core, tmp_path):
+    r = Router(RouterConfig(rotate=False), cache=WeightCache(None))
+    r("a", rand(32, 128))
+    r("b", rand(16, 128, seed=1))
+    packed = r.pack_all()
+    save_packed(tmp_path / "p.npz", packed)
+    loaded = load_packed(tmp_path / "p.npz")
+    x = rand(3, 128, seed=2)
+    for name in packed:
+        np.testing.assert_array_equal(core.matmul(x, loaded[name]), core.matmul(x, packed[name]))
+
+
+def test_real_scaling_exact_in_float_and_close_in_w8a8(core):
+    if not hasattr(core, "equalize_ffn"):
+        pytest.skip("pyw8a8.equalize_ffn not available")
+    wg, wu, wd = rand(256, 128, seed=1), rand(256, 128, seed=2), rand(128, 256, seed=3)
+    wu[7] *= 30.0  # a hidden channel with a large up projection
+    x = rand(6, 128, seed=4)
+    ref = _ffn(lambda v: (v @ wg.T, v @ wu.T), lambda v: v @ wd.T, x)
+    # All float: the equalization must not change the function.
+    r = Router(RouterConfig(scaling=True, include=["nothing"]), cache=WeightCache(None))
+    out = _ffn(r.pair("blk.0.ffn_gate.weight", wg, "blk.0.ffn_up.weight", wu),
+               r("blk.0.ffn_down.weight", wd), x)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+    # W8A8 with scaling stays close to float.
+    r = Router(RouterConfig(scaling=True, rotate=True, block=128), cache=WeightCache(None))
+    out = _ffn(r.pair("blk.0.ffn_gate.weight", wg, "blk.0.ffn_up.weight", wu),
+               r("blk.0.ffn_down.weight", wd), x)
+    assert _rel_err(out, ref) < 0.05
