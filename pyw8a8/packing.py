@@ -42,28 +42,40 @@ def _layout(n, k, encoding):
 _U8, _I32, _F32 = np.dtype(np.uint8), np.dtype(np.int32), np.dtype(np.float32)
 
 
-def _panels_from_int8(q, encoding):
-    """(N, K) int8 -> (panels uint8 (Np/16, Kp/4, 64), prefix sums int32 (Np, Kp/64 + 1))."""
-    n, k = q.shape
-    np_, kp = padded(n, _kernels.NR), padded(k, _kernels.KPAD)
-    full = np.zeros((np_, kp), dtype=np.int8)
-    full[:n, :k] = q
+def _empty_arrays(n, k, encoding):
+    """Uninitialized panels and compensation sums of an (N, K) weight."""
+    (_, panels_shape), (_, psum_shape), _ = _layout(n, k, encoding)
+    return np.empty(panels_shape, dtype=np.uint8), np.empty(psum_shape, dtype=np.int32)
+
+
+def _fill_panels(panels, psum, row0, q, encoding):
+    """Write quantized rows q ((rows, Kp) int8, zero-padded along K) of channels row0...
+    into their panels (row0 a multiple of 16) and, for signed weights, their prefix sums
+    over 64-K chunks: the compensation of kernels that shift the activations by +128
+    against signed weights (see W8_CORR_COL)."""
+    rows, kp = q.shape
+    nr = _kernels.NR
+    full = q
+    if rows % nr:  # the last panel's missing channels encode 0
+        full = np.zeros((padded(rows, nr), kp), dtype=np.int8)
+        full[:rows] = q
     raw = full.view(np.uint8)
     if encoding == "biased":
         raw = raw ^ np.uint8(0x80)  # q + 128 as uint8; padding becomes 128, i.e. q = 0
-    panels = np.ascontiguousarray(
-        raw.reshape(np_ // _kernels.NR, _kernels.NR, kp // 4, 4).transpose(0, 2, 1, 3)
-    ).reshape(np_ // _kernels.NR, kp // 4, 4 * _kernels.NR)
-    # Per-channel prefix sums over 64-K chunks: the compensation of kernels that shift the
-    # activations by +128 against signed weights (see W8_CORR_COL).
+    p0 = row0 // nr
+    p1 = p0 + full.shape[0] // nr
+    panels[p0:p1] = raw.reshape(p1 - p0, nr, kp // 4, 4).transpose(0, 2, 1, 3).reshape(
+        p1 - p0, kp // 4, 4 * nr)
     if encoding == "signed":
-        chunk = full.reshape(np_, kp // _kernels.KPAD, _kernels.KPAD).sum(axis=2,
-                                                                           dtype=np.int32)
-        psum = np.zeros((np_, kp // _kernels.KPAD + 1), dtype=np.int32)
-        np.cumsum(chunk, axis=1, out=psum[:, 1:])
-    else:
-        psum = np.zeros((0, kp // _kernels.KPAD + 1), dtype=np.int32)
-    return panels, psum
+        sums = full.reshape(full.shape[0], kp // _kernels.KPAD, _kernels.KPAD).sum(
+            axis=2, dtype=np.int32)
+        psum[row0:row0 + full.shape[0], 0] = 0
+        np.cumsum(sums, axis=1, out=psum[row0:row0 + full.shape[0], 1:])
+
+
+# Rows quantized and packed at a time: bounds the temporaries of packing a large weight
+# (the 262144 x 640 embedding of a language model) to a few tens of MB.
+_PACK_ROWS = 8192
 
 
 class PackedWeight:
@@ -240,8 +252,9 @@ class PackedWeight:
         q = weight.int8()
         if q.size and q.min() == -128:
             raise ValueError("packed weight array 'panels' holds -128")
-        if not all(np.array_equal(a, b) for a, b in
-                   zip(_panels_from_int8(q, encoding), (panels, psum))):
+        repacked = pack_int8(q, scales, encoding)
+        if not (np.array_equal(repacked.panels, panels) and
+                np.array_equal(repacked.psum, psum)):
             raise ValueError("packed weight arrays 'panels'/'psum' are inconsistent "
                              "(non-zero padding or wrong compensation sums)")
         return weight
@@ -250,7 +263,16 @@ class PackedWeight:
 def pack_int8(q, scales, encoding="auto", rotate=False, block=128, seed=0):
     """Pack already-quantized weights (internal; q (N, K) int8 in [-127, 127])."""
     encoding = resolve_encoding(encoding)
-    panels, psum = _panels_from_int8(q, encoding)
+    n, k = q.shape
+    kp = padded(k, _kernels.KPAD)
+    panels, psum = _empty_arrays(n, k, encoding)
+    for r0 in range(0, n, _PACK_ROWS):
+        block_rows = q[r0:r0 + _PACK_ROWS]
+        chunk = np.zeros((block_rows.shape[0], kp), dtype=np.int8)
+        chunk[:, :k] = block_rows
+        _fill_panels(panels, psum, r0, chunk, encoding)
+    if n == 0:
+        panels.fill(0x80 if encoding == "biased" else 0)
     return PackedWeight(q.shape, encoding, panels, psum,
                         np.ascontiguousarray(scales, dtype=np.float32), rotate, block, seed)
 
@@ -296,10 +318,18 @@ def pack_weight(w, *, encoding="auto", rotate=True, block=128, seed=0):
     encoding = resolve_encoding(encoding)
     block = positive_int(block, "block")
     seed = positive_int(seed, "seed", minimum=0)
-    arr = np.ascontiguousarray(arr)
+    n, k = arr.shape
     if rotate:
-        from .rotation import check_rotation, rotate as _rotate
-        block, seed = check_rotation(arr.shape[1], block, seed, name="w")
-        arr = _rotate(arr, block=block, seed=seed)
-    q, scales, _ = quantize_rows(arr, arr.shape[1], name="w")
-    return pack_int8(q.view(np.int8), scales, encoding, rotate, block, seed)
+        from .rotation import check_rotation
+        block, seed = check_rotation(k, block, seed, name="w")
+    kp = padded(k, _kernels.KPAD)
+    panels, psum = _empty_arrays(n, k, encoding)
+    scales = np.empty(n, dtype=np.float32)
+    # Block by block, rotation fused with quantization: no float copy of the whole weight.
+    for r0 in range(0, n, _PACK_ROWS):
+        rows = np.ascontiguousarray(arr[r0:r0 + _PACK_ROWS])
+        q, scales[r0:r0 + rows.shape[0]], _ = quantize_rows(
+            rows, kp, name="w", shape=arr.shape, block=block if rotate and k else 0,
+            seed=seed, row_offset=r0)
+        _fill_panels(panels, psum, r0, q.view(np.int8), encoding)
+    return PackedWeight((n, k), encoding, panels, psum, scales, rotate, block, seed)

@@ -13,10 +13,12 @@ from ._validation import check_finite_row, float_array
 from .rotation import check_rotation
 
 
-def quantize_rows(x2d, kp, flip=0, psum=False, name="x", shape=None, block=0, seed=0):
+def quantize_rows(x2d, kp, flip=0, psum=False, name="x", shape=None, block=0, seed=0,
+                  row_offset=0):
     """Quantize a C-contiguous float32 (M, K) matrix into (M, kp) bytes (internal).
 
-    `shape` is the caller's shape of x (..., K), for the error message of a bad row.
+    `shape` is the caller's shape of x (..., K), for the error message of a bad row;
+    `row_offset` is the index of x2d's first row in it (x2d may be a block of rows).
     block > 0 quantizes ``rotation.rotate(x2d, block, seed)`` instead, fused (bit-identical).
 
     Returns (q uint8 (M, kp), scale float32 (M,), psum int32 (M, kp/64 + 1) or (0, 1)).
@@ -35,9 +37,10 @@ def quantize_rows(x2d, kp, flip=0, psum=False, name="x", shape=None, block=0, se
     bad = _kernels.quantize_rows(_cpu.active_ops(), x2d, q, scale, sums, flip,
                                  _threads.threads_for(m * k * 16), block, seed)
     if block and bad >= 0 and np.all(np.isfinite(x2d[bad])):
-        raise ValueError(f"{name} row {bad} is finite but too large to rotate: its "
-                         "rotation exceeds the float32 range")
-    check_finite_row(bad, name, x2d.shape if shape is None else shape)
+        raise ValueError(f"{name} row {bad + row_offset} is finite but too large to "
+                         "rotate: its rotation exceeds the float32 range")
+    check_finite_row(bad + row_offset if bad >= 0 else bad, name,
+                     x2d.shape if shape is None else shape)
     return q, scale, sums
 
 

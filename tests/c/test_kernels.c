@@ -91,7 +91,7 @@ static void fill(int kind, int8_t *qa, int64_t M, int8_t *qw, int64_t N, int64_t
         }
 }
 
-/* The layout of packing._panels_from_int8: panels [Np/16][Kp/4][16][4], padding encodes 0,
+/* The layout of packing._fill_panels: panels [Np/16][Kp/4][16][4], padding encodes 0,
  * biased bytes are q ^ 0x80 (q + 128); psum holds the per-channel prefix sums over 64-K
  * chunks of the signed values. */
 static void pack_weight(const int8_t *qw, int64_t N, int64_t K, int64_t Np, int64_t Kp,
