@@ -307,6 +307,14 @@ def _run_config(spec: dict) -> dict:
         router = Router(rcfg, cache=WeightCache(0))  # one model: nothing to share
         model = Gemma3(weights, config=config, linear=router)
         result["router_config"] = {k: v for k, v in vars(rcfg).items()}
+        # Only attention is left to numpy's BLAS here. OpenBLAS threads busy-wait after
+        # each call and, on a machine with few cores, starve pyw8a8's OpenMP team (measured
+        # on 2 cores: a W8A8 forward 2x slower). One BLAS thread for those small products
+        # removes the contention; the control keeps all BLAS threads, its fastest setting.
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(1, user_api="blas")
+        result["blas_threads"] = 1
     del weights  # the model keeps what it needs
     t_built = time.perf_counter()
 
