@@ -11,8 +11,10 @@ import numpy as np
 from . import _cpu, _kernels, _threads
 from .tuning import TUNER
 from .packing import PackedWeight, pack_int8, padded
-from .quantize import quantize_rows
+from .quantize import Workspace, quantize_rows
 from ._validation import float_array, int8_matrix
+
+_WORKSPACE = Workspace()
 
 # int32 holds any sum of K products of two values in [-127, 127] up to this K.
 INT32_SAFE_K = (2**31 - 1) // (127 * 127)
@@ -37,11 +39,13 @@ def _activations(x, k, name="x"):
 
 
 def _quantized_activations(x2d, packed, ops, enc, shape):
-    """(q (M, Kp) bytes for the kernel of `enc`, scale (M,), prefix sums or empty)."""
+    """(q (M, Kp) bytes for the kernel of `enc`, scale (M,), prefix sums or empty), in
+    this thread's workspace."""
     return quantize_rows(np.ascontiguousarray(x2d), packed.kp, flip=ops.a_flip(enc),
                          psum=ops.corr(enc) == _kernels.CORR_ROW, name="x",
                          shape=tuple(shape) + x2d.shape[1:],
-                         block=packed.block if packed.rotate else 0, seed=packed.seed)
+                         block=packed.block if packed.rotate else 0, seed=packed.seed,
+                         workspace=_WORKSPACE)
 
 
 def _output(out, out_dtype, shape, x):
@@ -156,6 +160,7 @@ def _run(x2d, pairs, lead):
         for _, o in pairs:
             o.fill(0)
         return
+    _WORKSPACE.reset()
     cache = {}
     jobs = []
     nthreads = _threads.threads_for(m * k * sum(p.shape[0] for p, _ in pairs))

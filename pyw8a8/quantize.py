@@ -6,6 +6,8 @@ needs no zero point. A row whose max |x| is below ``127 * FLT_MIN`` (about 1.5e-
 zeros included) gets ``scale = 0`` and ``q = 0``: dequantizing gives exact zeros. A row
 holding NaN or Inf raises ``ValueError`` naming the row.
 """
+import threading
+
 import numpy as np
 
 from . import _cpu, _kernels, _threads
@@ -14,19 +16,22 @@ from .rotation import check_rotation
 
 
 def quantize_rows(x2d, kp, flip=0, psum=False, name="x", shape=None, block=0, seed=0,
-                  row_offset=0):
+                  row_offset=0, workspace=None):
     """Quantize a C-contiguous float32 (M, K) matrix into (M, kp) bytes (internal).
 
     `shape` is the caller's shape of x (..., K), for the error message of a bad row;
     `row_offset` is the index of x2d's first row in it (x2d may be a block of rows).
+    With a `workspace` (see :class:`Workspace`) the results are views of its reused
+    buffers, valid until the workspace's next use.
     block > 0 quantizes ``rotation.rotate(x2d, block, seed)`` instead, fused (bit-identical).
 
     Returns (q uint8 (M, kp), scale float32 (M,), psum int32 (M, kp/64 + 1) or (0, 1)).
     """
     m, k = x2d.shape
-    q = np.empty((m, kp), dtype=np.uint8)
-    scale = np.empty(m, dtype=np.float32)
-    sums = np.empty((m if psum else 0, kp // _kernels.KPAD + 1), dtype=np.int32)
+    alloc = np.empty if workspace is None else workspace.array
+    q = alloc((m, kp), np.uint8)
+    scale = alloc((m,), np.float32)
+    sums = alloc((m if psum else 0, kp // _kernels.KPAD + 1), np.int32)
     if k == 0:
         q.fill(flip)
         scale.fill(0)
@@ -99,3 +104,32 @@ def quantize_per_channel(w):
         If w is not 2-D, or a row holds NaN or Inf (the message names the row).
     """
     return _quantize_matrix(w, "w")
+
+
+class Workspace(threading.local):
+    """Scratch arrays reused across calls by one thread (internal).
+
+    The quantized activations of a product live only for that call; reusing their memory
+    spares a large product the allocation and the page faults of a fresh buffer.
+    :meth:`reset` starts a call; each :meth:`array` then takes the next buffer, grown as
+    needed. Being thread-local, concurrent calls from several threads never share one.
+    """
+
+    def __init__(self):
+        self._buffers = []
+        self._next = 0
+
+    def reset(self):
+        self._next = 0
+        return self
+
+    def array(self, shape, dtype):
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        if self._next == len(self._buffers):
+            self._buffers.append(np.empty(0, dtype=np.uint8))
+        buf = self._buffers[self._next]
+        if buf.nbytes < nbytes:
+            # 64-byte multiples keep every view aligned for the kernels' loads.
+            buf = self._buffers[self._next] = np.empty(-(-nbytes // 64) * 64, np.uint8)
+        self._next += 1
+        return buf[:nbytes].view(dtype).reshape(shape)
