@@ -19,6 +19,7 @@ from .packing import pack_weight
 SHAPES = [(1, 1152, 6912), (8, 1152, 6912), (64, 1152, 6912), (256, 1152, 6912),
           (1024, 2048, 640), (1, 4096, 4096), (64, 4096, 4096), (1, 640, 2048),
           (64, 2048, 640), (1, 640, 262144)]  # the last: a 168 MB LM head, DRAM-bound
+_SETTLE_SECONDS = 0.2
 QUICK_SHAPES = [(1, 1152, 6912), (64, 1152, 6912), (256, 1152, 6912)]
 
 
@@ -108,6 +109,10 @@ def measure(contenders, rounds, min_time):
     samples = {name: [] for name in contenders}
     for _ in range(rounds):
         for name, fn in contenders.items():
+            # Idle thread pools spin for a while after a call (OpenBLAS for up to ~0.1 s);
+            # on a machine with few cores that steals the next contender's cores, so every
+            # contender starts from pools that have gone to sleep.
+            time.sleep(_SETTLE_SECONDS)
             t0 = time.perf_counter()
             for _ in range(reps[name]):
                 fn()

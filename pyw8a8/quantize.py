@@ -6,6 +6,7 @@ needs no zero point. A row whose max |x| is below ``127 * FLT_MIN`` (about 1.5e-
 zeros included) gets ``scale = 0`` and ``q = 0``: dequantizing gives exact zeros. A row
 holding NaN or Inf raises ``ValueError`` naming the row.
 """
+import math
 import threading
 
 import numpy as np
@@ -124,7 +125,7 @@ class Workspace(threading.local):
         return self
 
     def array(self, shape, dtype):
-        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        nbytes = math.prod(shape) * np.dtype(dtype).itemsize
         if self._next == len(self._buffers):
             self._buffers.append(np.empty(0, dtype=np.uint8))
         buf = self._buffers[self._next]
