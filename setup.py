@@ -3,7 +3,7 @@
 One Cython extension per responsibility, all compiled for the baseline of the target
 architecture: every instruction-set path is compiled with per-function target attributes
 inside the C headers of ``pyw8a8/_simd`` and chosen at run time, so the binary is
-portable (never ``-march=native``).
+portable: no flag ties it to the build machine's CPU.
 
 Environment variables:
     PYW8A8_SANITIZE=1   build with AddressSanitizer and UndefinedBehaviorSanitizer
