@@ -118,7 +118,8 @@ def fwht(x, out=None):
             raise ValueError("out is read-only")
         # A C-contiguous out is transformed in place; anything else through a copy.
         result = out if out.flags.c_contiguous else np.empty(arr.shape, np.float32)
-        np.copyto(result, arr)
+        if result is not arr:  # fwht(x, out=x) transforms x where it is, with no copy
+            np.copyto(result, arr)
     if result.size:
         _rotation.fwht_rows(_cpu.isa(), result.reshape(-1, n), n,
                             _threads_for(result.size, n))
