@@ -153,6 +153,23 @@ W8_FWHT_AVX2 W8_INLINE void w8_fwht_avx2_regs(float *x, int nreg)
     for (int i = 0; i < nreg; i++) _mm256_storeu_ps(x + 8 * i, r[i]);
 }
 
+/* A 128-block with fewer stores than two full passes (the transform is store-bound): the
+ * first half's six inner stages are stored once, and the last stage (h = 64) combines
+ * them, reloaded from L1, with the second half still in registers.  The same butterflies
+ * in the same order as every other path, so the same bits. */
+W8_FWHT_AVX2 W8_INLINE void w8_fwht_avx2_128(float *x)
+{
+    w8_fwht_avx2_regs(x, 8);
+    __m256 r[8];
+    for (int i = 0; i < 8; i++) r[i] = w8_fwht8_avx2(_mm256_loadu_ps(x + 64 + 8 * i));
+    W8_FWHT_REG_STAGES(__m256, r, 8, _mm256_add_ps, _mm256_sub_ps)
+    for (int i = 0; i < 8; i++) {
+        const __m256 a = _mm256_loadu_ps(x + 8 * i);
+        _mm256_storeu_ps(x + 8 * i, _mm256_add_ps(a, r[i]));
+        _mm256_storeu_ps(x + 64 + 8 * i, _mm256_sub_ps(a, r[i]));
+    }
+}
+
 /* `stages` consecutive stages h, 2h, ... (h >= 8) in one pass over memory: each group of
  * 2^stages vectors at stride h stays in registers for all of them. */
 W8_FWHT_AVX2 W8_INLINE void w8_fwht_avx2_pass(float *x, int64_t n, int64_t h, int stages)
@@ -173,11 +190,12 @@ W8_FWHT_AVX2 static void w8_fwht_avx2(float *x, int64_t n)
         w8_fwht_scalar(x, n);
         return;
     }
-    /* Stages h < 64 in chunks of up to 64 floats (8 registers), then the rest three at a
-     * time.  nreg and stages are literal in each call so the register arrays unroll. */
-    const int64_t chunk = n < 64 ? n : 64;
+    /* Stages h < 128 in chunks of up to 128 floats, then the rest three at a time.  nreg
+     * and stages are literal in each call so the register arrays unroll. */
+    const int64_t chunk = n < 128 ? n : 128;
     for (int64_t i = 0; i < n; i += chunk) {
         switch (chunk) {
+        case 128: w8_fwht_avx2_128(x + i); break;
         case 64: w8_fwht_avx2_regs(x + i, 8); break;
         case 32: w8_fwht_avx2_regs(x + i, 4); break;
         case 16: w8_fwht_avx2_regs(x + i, 2); break;
