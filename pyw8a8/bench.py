@@ -40,7 +40,6 @@ def _pyw8a8(x, w, isa, rotate=False):
 def _onnxruntime(x, w):
     """DynamicQuantizeLinear + MatMulInteger with pre-quantized int8 weights (per tensor)."""
     try:
-        import onnx
         import onnxruntime as ort
         from onnx import TensorProto, helper, numpy_helper
     except ImportError:

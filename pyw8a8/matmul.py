@@ -10,7 +10,7 @@ import numpy as np
 
 from . import _cpu, _kernels, _threads
 from .tuning import TUNER
-from .packing import PackedWeight, pack_int8, padded
+from .packing import PackedWeight, pack_int8
 from .quantize import Workspace, quantize_rows
 from ._validation import float_array, int8_matrix
 

@@ -91,7 +91,7 @@ def evaluate(x, w_gate, w_up, w_down, blocks=(64, 128), seed=0):
         (configuration, gate/up SQNR, down SQNR, FFN SQNR) per configuration, in the order
         plain, rotated per block, scaled, scaled + rotated per block.
     """
-    ref_gate, ref_up = x @ w_gate.T, x @ w_up.T
+    ref_gate = x @ w_gate.T
     ref_ffn = ffn_float(x, w_gate, w_up, w_down)
     eq_gate, eq_up, eq_down, _ = equalize_ffn(w_gate, w_up, w_down)
     configs = [("plain", False, 0)] + [(f"rotated b{b}", False, b) for b in blocks]
