@@ -38,8 +38,8 @@ def fwht_rows(str isa, float[:, ::1] x, int64_t block, int nthreads):
 
 
 def rotate_rows(str isa, const float[:, ::1] x, float[:, ::1] out, int64_t block,
-                uint32_t seed, int nthreads):
-    """out = the block rotation of each row of x (out may be x)."""
+                uint32_t seed, bint inverse, int nthreads):
+    """out = the block rotation of each row of x, or its inverse (out may be x)."""
     cdef bytes name = isa.encode()
     cdef w8_fwht_fn fwht = w8_fwht_for(name)
     cdef w8_sign_scale_fn sign_scale = w8_sign_scale_for(name)
@@ -48,21 +48,10 @@ def rotate_rows(str isa, const float[:, ::1] x, float[:, ::1] out, int64_t block
         return
     with nogil:
         for i in prange(M, schedule="static", num_threads=nthreads):
-            w8_rotate_row(fwht, sign_scale, &x[i, 0], &out[i, 0], K, block, seed)
-
-
-def unrotate_rows(str isa, const float[:, ::1] y, float[:, ::1] out, int64_t block,
-                  uint32_t seed, int nthreads):
-    """out = the inverse block rotation of each row of y (out may be y)."""
-    cdef bytes name = isa.encode()
-    cdef w8_fwht_fn fwht = w8_fwht_for(name)
-    cdef w8_sign_scale_fn sign_scale = w8_sign_scale_for(name)
-    cdef int64_t M = y.shape[0], K = y.shape[1], i
-    if M == 0 or K == 0:
-        return
-    with nogil:
-        for i in prange(M, schedule="static", num_threads=nthreads):
-            w8_unrotate_row(fwht, sign_scale, &y[i, 0], &out[i, 0], K, block, seed)
+            if inverse:
+                w8_unrotate_row(fwht, sign_scale, &x[i, 0], &out[i, 0], K, block, seed)
+            else:
+                w8_rotate_row(fwht, sign_scale, &x[i, 0], &out[i, 0], K, block, seed)
 
 
 def signs(str isa, uint32_t start, int64_t n, uint32_t seed):

@@ -156,12 +156,7 @@ def rotate(x, block=128, seed=0):
         If block is not a power of two in [16, 4096], seed is out of range, or K is not
         a multiple of block (the message suggests a block that fits).
     """
-    x2d, shape = _rows(x, "x")
-    block, seed = check_rotation(shape[-1], block, seed)
-    out = np.empty(x2d.shape, dtype=np.float32)
-    _rotation.rotate_rows(_cpu.isa(), x2d, out, block, seed,
-                          _threads_for(out.size, block))
-    return out.reshape(shape)
+    return _rotate(x, "x", block, seed, inverse=False)
 
 
 def unrotate(y, block=128, seed=0):
@@ -186,9 +181,14 @@ def unrotate(y, block=128, seed=0):
     TypeError, ValueError
         As :func:`rotate`.
     """
-    y2d, shape = _rows(y, "y")
-    block, seed = check_rotation(shape[-1], block, seed, name="y")
-    out = np.empty(y2d.shape, dtype=np.float32)
-    _rotation.unrotate_rows(_cpu.isa(), y2d, out, block, seed,
-                            _threads_for(out.size, block))
+    return _rotate(y, "y", block, seed, inverse=True)
+
+
+def _rotate(x, name, block, seed, inverse):
+    """The block rotation (or its inverse) of the last axis of x, as float32."""
+    x2d, shape = _rows(x, name)
+    block, seed = check_rotation(shape[-1], block, seed, name=name)
+    out = np.empty(x2d.shape, dtype=np.float32)
+    _rotation.rotate_rows(_cpu.isa(), x2d, out, block, seed, inverse,
+                          _threads_for(out.size, block))
     return out.reshape(shape)
