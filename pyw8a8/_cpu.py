@@ -21,7 +21,11 @@ def cpu_features():
 
 
 def available_isas():
-    """Paths this CPU can run, most preferred first (``scalar`` is always last).
+    """Paths this CPU can run, most preferred first.
+
+    ``scalar`` comes last but one; last is ``scalar_u8s8``, plain C computing the u8 x s8
+    products and +128 compensation of the VNNI/AMX paths, which is never chosen by default
+    and lets the tests check that arithmetic on any CPU.
 
     Returns
     -------

@@ -233,7 +233,8 @@ def main(argv=None, quick=False):
     args = parser.parse_args(argv)
     for line in _machine_info():
         print(line)
-    isas = args.isa or [i for i in _cpu.available_isas() if i != "scalar"] or ["scalar"]
+    isas = args.isa or [i for i in _cpu.available_isas()
+                        if not i.startswith("scalar")] or ["scalar"]
     shapes = (QUICK_SHAPES if quick else SHAPES) if not args.shapes else [
         tuple(int(v) for v in s.split(",")) for s in args.shapes.split(";")]
     nthreads = _threads.get_num_threads()

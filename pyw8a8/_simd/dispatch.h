@@ -21,16 +21,18 @@
 
 /* Paths from most to least preferred. */
 #if defined(W8_ARM64)
-static const char *const w8_isa_names[] = {"neondot", "neon", "scalar"};
-#define W8_NUM_ISAS 3
+static const char *const w8_isa_names[] = {"neondot", "neon", "scalar", "scalar_u8s8"};
+#define W8_NUM_ISAS 4
 #else
-static const char *const w8_isa_names[] = {"amx", "avx512vnni", "avxvnni", "avx2", "scalar"};
-#define W8_NUM_ISAS 5
+static const char *const w8_isa_names[] = {"amx", "avx512vnni", "avxvnni", "avx2", "scalar",
+                                           "scalar_u8s8"};
+#define W8_NUM_ISAS 6
 #endif
 
 static const w8_isa_ops *w8_isa_lookup(const char *name)
 {
     if (strcmp(name, "scalar") == 0) return &w8_scalar_ops;
+    if (strcmp(name, "scalar_u8s8") == 0) return &w8_scalar_u8s8_ops;
 #if defined(W8_X86)
     if (strcmp(name, "avx2") == 0) return &w8_avx2_ops;
     if (strcmp(name, "avxvnni") == 0) return &w8_avxvnni_ops;
@@ -53,7 +55,7 @@ static int w8_amx_granted(void)
 
 static int w8_isa_supported(const w8_cpu_features *f, const char *name)
 {
-    if (strcmp(name, "scalar") == 0) return 1;
+    if (strcmp(name, "scalar") == 0 || strcmp(name, "scalar_u8s8") == 0) return 1;
     if (!w8_isa_lookup(name)) return 0;
     if (strcmp(name, "avx2") == 0) return f->avx2 && f->fma;
     if (strcmp(name, "avxvnni") == 0) return f->avx2 && f->fma && f->avxvnni;

@@ -34,11 +34,12 @@ static void w8_epilogue(const w8_gemm_plan *g, const int32_t *tile, int64_t m, i
 {
     const int corr = g->ops->corr[g->enc];
     const int64_t np1 = g->Kp / W8_KPAD + 1, c0 = k0 / W8_KPAD, c1 = k1 / W8_KPAD;
-    int32_t col_corr[W8_TILE_LD];
-    for (int c = 0; c < cols; c++) {
-        const int32_t *ps = g->b_psum + (n + c) * np1;
-        col_corr[c] = corr == W8_CORR_COL ? 128 * (ps[c1] - ps[c0]) : 0;
-    }
+    int32_t col_corr[W8_TILE_LD] = {0};
+    if (corr == W8_CORR_COL)  /* b_psum is NULL for the other kernels */
+        for (int c = 0; c < cols; c++) {
+            const int32_t *ps = g->b_psum + (n + c) * np1;
+            col_corr[c] = 128 * (ps[c1] - ps[c0]);
+        }
     for (int r = 0; r < rows; r++) {
         const int32_t *t = tile + r * W8_TILE_LD;
         int32_t row_corr = 0;
