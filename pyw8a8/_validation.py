@@ -4,16 +4,21 @@ import operator
 import numpy as np
 
 
+_FLOAT32 = np.dtype(np.float32)
+_FLOAT64 = np.dtype(np.float64)
+
+
 def float_array(x, name, ndim=None):
     """`x` as a float32 ndarray (float64 converted silently; other dtypes: TypeError)."""
     arr = np.asarray(x)
-    if arr.dtype not in (np.float32, np.float64):
-        raise TypeError(f"{name} must be a float32 or float64 array, got dtype {arr.dtype}")
+    if arr.dtype is not _FLOAT32:  # identity first: this runs on every call of the API
+        if arr.dtype != _FLOAT32 and arr.dtype != _FLOAT64:
+            raise TypeError(f"{name} must be a float32 or float64 array, got dtype {arr.dtype}")
+        arr = arr.astype(np.float32, copy=False)
     if ndim is not None and arr.ndim != ndim:
         raise ValueError(f"{name} must be {ndim}-D, got shape {arr.shape}")
     if ndim is None and arr.ndim < 1:
         raise ValueError(f"{name} must have at least one dimension, got a scalar")
-    arr = arr.astype(np.float32, copy=False)
     # The C kernels load floats through float pointers: an unaligned buffer (an offset
     # view of bytes) is copied, as its loads would be undefined behaviour.
     return arr if arr.flags.aligned else arr.copy()

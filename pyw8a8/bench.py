@@ -5,6 +5,7 @@ interleaved rounds (A, B, C, A, B, C, ...) so a noisy shared machine slows them 
 the table reports medians. Effective GOPS = 2 * M * N * K / time.
 """
 import argparse
+import math
 import os
 import platform
 import statistics
@@ -146,6 +147,88 @@ def read_bandwidth_gbs(nthreads, nbytes=1 << 30, rounds=5):
     return nbytes / statistics.median(times) / 1e9
 
 
+FWHT_KIB = (384, 512)  # L2-resident transforms (per-core L2 of 512 KiB or more)
+ROTATION_SHAPES = [(1, 2048, 2048), (64, 2048, 2048), (256, 2048, 2048)]
+
+
+def aligned_empty(shape, align=64):
+    """An uninitialized float32 array whose data starts on an `align`-byte boundary."""
+    n = math.prod(shape)
+    raw = np.empty(n + align // 4, np.float32)
+    skip = (-raw.ctypes.data % align) // 4
+    return raw[skip:skip + n].reshape(shape)
+
+
+def fwht_rows(rounds, calls=16, block=128, k=2048):
+    """Throughput of the in-place FWHT of 128-blocks against np.copyto of the same array.
+
+    Each round times `calls` consecutive in-place transforms, then as many copies, of an
+    L2-resident (M, 2048) float32 array, restarting from small values so that repeated
+    transforms (each scales the norm by sqrt(128)) never overflow to Inf. Both arrays of
+    the copy start on a cache line: when source and destination sit at different offsets
+    within a line, glibc's copy (rep movsb) can run ten times slower on some CPUs (AMD
+    Zen 3 under KVM here), which would flatter the transform.
+
+    Returns
+    -------
+    list of (kib, fwht GB/s, copy GB/s), the medians over rounds.
+    """
+    from .rotation import fwht
+    rng = np.random.default_rng(0)
+    out = []
+    for kib in FWHT_KIB:
+        m = kib * 1024 // (4 * k)
+        start = (rng.standard_normal((m, k)) * 1e-30).astype(np.float32)
+        x, y = aligned_empty((m, k)), aligned_empty((m, k))
+        blocks = x.reshape(m, k // block, block)
+        t_fwht, t_copy = [], []
+        for _ in range(rounds):
+            np.copyto(x, start)
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fwht(blocks, out=blocks)
+            t_fwht.append((time.perf_counter() - t0) / calls)
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                np.copyto(y, x)
+            t_copy.append((time.perf_counter() - t0) / calls)
+        out.append((kib, x.nbytes / statistics.median(t_fwht) / 1e9,
+                    x.nbytes / statistics.median(t_copy) / 1e9))
+    return out
+
+
+def rotation_cost_rows(isa, rounds, min_time):
+    """matmul against a weight packed with and without rotation (block 128), interleaved.
+
+    Returns
+    -------
+    list of ((M, K, N), relative extra time of the rotated product)
+    """
+    rng = np.random.default_rng(1)
+    rows = []
+    for m, k, n in ROTATION_SHAPES:
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
+        times = measure({"plain": _pyw8a8(x, w, isa, rotate=False),
+                         "rotated": _pyw8a8(x, w, isa, rotate=True)}, rounds, min_time)
+        rows.append(((m, k, n), times["rotated"] / times["plain"] - 1))
+    return rows
+
+
+def print_rotation(isa, rounds, min_time):
+    print(f"\nRotation (path {isa}, {_threads.get_num_threads()} threads, medians of "
+          f"interleaved rounds)")
+    print("| in-place fwht of 128-blocks | fwht GB/s | np.copyto GB/s | fwht / copy |")
+    print("|---|---|---|---|")
+    for kib, f, c in fwht_rows(max(rounds, 15)):
+        print(f"| ({kib * 256 // 2048}, 2048) float32, {kib} KiB | {f:.1f} | {c:.1f} | "
+              f"{100 * f / c:.0f}% |")
+    print("\n| M | K | N | rotated matmul vs plain (block 128) |")
+    print("|---|---|---|---|")
+    for (m, k, n), extra in rotation_cost_rows(isa, rounds, min_time):
+        print(f"| {m} | {k} | {n} | {100 * extra:+.1f}% |")
+
+
 def _machine_info():
     lines = [f"CPU: {platform.processor() or platform.machine()}; "
              f"{os.cpu_count()} logical CPUs; threads used: {_threads.get_num_threads()}"]
@@ -249,4 +332,6 @@ def main(argv=None, quick=False):
           f"included; {nthreads} threads")
     for line in format_table(header, rows, isas, peaks, bandwidth):
         print(line)
+    with _cpu.use_isa(isas[0]):
+        print_rotation(isas[0], args.rounds, args.min_time)
     return 0

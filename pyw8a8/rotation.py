@@ -121,8 +121,7 @@ def fwht(x, out=None):
         if result is not arr:  # fwht(x, out=x) transforms x where it is, with no copy
             np.copyto(result, arr)
     if result.size:
-        _rotation.fwht_rows(_cpu.isa(), result.reshape(-1, n), n,
-                            _threads_for(result.size, n))
+        _rotation.fwht_blocks(_cpu.isa(), result, n, _threads_for(result.size, n))
     if out is not None and result is not out:
         out[...] = result
         return out

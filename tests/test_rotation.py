@@ -299,3 +299,24 @@ def test_pack_weight_rotates_by_default():
     with pytest.raises(ValueError, match=r"w has K=96 .* use block=32"):
         pyw8a8.pack_weight(np.ones((4, 96)))
     assert not pyw8a8.pack_weight(np.ones((4, 100)), rotate=False).rotate
+
+
+def test_fwht_blocks_rejects_what_it_cannot_transform():
+    """The compiled entry point reads raw pointers: it checks layout itself, so a wrong call
+    raises instead of writing out of bounds."""
+    isa = pyw8a8.isa()
+    good = np.ones((4, 128), np.float32)
+    fortran = np.asfortranarray(np.ones((128, 4), np.float32))
+    for bad, block in [(good.astype(np.float64), 128), (fortran, 128), (good[:, ::2], 64),
+                       (good, 96), (good, 0)]:
+        with pytest.raises(ValueError, match="fwht_blocks"):
+            _rotation.fwht_blocks(isa, bad, block, 1)
+    readonly = good.copy()
+    readonly.flags.writeable = False
+    with pytest.raises(ValueError, match="fwht_blocks"):
+        _rotation.fwht_blocks(isa, readonly, 128, 1)
+    for nthreads in (1, 2):
+        x = np.arange(512, dtype=np.float32).reshape(4, 128)
+        _rotation.fwht_blocks(isa, x, 128, nthreads)
+        expected = np.arange(512, dtype=np.float32).reshape(4, 128) @ hadamard(128)
+        np.testing.assert_array_equal(x, expected.astype(np.float32))

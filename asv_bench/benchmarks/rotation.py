@@ -2,6 +2,7 @@
 import numpy as np
 
 import pyw8a8
+from pyw8a8.bench import aligned_empty
 
 from .common import data
 
@@ -11,14 +12,16 @@ BLOCK = 128
 
 class FWHT:
     """Unnormalized FWHT of every 128-block of an (M, 2048) float32 array, in place; a
-    copy of the same array (np.copyto) is the memory-bound floor to compare with."""
+    copy of the same array (np.copyto) is the memory-bound floor to compare with. Both
+    arrays start on a cache line (see pyw8a8.bench.fwht_rows for why)."""
     params = [1, 64, 256]
     param_names = ["M"]
 
     def setup(self, m):
-        self.x, _ = data(m, K, 1)
+        x, _ = data(m, K, 1)
+        self.x, self.y = aligned_empty(x.shape), aligned_empty(x.shape)
+        self.x[...] = x
         self.blocks = self.x.reshape(m, K // BLOCK, BLOCK)
-        self.y = np.empty_like(self.x)
 
     def time_fwht_128_blocks(self, m):
         pyw8a8.fwht(self.blocks, out=self.blocks)
