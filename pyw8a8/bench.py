@@ -122,7 +122,8 @@ def measure(contenders, rounds, min_time):
 
 def int8_peak_gops(isa, nthreads, seconds=0.3):
     """Instruction peak of path `isa`: its microkernel's inner instruction sequence in
-    independent register chains on every thread (GOPS, 1 MAC = 2 ops)."""
+    independent register chains on every thread (GOPS, 1 MAC = 2 ops). `isa` may also be
+    one of `fp32_peak_name()`'s float32 FMA loops."""
     from . import _kernels
     iters = 100_000
     while True:
@@ -132,6 +133,16 @@ def int8_peak_gops(isa, nthreads, seconds=0.3):
         if elapsed >= seconds:
             return 2 * macs / elapsed / 1e9
         iters *= 2 if elapsed > seconds / 10 else 8
+
+
+def fp32_peak_name():
+    """The float32 FMA loop matching numpy's BLAS on this CPU (None off x86)."""
+    features = _cpu.cpu_features()
+    if features.get("avx512f"):
+        return "fp32-avx512"
+    if features.get("avx2") and features.get("fma"):
+        return "fp32-avx2"
+    return None
 
 
 def read_bandwidth_gbs(nthreads, nbytes=1 << 30, rounds=5):
@@ -270,13 +281,15 @@ def run_table(shapes, isas, rounds, min_time, peers=True):
     return header, rows
 
 
-def format_table(header, rows, isas, peaks=None, bandwidth=None):
+def format_table(header, rows, isas, peaks=None, bandwidth=None, fp32_peak=None):
     """Markdown table: GOPS per contender, ratios to numpy and to the best peer, the
-    fraction of the int8 instruction peak reached and, at M = 1, the weight-read GB/s."""
+    fraction of the int8 instruction peak reached (and numpy's of the float32 FMA peak)
+    and, at M = 1, the weight-read GB/s."""
     ours_names = [f"pyw8a8 {i}" for i in isas]
     peer_names = [h for h in header[4:] if h not in ours_names]
     cols = header + ["vs numpy"] + (["vs best peer"] if peer_names else [])
     cols += ["% int8 peak"] if peaks else []
+    cols += ["numpy % fp32 peak"] if fp32_peak else []
     cols += ["M=1 weight GB/s (% of DRAM)"] if bandwidth else []
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for (m, k, n), gops in rows:
@@ -290,6 +303,8 @@ def format_table(header, rows, isas, peaks=None, bandwidth=None):
             cells.append(f"{ours / best_peer:.2f}x" if best_peer else "-")
         if peaks:
             cells.append(f"{100 * ours / peaks[best.split()[1]]:.0f}%")
+        if fp32_peak:
+            cells.append(f"{100 * gops['numpy f32'] / fp32_peak:.0f}%")
         if bandwidth:
             if m == 1:
                 gbs = ours / 2  # at M = 1: 2 ops per weight byte, so GB/s = GOPS / 2
@@ -324,13 +339,18 @@ def main(argv=None, quick=False):
     peaks = {isa: int8_peak_gops(isa, nthreads) for isa in isas}
     for isa, gops in peaks.items():
         print(f"int8 instruction peak of path {isa}: {gops:.0f} GOPS ({nthreads} threads)")
+    fp32_name = fp32_peak_name()
+    fp32_peak = int8_peak_gops(fp32_name, nthreads) if fp32_name else None
+    if fp32_peak:
+        print(f"float32 FMA peak ({fp32_name[5:]}, numpy's instruction): {fp32_peak:.0f} GOPS "
+              f"({nthreads} threads)")
     bandwidth = read_bandwidth_gbs(nthreads)
     print(f"memory read bandwidth (1 GiB buffer): {bandwidth:.1f} GB/s ({nthreads} threads)")
     header, rows = run_table(shapes, isas, args.rounds, args.min_time,
                              peers=not args.no_peers and not quick)
     print(f"\nGOPS = 2*M*N*K / median time; rotation off; activation quantization "
           f"included; {nthreads} threads")
-    for line in format_table(header, rows, isas, peaks, bandwidth):
+    for line in format_table(header, rows, isas, peaks, bandwidth, fp32_peak):
         print(line)
     with _cpu.use_isa(isas[0]):
         print_rotation(isas[0], args.rounds, args.min_time)

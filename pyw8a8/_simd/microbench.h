@@ -31,18 +31,19 @@ static int64_t w8_peak_scalar(int64_t iters, int32_t *sink)
 #if defined(W8_X86)
 #define W8_PEAK_CHAINS 12
 
-/* The AVX2 path's inner step: vpsignb + vpmaddubsw + vpmaddwd + vpaddd (32 MACs). */
+/* The AVX2 path's inner step: vpsignb + vpmaddubsw + vpmaddwd + vpaddd (32 MACs).  Each
+ * chain's accumulator is also its activation operand, so none of the four instructions is
+ * loop-invariant (with constant operands the compiler hoists all but the vpaddd). */
 W8_TARGET("avx2,fma") static int64_t w8_peak_avx2(int64_t iters, int32_t *sink)
 {
     __m256i acc[W8_PEAK_CHAINS];
     const __m256i ones = _mm256_set1_epi16(1), b = _mm256_set1_epi8((char)(*sink | 3));
     const __m256i m = _mm256_abs_epi8(b);
-    __m256i a = _mm256_set1_epi8((char)(*sink | 5));
-    for (int j = 0; j < W8_PEAK_CHAINS; j++) acc[j] = _mm256_set1_epi32(j);
+    for (int j = 0; j < W8_PEAK_CHAINS; j++) acc[j] = _mm256_set1_epi32(j + *sink);
     for (int64_t i = 0; i < iters; i++)
         for (int j = 0; j < W8_PEAK_CHAINS; j++)
             acc[j] = _mm256_add_epi32(
-                acc[j], _mm256_madd_epi16(_mm256_maddubs_epi16(m, _mm256_sign_epi8(a, b)),
+                acc[j], _mm256_madd_epi16(_mm256_maddubs_epi16(m, _mm256_sign_epi8(acc[j], b)),
                                           ones));
     for (int j = 1; j < W8_PEAK_CHAINS; j++) acc[0] = _mm256_add_epi32(acc[0], acc[j]);
     *sink += _mm256_extract_epi32(acc[0], 0);
@@ -74,6 +75,38 @@ static int64_t w8_peak_avx512vnni(int64_t iters, int32_t *sink)
     *sink += _mm512_reduce_add_epi32(acc[0]);
     return iters * W8_PEAK_CHAINS * 64;
 }
+
+/* The float32 reference: 256-bit (or 512-bit) FMAs in independent chains, the instruction
+ * numpy's BLAS multiplies float32 with.  The int8 paths are judged against this too: on a
+ * CPU with one vector integer-multiply pipe and two FMA pipes (AMD Zen 3, for one), the
+ * exact AVX2 int8 sequence has about the FMA peak, so int8 cannot be much faster there.
+ * a is 1 at run time but unknown to the compiler, and the sums grow slowly: no denormals,
+ * no overflow, nothing to fold. */
+W8_TARGET("avx2,fma") static int64_t w8_peak_fp32_avx2(int64_t iters, int32_t *sink)
+{
+    __m256 acc[W8_PEAK_CHAINS];
+    const __m256 a = _mm256_set1_ps(1.0f - (float)(*sink & 1) * 1e-7f),
+                 b = _mm256_set1_ps(1e-3f);
+    for (int j = 0; j < W8_PEAK_CHAINS; j++) acc[j] = _mm256_set1_ps((float)j);
+    for (int64_t i = 0; i < iters; i++)
+        for (int j = 0; j < W8_PEAK_CHAINS; j++) acc[j] = _mm256_fmadd_ps(acc[j], a, b);
+    for (int j = 1; j < W8_PEAK_CHAINS; j++) acc[0] = _mm256_add_ps(acc[0], acc[j]);
+    *sink += (int32_t)_mm256_cvtss_f32(acc[0]);
+    return iters * W8_PEAK_CHAINS * 8;
+}
+
+W8_TARGET("avx2,fma,avx512f") static int64_t w8_peak_fp32_avx512(int64_t iters, int32_t *sink)
+{
+    __m512 acc[W8_PEAK_CHAINS];
+    const __m512 a = _mm512_set1_ps(1.0f - (float)(*sink & 1) * 1e-7f),
+                 b = _mm512_set1_ps(1e-3f);
+    for (int j = 0; j < W8_PEAK_CHAINS; j++) acc[j] = _mm512_set1_ps((float)j);
+    for (int64_t i = 0; i < iters; i++)
+        for (int j = 0; j < W8_PEAK_CHAINS; j++) acc[j] = _mm512_fmadd_ps(acc[j], a, b);
+    for (int j = 1; j < W8_PEAK_CHAINS; j++) acc[0] = _mm512_add_ps(acc[0], acc[j]);
+    *sink += (int32_t)_mm512_reduce_add_ps(acc[0]);
+    return iters * W8_PEAK_CHAINS * 16;
+}
 #endif
 
 typedef int64_t (*w8_peak_fn)(int64_t iters, int32_t *sink);
@@ -84,6 +117,8 @@ static w8_peak_fn w8_peak_for(const char *isa)
     if (strcmp(isa, "avx2") == 0) return w8_peak_avx2;
     if (strcmp(isa, "avxvnni") == 0) return w8_peak_avxvnni;
     if (strcmp(isa, "avx512vnni") == 0) return w8_peak_avx512vnni;
+    if (strcmp(isa, "fp32-avx2") == 0) return w8_peak_fp32_avx2;
+    if (strcmp(isa, "fp32-avx512") == 0) return w8_peak_fp32_avx512;
 #if defined(W8_HAVE_AMX)
     if (strcmp(isa, "amx") == 0) return w8_peak_amx;
 #endif
