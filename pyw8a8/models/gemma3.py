@@ -596,14 +596,38 @@ class KVCache:
 
 
 def _rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
-    ms = np.mean(np.square(x, dtype=np.float32), axis=-1, keepdims=True)
-    return (x * (1.0 / np.sqrt(ms + np.float32(eps)))) * w
+    """x / sqrt(mean(x^2) + eps) * w over the last axis (row sums of squares by einsum: half
+    the time of np.mean(np.square(x)), with no temporary the size of x)."""
+    inv = np.einsum("...i,...i->...", x, x)[..., None]
+    inv *= np.float32(1.0 / x.shape[-1])
+    inv += np.float32(eps)
+    np.sqrt(inv, out=inv)
+    np.divide(np.float32(1.0), inv, out=inv)
+    out = x * inv
+    out *= w
+    return out
 
 
-def _gelu_tanh(x: np.ndarray) -> np.ndarray:
-    c = np.float32(math.sqrt(2.0 / math.pi))
-    inner = c * (x + np.float32(0.044715) * x * x * x)
-    return np.float32(0.5) * x * (np.float32(1.0) + np.tanh(inner))
+_GELU_C = math.sqrt(2.0 / math.pi)
+
+
+def _geglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """gelu_tanh(gate) * up, with 0.5 (1 + tanh(v)) written as 1 / (1 + exp(-2 v)).
+
+    The two forms are equal; numpy's float32 exp is vectorized where its tanh is not, so
+    this takes half the time (it was a sixth of the whole forward pass).  exp overflows to
+    Inf for very negative gates, giving the correct limit 0.
+    """
+    t = gate * gate
+    t *= np.float32(-2.0 * _GELU_C * 0.044715)
+    t -= np.float32(2.0 * _GELU_C)
+    t *= gate  # -2 v, v = c (g + 0.044715 g^3)
+    with np.errstate(over="ignore"):
+        np.exp(t, out=t)
+    t += np.float32(1.0)
+    out = gate * up
+    out /= t
+    return out
 
 
 class _Layer:
@@ -818,8 +842,7 @@ class Gemma3:
 
             h = _rms_norm(x, L.ffn_norm, c.rms_eps)
             g, u = L.gate_up(h)
-            act = _gelu_tanh(np.asarray(g, np.float32))
-            act *= np.asarray(u, np.float32)
+            act = _geglu(np.asarray(g, np.float32), np.asarray(u, np.float32))
             f = np.asarray(L.down(act), np.float32)
             x = x + _rms_norm(f, L.post_ffn_norm, c.rms_eps)
         cache.length = start + m
@@ -860,7 +883,9 @@ class Gemma3:
             if window is not None:
                 masked |= (qpos - kpos) >= window
             if masked.any():
-                s[..., masked] = -np.inf
+                # An additive 0 / -inf mask broadcast over the heads: a tenth of the time
+                # of assigning through the boolean index.
+                s += np.where(masked, np.float32(-np.inf), np.float32(0.0))
             s -= s.max(axis=-1, keepdims=True)
             np.exp(s, out=s)
             s /= s.sum(axis=-1, keepdims=True)
