@@ -10,6 +10,7 @@ import os
 import platform
 import statistics
 import time
+import warnings
 
 import numpy as np
 
@@ -81,8 +82,10 @@ def _torch_dynamic(x, w):
     torch.set_num_threads(_threads.get_num_threads())
     lin = torch.nn.Linear(w.shape[1], w.shape[0], bias=False)
     lin.weight.data = torch.from_numpy(w.copy())
-    qlin = torch.ao.quantization.quantize_dynamic(
-        torch.nn.Sequential(lin), {torch.nn.Linear}, dtype=torch.qint8)
+    with warnings.catch_warnings():  # torch 2.13 flags its own quantized tensors deprecated
+        warnings.simplefilter("ignore", UserWarning)
+        qlin = torch.ao.quantization.quantize_dynamic(
+            torch.nn.Sequential(lin), {torch.nn.Linear}, dtype=torch.qint8)
     tx = torch.from_numpy(x)
 
     def run():
@@ -170,7 +173,7 @@ def aligned_empty(shape, align=64):
     return raw[skip:skip + n].reshape(shape)
 
 
-def fwht_rows(rounds, calls=16, block=128, k=2048):
+def fwht_vs_copy(rounds, calls=16, block=128, k=2048):
     """Throughput of the in-place FWHT of 128-blocks against np.copyto of the same array.
 
     Each round times `calls` consecutive in-place transforms, then as many copies, of an
@@ -208,7 +211,7 @@ def fwht_rows(rounds, calls=16, block=128, k=2048):
     return out
 
 
-def rotation_cost_rows(isa, rounds, min_time):
+def rotated_matmul_cost(isa, rounds, min_time):
     """matmul against a weight packed with and without rotation (block 128), interleaved.
 
     Returns
@@ -231,12 +234,12 @@ def print_rotation(isa, rounds, min_time):
           f"interleaved rounds)")
     print("| in-place fwht of 128-blocks | fwht GB/s | np.copyto GB/s | fwht / copy |")
     print("|---|---|---|---|")
-    for kib, f, c in fwht_rows(max(rounds, 15)):
+    for kib, f, c in fwht_vs_copy(max(rounds, 15)):
         print(f"| ({kib * 256 // 2048}, 2048) float32, {kib} KiB | {f:.1f} | {c:.1f} | "
               f"{100 * f / c:.0f}% |")
     print("\n| M | K | N | rotated matmul vs plain (block 128) |")
     print("|---|---|---|---|")
-    for (m, k, n), extra in rotation_cost_rows(isa, rounds, min_time):
+    for (m, k, n), extra in rotated_matmul_cost(isa, rounds, min_time):
         print(f"| {m} | {k} | {n} | {100 * extra:+.1f}% |")
 
 

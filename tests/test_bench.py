@@ -32,6 +32,6 @@ def test_peak_loops_run_and_count_work():
 
 
 def test_fwht_rows_measure_both_contenders():
-    rows = bench.fwht_rows(rounds=2, calls=2)
+    rows = bench.fwht_vs_copy(rounds=2, calls=2)
     assert [kib for kib, _, _ in rows] == list(bench.FWHT_KIB)
     assert all(f > 0 and c > 0 for _, f, c in rows)
