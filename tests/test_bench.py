@@ -31,7 +31,7 @@ def test_peak_loops_run_and_count_work():
         assert bench.int8_peak_gops(name, 1, seconds=0.01) > 0
 
 
-def test_fwht_rows_measure_both_contenders():
+def test_fwht_vs_copy_measures_both_contenders():
     rows = bench.fwht_vs_copy(rounds=2, calls=2)
     assert [kib for kib, _, _ in rows] == list(bench.FWHT_KIB)
     assert all(f > 0 and c > 0 for _, f, c in rows)
