@@ -3,7 +3,7 @@
 
 Callers (``pyw8a8.rotation``) validate every argument first: arrays are C-contiguous
 float32, block sizes are powers of two dividing the row length, `isa` names the active
-path. Loops release the GIL and run rows in OpenMP ``prange``.
+path. Loops release the GIL and run rows (blocks, in `fwht_blocks`) in OpenMP ``prange``.
 """
 from cython.parallel cimport prange
 from libc.stdint cimport int64_t, uint32_t
@@ -32,8 +32,8 @@ def fwht_blocks(str isa, cnp.ndarray x, int64_t block, int nthreads):
 
     x is a writeable, C-contiguous float32 array whose size is a multiple of `block` (checked
     here too, so a wrong call raises instead of writing out of bounds). It is read through its
-    data pointer: a typed memoryview costs about as much as a 128-block transform per call.
-    One thread runs without entering an OpenMP region.
+    data pointer, and one thread runs without entering an OpenMP region: a typed memoryview
+    and a parallel region cost about 1 us per call, the time of some 30 block transforms.
     """
     if (cnp.PyArray_TYPE(x) != cnp.NPY_FLOAT32 or not cnp.PyArray_IS_C_CONTIGUOUS(x)
             or not cnp.PyArray_ISWRITEABLE(x) or block < 1 or cnp.PyArray_SIZE(x) % block):
