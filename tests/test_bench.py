@@ -26,9 +26,19 @@ def test_format_table_reports_peaks_and_ratios():
     assert second[6:] == ["4.0x", "2.00x", "13%", "5%", "20.0 (50%)"]
 
 
-def test_peak_loops_run_and_count_work():
-    for name in filter(None, ["scalar", bench.fp32_peak_name()]):
-        assert bench.int8_peak_gops(name, 1, seconds=0.01) > 0
+def test_peak_loops_dispatch_by_name_and_count_their_work():
+    """Each name reaches its own loop: the work per iteration is chains x lanes (12 chains;
+    an unknown name would fall back to the scalar loop's 16)."""
+    from pyw8a8 import _cpu, _kernels
+    per_iter = {"scalar": 16}
+    if _cpu.cpu_features()["avx2"]:
+        per_iter.update({"avx2": 12 * 32, "fp32-avx2": 12 * 8})
+    if _cpu.cpu_features()["avx512f"]:
+        per_iter["fp32-avx512"] = 12 * 16
+    for name, macs in per_iter.items():
+        assert _kernels.peak_macs(name, 10, 2) == 2 * 10 * macs, name
+    assert bench.fp32_peak_name() in per_iter or bench.fp32_peak_name() is None
+    assert bench.int8_peak_gops("scalar", 1, seconds=0.01) > 0
 
 
 def test_fwht_vs_copy_measures_both_contenders():
