@@ -546,17 +546,21 @@ def _run_speed(spec: dict) -> dict:
     weights = load_weights()
     tok = load_tokenizer()
     config = load_config()
-    models = {}
+    models, float_names = {}, set()
     for name in spec["configs"]:
         rcfg = parse_config(name)
-        models[name] = Gemma3(weights, config=config) if rcfg is None else Gemma3(
-            weights, config=config, linear=Router(rcfg, cache=WeightCache(0)))
+        if rcfg is None:
+            float_names.add(name)
+            models[name] = Gemma3(weights, config=config)
+        else:
+            models[name] = Gemma3(weights, config=config,
+                                  linear=Router(rcfg, cache=WeightCache(0)))
     del weights
     blas = ThreadpoolController()
     prompts = [tok.encode(s["prompt"]) for s in spec["samples"]]
 
     def forward(name, tokens):
-        if parse_config(name) is None:
+        if name in float_names:
             models[name].forward(tokens)
         else:
             with blas.limit(limits=1, user_api="blas"):
