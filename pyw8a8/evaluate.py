@@ -398,6 +398,18 @@ def _progress(iterable, total, desc):
     return tqdm(iterable, total=total, desc=desc, unit="q", file=sys.stderr, dynamic_ncols=True)
 
 
+def _build_model(rcfg, weights, config):
+    """(model, router) of a configuration's router settings; router None for the control."""
+    from .models.gemma3 import Gemma3
+
+    if rcfg is None:
+        return Gemma3(weights, config=config), None
+    from .model import Router, WeightCache
+
+    router = Router(rcfg, cache=WeightCache(0))  # one model: nothing to share
+    return Gemma3(weights, config=config, linear=router), router
+
+
 def _run_config(spec: dict) -> dict:
     t0 = time.perf_counter()
     name = spec["name"]
@@ -417,7 +429,7 @@ def _run_config(spec: dict) -> dict:
         core_info["core_error"] = f"{type(exc).__name__}: {exc}"
     result.update(core_info)
 
-    from .models.gemma3 import Gemma3, load_config, load_tokenizer, load_weights
+    from .models.gemma3 import load_config, load_tokenizer, load_weights
 
     weights = load_weights()
     tok = load_tokenizer()
@@ -425,14 +437,8 @@ def _run_config(spec: dict) -> dict:
     t_loaded = time.perf_counter()
 
     rcfg = parse_config(name)
-    router = None
-    if rcfg is None:
-        model = Gemma3(weights, config=config)
-    else:
-        from .model import Router, WeightCache
-
-        router = Router(rcfg, cache=WeightCache(0))  # one model: nothing to share
-        model = Gemma3(weights, config=config, linear=router)
+    model, router = _build_model(rcfg, weights, config)
+    if router is not None:
         result["router_config"] = {k: v for k, v in vars(rcfg).items()}
         # Only attention is left to numpy's BLAS here. OpenBLAS threads busy-wait after
         # each call and, on a machine with few cores, starve pyw8a8's OpenMP team (measured
@@ -535,8 +541,7 @@ def _run_speed(spec: dict) -> dict:
     """
     from threadpoolctl import ThreadpoolController
 
-    from .model import Router, WeightCache
-    from .models.gemma3 import Gemma3, load_config, load_tokenizer, load_weights
+    from .models.gemma3 import load_config, load_tokenizer, load_weights
 
     threads = spec.get("threads")
     if threads:
@@ -548,13 +553,9 @@ def _run_speed(spec: dict) -> dict:
     config = load_config()
     models, float_names = {}, set()
     for name in spec["configs"]:
-        rcfg = parse_config(name)
-        if rcfg is None:
+        models[name], router = _build_model(parse_config(name), weights, config)
+        if router is None:
             float_names.add(name)
-            models[name] = Gemma3(weights, config=config)
-        else:
-            models[name] = Gemma3(weights, config=config,
-                                  linear=Router(rcfg, cache=WeightCache(0)))
     del weights
     blas = ThreadpoolController()
     prompts = [tok.encode(s["prompt"]) for s in spec["samples"]]
