@@ -1,5 +1,6 @@
 # Developer targets of pyw8a8.
 #
+#   make arm-tools  install what the Arm kernel tests need (gcc-aarch64-linux-gnu, qemu-user)
 #   make sanitize   build the extension with AddressSanitizer + UndefinedBehaviorSanitizer
 #                   (setup.py's PYW8A8_SANITIZE=1) in a scratch copy of the work tree, so the
 #                   normal build is left alone, and run the kernel tests against that build
@@ -15,7 +16,12 @@ SANITIZE_TESTS ?= tests/test_properties.py tests/test_hostile.py tests/test_thre
 	           tests/test_packing.py tests/test_rotation.py)
 SANITIZE_PYTEST_ARGS ?= -q -m "not slow" -p no:cacheprovider --capture=sys
 
-.PHONY: sanitize
+.PHONY: sanitize arm-tools
+
+# The cross compiler and qemu that the Arm kernel tests need (tests/c/run.sh arm; Debian).
+arm-tools:
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc-aarch64-linux-gnu qemu-user
 sanitize:
 	@set -e; \
 	dir=$$(mktemp -d "$${TMPDIR:-/tmp}/pyw8a8-sanitize.XXXXXX"); \

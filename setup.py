@@ -22,7 +22,7 @@ def _compile_flags():
     if sys.platform == "win32":
         flags, link = ["/O2", "/openmp"], []
     else:
-        flags = ["-O3", "-fno-strict-aliasing", "-std=c11", "-Wno-unused-function"]
+        flags = ["-O3", "-fno-strict-aliasing", "-ffp-contract=off", "-std=c11"]
         link = []
         if os.environ.get("PYW8A8_NO_OPENMP") != "1":
             flags.append("-fopenmp")

@@ -4,7 +4,7 @@ int8 weights (one scale per output channel, packed once) times int8 activations 
 per token, quantized per call), exact int32 accumulation, float output; by default with a
 block randomized Walsh-Hadamard rotation that spreads outliers before quantizing.
 """
-from ._cpu import available_isas, cpu_features, isa, set_isa, use_isa
+from ._cpu import available_isas, compiled_isas, cpu_features, isa, set_isa, use_isa
 from ._threads import get_num_threads, set_num_threads
 from .matmul import int8_matmul, matmul, matmul_pair
 from .packing import PackedWeight, pack_weight
@@ -17,6 +17,7 @@ __version__ = "0.1.0"
 __all__ = [
     "PackedWeight",
     "available_isas",
+    "compiled_isas",
     "cpu_features",
     "equalize_ffn",
     "fwht",

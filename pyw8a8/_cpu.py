@@ -20,12 +20,23 @@ def cpu_features():
     return _kernels.cpu_features()
 
 
+def compiled_isas():
+    """Every path compiled into this build (the C registry), most preferred first.
+
+    Returns
+    -------
+    list of str
+    """
+    return _kernels.isa_names()
+
+
 def available_isas():
     """Paths this CPU can run, most preferred first.
 
     ``scalar`` comes last but one; last is ``scalar_u8s8``, plain C computing the u8 x s8
     products and +128 compensation of the VNNI/AMX paths, which is never chosen by default
-    and lets the tests check that arithmetic on any CPU.
+    and lets the tests check that arithmetic on any CPU.  ``amx`` counts only once Linux
+    has granted the process the tile state (asked for here, the first time).
 
     Returns
     -------
@@ -34,7 +45,9 @@ def available_isas():
     return [name for name in _kernels.isa_names() if _kernels.isa_supported(name)]
 
 
-def _checked_ops(name, source):
+def checked_ops(name, source):
+    """The IsaOps of path `name`, or a clear error naming `source` when it is unknown or
+    this CPU cannot run it (internal)."""
     known = _kernels.isa_names()
     if not isinstance(name, str) or name not in known:
         raise ValueError(f"{source}={name!r} is not an instruction-set path of pyw8a8; "
@@ -48,8 +61,8 @@ def _checked_ops(name, source):
 def _initial_ops():
     forced = os.environ.get(ENV_ISA)
     if forced:
-        return _checked_ops(forced.strip(), ENV_ISA)
-    return _kernels.IsaOps(available_isas()[0])
+        return checked_ops(forced.strip(), ENV_ISA)
+    return _kernels.IsaOps(_kernels.best_isa())
 
 
 _active = _initial_ops()
@@ -99,7 +112,20 @@ def set_isa(name):
         If this CPU cannot run it.
     """
     global _active
-    _active = _checked_ops(name, "isa")
+    _active = checked_ops(name, "isa")
+
+
+@contextlib.contextmanager
+def use_ops(ops):
+    """Run the body's calls on `ops`, an IsaOps of a supported path (internal: the bench's
+    no-op-kernel copy of a path)."""
+    global _active
+    previous = _active
+    _active = ops
+    try:
+        yield
+    finally:
+        _active = previous
 
 
 @contextlib.contextmanager

@@ -2,23 +2,45 @@
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 cdef extern from "_simd/dispatch.h" nogil:
-    int W8_NR
-    int W8_KPAD
-    int W8_MAX_KC
-    int W8_CORR_NONE, W8_CORR_ROW, W8_CORR_COL
-    int W8_OUT_F32, W8_OUT_I32, W8_OUT_I64
-    int W8_ENC_BIASED, W8_ENC_SIGNED
+    # The layout and arithmetic constants, exported to Python from this one place.
+    cpdef enum:
+        W8_NR
+        W8_KPAD
+        W8_A_ROW_PAD
+        W8_EXACT_K
+        W8_ENC_BIASED
+        W8_ENC_SIGNED
+        W8_OUT_F32
+        W8_OUT_I32
+        W8_OUT_I64
+    enum:
+        W8_CORR_NONE, W8_CORR_ROW, W8_CORR_COL
+
+    ctypedef struct w8_cpu_features:
+        int sse41, avx2, fma, avx512f, avx512bw, avx512vl, avx512vnni, avxvnni
+        int amx_tile, amx_int8, asimd, asimddp
+
+    ctypedef void (*w8_ukernel_fn)(int rows, int npanels, int64_t kq, const uint8_t *a,
+                                   int64_t lda, const uint8_t *b, int64_t panel_stride,
+                                   int32_t *c, int64_t ldc, int accumulate)
+    ctypedef void (*w8_fwht_fn)(float *x, int64_t n)
+    ctypedef void (*w8_sign_scale_fn)(const float *x, float *y, int64_t n, uint32_t pos,
+                                      uint32_t seed, float c)
+    ctypedef int64_t (*w8_peak_fn)(int64_t iters, int32_t *sink)
 
     ctypedef struct w8_isa_ops:
         const char *name
         int mr
         int nv
+        w8_ukernel_fn ukernel[2]
         int corr[2]
         uint8_t a_flip[2]
-
-    ctypedef struct w8_cpu_features:
-        int sse41, avx2, fma, avx512f, avx512bw, avx512vl, avx512vnni, avxvnni
-        int amx_tile, amx_int8, asimd, asimddp
+        int auto_encoding
+        w8_fwht_fn fwht
+        w8_sign_scale_fn sign_scale
+        w8_peak_fn peak
+        int (*supported)(const w8_cpu_features *f)
+        int explicit_only
 
     ctypedef struct w8_gemm_plan:
         const w8_isa_ops *ops
@@ -36,24 +58,32 @@ cdef extern from "_simd/dispatch.h" nogil:
         int64_t ldo
         int64_t kc, mc, nc
 
-    const char *w8_isa_names[]
+    const w8_isa_ops w8_isas[]
     int W8_NUM_ISAS
     const w8_isa_ops *w8_isa_lookup(const char *name)
-    int w8_isa_supported(const w8_cpu_features *f, const char *name)
+    const w8_isa_ops *w8_isa_best(const w8_cpu_features *f)
     void w8_cpu_detect(w8_cpu_features *f)
-    int w8_amx_request()
     int w8_quantize_row(const w8_isa_ops *ops, const float *x, int64_t K, int64_t Kp,
                         uint8_t flip, uint8_t *q, float *scale, int32_t *psum)
+    int w8_quantize_row_rotated(const w8_isa_ops *ops, const float *x, int64_t K,
+                                int64_t Kp, uint8_t flip, uint8_t *q, float *scale,
+                                int32_t *psum, int64_t block, uint32_t seed,
+                                float *scratch)
     void w8_gemm_range(const w8_gemm_plan *g, int64_t m0, int64_t m1, int64_t n0,
                        int64_t n1)
-    ctypedef void (*w8_fwht_fn)(float *x, int64_t n)
-    w8_fwht_fn w8_fwht_for(const char *isa_name)
-    int w8_quantize_row_rotated(const w8_isa_ops *ops, w8_fwht_fn fwht, const float *x,
-                                int64_t K, int64_t Kp, uint8_t flip, uint8_t *q,
-                                float *scale, int32_t *psum, int64_t block, uint32_t seed,
-                                float *scratch)
+    int w8_amx_config_roundtrip()
+    void w8_task_begin(const w8_isa_ops *ops)
+    void w8_task_end(const w8_isa_ops *ops)
 
 cdef extern from "_simd/microbench.h" nogil:
-    ctypedef int64_t (*w8_peak_fn)(int64_t iters, int32_t *sink)
-    w8_peak_fn w8_peak_for(const char *isa)
+    w8_peak_fn w8_fp32_peak(int zmm)
     uint64_t w8_read_bytes(const uint8_t *p, int64_t n)
+    void w8_noop_ukernel(int rows, int npanels, int64_t kq, const uint8_t *a, int64_t lda,
+                         const uint8_t *b, int64_t panel_stride, int32_t *c, int64_t ldc,
+                         int accumulate)
+
+cdef class IsaOps:
+    cdef w8_isa_ops table
+    cdef const w8_isa_ops *ops
+    cdef readonly str name
+    cdef readonly int index, mr, nv

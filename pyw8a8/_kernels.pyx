@@ -16,16 +16,6 @@ import numpy as np
 
 cnp.import_array()
 
-NR = W8_NR
-KPAD = W8_KPAD
-MAX_KC = W8_MAX_KC
-OUT_F32 = W8_OUT_F32
-OUT_I32 = W8_OUT_I32
-OUT_I64 = W8_OUT_I64
-CORR_NONE = W8_CORR_NONE
-CORR_ROW = W8_CORR_ROW
-CORR_COL = W8_CORR_COL
-
 cdef w8_cpu_features _features
 w8_cpu_detect(&_features)
 
@@ -43,44 +33,72 @@ def cpu_features():
 
 
 def isa_names():
-    """Every path compiled into this binary, most preferred first."""
-    return [w8_isa_names[i].decode() for i in range(W8_NUM_ISAS)
-            if w8_isa_lookup(w8_isa_names[i]) != NULL]
+    """Every path of the registry (compiled into this binary), most preferred first."""
+    return [w8_isas[i].name.decode() for i in range(W8_NUM_ISAS)]
 
 
 def isa_supported(str name):
-    cdef bytes b = name.encode()
-    return bool(w8_isa_supported(&_features, b))
+    """Whether this CPU (and OS) runs path `name`; for amx this asks Linux for the tile
+    state the first time."""
+    cdef const w8_isa_ops *ops = w8_isa_lookup(name.encode())
+    return ops != NULL and bool(ops.supported(&_features))
+
+
+def isa_explicit_only(str name):
+    """Whether path `name` is a test path, chosen only when asked for by name."""
+    cdef const w8_isa_ops *ops = w8_isa_lookup(name.encode())
+    return ops != NULL and bool(ops.explicit_only)
+
+
+def best_isa():
+    """The path the dispatcher picks on this CPU."""
+    return w8_isa_best(&_features).name.decode()
 
 
 cdef class IsaOps:
-    """One instruction-set path: the C function table and its kernel geometry."""
-    cdef const w8_isa_ops *ops
-    cdef readonly str name
-    cdef readonly int mr, nv
+    """One instruction-set path: its registry entry, chosen once and passed along.
 
-    def __cinit__(self, str name):
-        cdef bytes b = name.encode()
-        self.ops = w8_isa_lookup(b)
-        if self.ops == NULL:
+    ``noop_kernel=True`` gives a copy whose microkernels do no arithmetic (they store
+    zeros): everything else runs as on the path, which is what ``bench --overhead`` times.
+    """
+
+    def __cinit__(self, str name, bint noop_kernel=False):
+        cdef const w8_isa_ops *entry = w8_isa_lookup(name.encode())
+        if entry == NULL:
             raise ValueError(f"unknown instruction-set path {name!r}")
-        self.name = name
-        self.mr = self.ops.mr
-        self.nv = self.ops.nv
+        self.table = entry[0]
+        if noop_kernel:
+            self.table.ukernel[0] = w8_noop_ukernel
+            self.table.ukernel[1] = w8_noop_ukernel
+        self.ops = &self.table
+        # Its own name keeps the tuner's timings of the real kernels apart.
+        self.name = name + "+noop" if noop_kernel else name
+        self.index = entry - &w8_isas[0]
+        self.mr = entry.mr
+        self.nv = entry.nv
 
-    def a_flip(self, int enc):
-        """XOR applied to quantized activations for the kernel of encoding `enc`."""
-        return int(self.ops.a_flip[enc])
+    @property
+    def auto_encoding(self):
+        """The weight encoding this path runs best ('biased' or 'signed')."""
+        return "signed" if self.ops.auto_encoding == W8_ENC_SIGNED else "biased"
 
-    def corr(self, int enc):
-        """Compensation (CORR_*) the kernel of encoding `enc` needs."""
-        return int(self.ops.corr[enc])
+    def row_sums(self, int enc):
+        """Whether the kernel of encoding `enc` needs the activations' prefix sums."""
+        return self.ops.corr[enc] == W8_CORR_ROW
+
+    def activation_key(self, int enc):
+        """Products whose keys are equal share one quantization of their activations."""
+        return (self.ops.a_flip[enc], self.ops.corr[enc] == W8_CORR_ROW)
+
+    def __repr__(self):
+        return f"IsaOps({self.name!r})"
 
 
-def quantize_rows(IsaOps isa, const float[:, ::1] x, uint8_t[:, ::1] q, float[::1] scale,
-                  int32_t[:, ::1] psum, int flip, int nthreads, int64_t block=0,
+def quantize_rows(IsaOps isa, int enc, const float[:, ::1] x, uint8_t[:, ::1] q,
+                  float[::1] scale, int32_t[:, ::1] psum, int nthreads, int64_t block=0,
                   uint32_t seed=0):
-    """Quantize each row of x into q (Kp columns, zero-padded) in parallel; K >= 1.
+    """Quantize each row of x into q (Kp columns, zero-padded) in parallel, as the kernel
+    of path `isa` and weight encoding `enc` reads them; K >= 1.
 
     psum is (M, Kp/64 + 1) or has zero rows when prefix sums are not needed.
     block > 0 rotates each row first (block Hadamard with signs from `seed`, fused with
@@ -90,7 +108,7 @@ def quantize_rows(IsaOps isa, const float[:, ::1] x, uint8_t[:, ::1] q, float[::
     cdef int64_t M = x.shape[0], K = x.shape[1], Kp = q.shape[1], i
     cdef int want_psum = psum.shape[0] > 0
     cdef int64_t bad = -1
-    cdef w8_fwht_fn fwht
+    cdef uint8_t flip = isa.ops.a_flip[enc]
     cdef float *scratch = NULL
     cdef uint8_t *st
     if M == 0:
@@ -102,11 +120,9 @@ def quantize_rows(IsaOps isa, const float[:, ::1] x, uint8_t[:, ::1] q, float[::
     if block == 0:
         with nogil:
             for i in prange(M, schedule="static", num_threads=nthreads):
-                st[i] = w8_quantize_row(isa.ops, &x[i, 0], K, Kp,
-                                        <uint8_t>flip, &q[i, 0],
+                st[i] = w8_quantize_row(isa.ops, &x[i, 0], K, Kp, flip, &q[i, 0],
                                         &scale[i], &psum[i, 0] if want_psum else NULL)
     else:
-        fwht = w8_fwht_for(isa.ops.name)
         # One scratch row per thread: the rotated row is quantized from it, so the
         # activation matrix is never copied whole.
         with nogil, parallel(num_threads=nthreads):
@@ -116,8 +132,8 @@ def quantize_rows(IsaOps isa, const float[:, ::1] x, uint8_t[:, ::1] q, float[::
                     st[i] = 2
                 else:
                     st[i] = w8_quantize_row_rotated(
-                        isa.ops, fwht, &x[i, 0], K, Kp, <uint8_t>flip, &q[i, 0],
-                        &scale[i], &psum[i, 0] if want_psum else NULL, block, seed, scratch)
+                        isa.ops, &x[i, 0], K, Kp, flip, &q[i, 0], &scale[i],
+                        &psum[i, 0] if want_psum else NULL, block, seed, scratch)
             free(scratch)
     for i in range(M):
         if st[i] != 0:
@@ -132,12 +148,14 @@ def quantize_rows(IsaOps isa, const float[:, ::1] x, uint8_t[:, ::1] q, float[::
 def gemm(IsaOps isa, list jobs, int nthreads):
     """Run GEMM jobs in one parallel region.
 
-    Each job is a tuple ``(enc, a, a_psum, b, b_psum, a_scale, b_scale, N, out, out_kind,
-    kc, mc, nc, m_step, n_step)``: C[:M, :N] of `out` (a C-contiguous 2-D float32, int32 or
-    int64 array per out_kind, rows possibly longer than N) = the quantized activations `a`
-    (M, Kp) times the packed panels `b`, split into m_step x n_step tasks.  Empty
-    psum/scale arrays (zero rows) mean "not needed".  Arrays must stay alive (the caller's
-    list keeps them) and are trusted: the Python layer has validated them.
+    Each job is a tuple ``(enc, a, m, a_psum, b, b_psum, a_scale, b_scale, N, out,
+    out_kind, kc, mc, nc, m_step, n_step)``: C[:m, :N] of `out` (a C-contiguous 2-D
+    float32, int32 or int64 array per out_kind, rows possibly longer than N) = the first m
+    rows of the quantized activations `a` (its rows a multiple of W8_A_ROW_PAD, Kp
+    columns) times the packed panels `b`, split into m_step x n_step tasks.  float32 and
+    int32 outputs need Kp <= W8_EXACT_K.  Empty psum/scale arrays (zero rows) mean "not
+    needed".  Arrays must stay alive (the caller's list keeps them) and are trusted: the
+    Python layer has validated them.
     """
     cdef int njobs = len(jobs), j
     cdef int64_t M, N, Kp, m_step, n_step, t, ntasks = 0
@@ -154,15 +172,18 @@ def gemm(IsaOps isa, list jobs, int nthreads):
     cdef w8_gemm_plan plans[64]
     job_first[0] = 0
     for j in range(njobs):
-        (enc, a, a_psum, b, b_psum, a_scale, b_scale, N, outa, out_kind,
+        (enc, a, M, a_psum, b, b_psum, a_scale, b_scale, N, outa, out_kind,
          kc, mc, nc, m_step, n_step) = jobs[j]
-        M = a.shape[0]
         Kp = a.shape[1]
         job_m_step[j] = m_step
         job_n_step[j] = n_step
         if M == 0 or N == 0 or Kp == 0:
             job_first[j + 1] = job_first[j]
             continue
+        if out_kind != W8_OUT_I64 and Kp > W8_EXACT_K:
+            raise ValueError(f"K of {Kp} needs the int64 output (W8_EXACT_K)")
+        if a.shape[0] < M or a.shape[0] % W8_A_ROW_PAD:
+            raise ValueError("the activation buffer must hold whole W8_A_ROW_PAD row tiles")
         plans[j].ops = isa.ops
         plans[j].enc = enc
         plans[j].M = M
@@ -186,9 +207,21 @@ def gemm(IsaOps isa, list jobs, int nthreads):
     ntasks = job_first[njobs]
     if ntasks == 0:
         return
+    cdef const w8_isa_ops *ops = isa.ops
     with nogil:
-        for t in prange(ntasks, schedule="dynamic", num_threads=nthreads):
-            _run_task(plans, njobs, job_first, job_m_step, job_n_step, t)
+        if nthreads <= 1 or ntasks == 1:
+            # No OpenMP region: waking a team costs more than a small product.
+            w8_task_begin(ops)
+            for t in range(ntasks):
+                _run_task(plans, njobs, job_first, job_m_step, job_n_step, t)
+            w8_task_end(ops)
+        else:
+            with parallel(num_threads=nthreads):
+                # Once per thread and call (AMX: the tile configuration).
+                w8_task_begin(ops)
+                for t in prange(ntasks, schedule="dynamic"):
+                    _run_task(plans, njobs, job_first, job_m_step, job_n_step, t)
+                w8_task_end(ops)
 
 
 cdef void _run_task(const w8_gemm_plan *plans, int njobs, const int64_t *job_first,
@@ -205,9 +238,12 @@ cdef void _run_task(const w8_gemm_plan *plans, int njobs, const int64_t *job_fir
     cdef int64_t m0 = (local // n_blocks) * m_steps[j], n0 = (local % n_blocks) * n_steps[j]
     w8_gemm_range(g, m0, min(m0 + m_steps[j], g.M), n0, min(n0 + n_steps[j], g.N))
 
-def amx_request():
-    """Ask the OS for the AMX tile state; True when granted."""
-    return bool(w8_amx_request())
+
+def amx_config_roundtrip():
+    """Load the AMX tile configuration and read it back (call only where the amx path is
+    supported): True when every byte arrived, None when this build has no AMX path."""
+    cdef int ok = w8_amx_config_roundtrip()
+    return None if ok < 0 else bool(ok)
 
 
 def omp_max_threads():
@@ -215,23 +251,33 @@ def omp_max_threads():
     return omp_get_max_threads()
 
 
-def peak_macs(str isa, int64_t iters, int nthreads):
-    """Run the int8 instruction-peak loop of path `isa` on `nthreads` threads.
-
-    Returns the total multiply-accumulates performed (divide by the wall time).
-    """
-    cdef bytes name = isa.encode()
-    cdef w8_peak_fn fn = w8_peak_for(name)
-    cdef int64_t t, total = 0
-    cdef int32_t sink = 0
+cdef int64_t _run_peak(w8_peak_fn fn, int64_t iters, int nthreads):
     sinks = np.zeros(nthreads, dtype=np.int32)
     macs = np.zeros(nthreads, dtype=np.int64)
     cdef int32_t[::1] s = sinks
     cdef int64_t[::1] mv = macs
+    cdef int t
     with nogil:
         for t in prange(nthreads, schedule="static", num_threads=nthreads):
             mv[t] = fn(iters, &s[t])
     return int(macs.sum())
+
+
+def peak_macs(IsaOps isa, int64_t iters, int nthreads):
+    """Run the int8 instruction-peak loop of path `isa` on `nthreads` threads (the caller
+    has checked that this CPU runs it).
+
+    Returns the total multiply-accumulates performed (divide by the wall time).
+    """
+    return _run_peak(isa.ops.peak, iters, nthreads)
+
+
+def fp32_peak_macs(bint zmm, int64_t iters, int nthreads):
+    """The float32 FMA peak loop (ymm, or zmm where the CPU has AVX-512), as peak_macs."""
+    cdef w8_peak_fn fn = w8_fp32_peak(zmm)
+    if fn == NULL:
+        raise RuntimeError("no float32 peak loop for this architecture")
+    return _run_peak(fn, iters, nthreads)
 
 
 def read_bytes(const uint8_t[::1] buf, int nthreads):

@@ -3,7 +3,7 @@
 
 Callers (``pyw8a8.rotation``) validate every argument first: arrays are C-contiguous
 float32, block sizes are powers of two dividing the row length, `isa` names the active
-path. Loops release the GIL and run rows (blocks, in `fwht_blocks`) in OpenMP ``prange``.
+path (its index in the registry, ``IsaOps.index``). Loops release the GIL and run rows (blocks, in `fwht_blocks`) in OpenMP ``prange``.
 """
 from cython.parallel cimport prange
 from libc.stdint cimport int64_t, uint32_t
@@ -14,12 +14,10 @@ import numpy as np
 cnp.import_array()
 
 
+from pyw8a8._kernels cimport W8_NUM_ISAS, w8_fwht_fn, w8_isas, w8_sign_scale_fn
+
+
 cdef extern from "_simd/fwht.h" nogil:
-    ctypedef void (*w8_fwht_fn)(float *x, int64_t n)
-    ctypedef void (*w8_sign_scale_fn)(const float *x, float *y, int64_t n, uint32_t pos,
-                                      uint32_t seed, float c)
-    w8_fwht_fn w8_fwht_for(const char *isa_name)
-    w8_sign_scale_fn w8_sign_scale_for(const char *isa_name)
     uint32_t w8_sign_bit(uint32_t pos, uint32_t seed)
     void w8_rotate_row(w8_fwht_fn fwht, w8_sign_scale_fn sign_scale, const float *x,
                        float *y, int64_t K, int64_t block, uint32_t seed)
@@ -27,7 +25,13 @@ cdef extern from "_simd/fwht.h" nogil:
                          float *x, int64_t K, int64_t block, uint32_t seed)
 
 
-def fwht_blocks(str isa, cnp.ndarray x, int64_t block, int nthreads):
+cdef inline int _checked(int isa) except -1:
+    if not 0 <= isa < W8_NUM_ISAS:
+        raise ValueError(f"no instruction-set path has index {isa}")
+    return isa
+
+
+def fwht_blocks(int isa, cnp.ndarray x, int64_t block, int nthreads):
     """Unnormalized FWHT, in place, of every `block` consecutive values of x.
 
     x is a writeable, C-contiguous float32 array whose size is a multiple of `block` (checked
@@ -39,8 +43,7 @@ def fwht_blocks(str isa, cnp.ndarray x, int64_t block, int nthreads):
             or not cnp.PyArray_ISWRITEABLE(x) or block < 1 or cnp.PyArray_SIZE(x) % block):
         raise ValueError("fwht_blocks needs a writeable C-contiguous float32 array whose "
                          "size is a multiple of block")
-    cdef bytes name = isa.encode()
-    cdef w8_fwht_fn fwht = w8_fwht_for(name)
+    cdef w8_fwht_fn fwht = w8_isas[_checked(isa)].fwht
     cdef float *p = <float *> cnp.PyArray_DATA(x)
     cdef int64_t nblocks = cnp.PyArray_SIZE(x) // block, i
     with nogil:
@@ -52,12 +55,11 @@ def fwht_blocks(str isa, cnp.ndarray x, int64_t block, int nthreads):
                 fwht(p + i * block, block)
 
 
-def rotate_rows(str isa, const float[:, ::1] x, float[:, ::1] out, int64_t block,
+def rotate_rows(int isa, const float[:, ::1] x, float[:, ::1] out, int64_t block,
                 uint32_t seed, bint inverse, int nthreads):
     """out = the block rotation of each row of x, or its inverse (out may be x)."""
-    cdef bytes name = isa.encode()
-    cdef w8_fwht_fn fwht = w8_fwht_for(name)
-    cdef w8_sign_scale_fn sign_scale = w8_sign_scale_for(name)
+    cdef w8_fwht_fn fwht = w8_isas[_checked(isa)].fwht
+    cdef w8_sign_scale_fn sign_scale = w8_isas[isa].sign_scale
     cdef int64_t M = x.shape[0], K = x.shape[1], i
     if M == 0 or K == 0:
         return
@@ -69,15 +71,14 @@ def rotate_rows(str isa, const float[:, ::1] x, float[:, ::1] out, int64_t block
                 w8_rotate_row(fwht, sign_scale, &x[i, 0], &out[i, 0], K, block, seed)
 
 
-def signs(str isa, uint32_t start, int64_t n, uint32_t seed):
+def signs(int isa, uint32_t start, int64_t n, uint32_t seed):
     """The +-1 signs of positions start .. start + n - 1 as path `isa` applies them.
 
     Returns
     -------
     ndarray of float32, shape (n,)
     """
-    cdef bytes name = isa.encode()
-    cdef w8_sign_scale_fn sign_scale = w8_sign_scale_for(name)
+    cdef w8_sign_scale_fn sign_scale = w8_isas[_checked(isa)].sign_scale
     out = np.ones(n, dtype=np.float32)
     cdef float[::1] o = out
     if n > 0:

@@ -1,7 +1,10 @@
 """W8A8 products: validation, activation quantization, blocking choice, output handling.
 
-The arithmetic: ``C[m, n] = s_a[m] * s_w[n] * sum_k qa[m, k] * qw[n, k]`` with the integer
-sum exact in int32 within each K-range (at most 32768 wide) and float32 across ranges.
+The arithmetic: ``C[m, n] = s_a[m] * s_w[n] * sum_k qa[m, k] * qw[n, k]``, with the integer
+sum exact and converted to float once: in int32 for K <= 131072 (``_kernels.W8_EXACT_K``,
+where no sum of products of [-127, 127] values can overflow), beyond that in int64 over
+exact int32 sums of 131072-wide K-ranges.  The result is the same on every path, thread
+count and blocking, bit for bit.
 """
 import math
 import time
@@ -10,14 +13,11 @@ import numpy as np
 
 from . import _cpu, _kernels, _threads
 from .tuning import TUNER
-from .packing import PackedWeight, pack_int8
+from .packing import PackedWeight, pack_int8, padded, prefix_sums
 from .quantize import Workspace, quantize_rows
 from ._validation import float_array, int8_matrix
 
 _WORKSPACE = Workspace()
-
-# int32 holds any sum of K products of two values in [-127, 127] up to this K.
-INT32_SAFE_K = (2**31 - 1) // (127 * 127)
 
 
 def _check_packed(packed, name):
@@ -39,10 +39,9 @@ def _activations(x, k, name="x"):
 
 
 def _quantized_activations(x2d, packed, ops, enc, shape):
-    """(q (M, Kp) bytes for the kernel of `enc`, scale (M,), prefix sums or empty), in
+    """(q (Mp, Kp) bytes for the kernel of `enc`, scale (M,), prefix sums or empty), in
     this thread's workspace."""
-    return quantize_rows(np.ascontiguousarray(x2d), packed.kp, flip=ops.a_flip(enc),
-                         psum=ops.corr(enc) == _kernels.CORR_ROW, name="x",
+    return quantize_rows(np.ascontiguousarray(x2d), packed.kp, ops, enc, name="x",
                          shape=tuple(shape) + x2d.shape[1:],
                          block=packed.block if packed.rotate else 0, seed=packed.seed,
                          workspace=_WORKSPACE)
@@ -84,13 +83,13 @@ def _finish(result, target):
     return target
 
 
-def _job(ops, enc, qa, a_psum, packed, a_scale, out2d, out_kind, group, nthreads):
+def _job(ops, enc, qa, m, a_psum, packed, a_scale, out2d, out_kind, group, nthreads):
     """One GEMM job for _kernels.gemm, with tuned blocking; also returns the tuner slot."""
-    m, kp = qa.shape
+    kp = qa.shape[1]
     n = packed.shape[0]
     key, index, (kc, mc, nc, m_step, n_step) = TUNER.choose(ops, (enc, group), m, n, kp,
                                                             nthreads)
-    job = (enc, qa, a_psum, packed.panels.reshape(-1), packed.psum, a_scale,
+    job = (enc, qa, m, a_psum, packed.panels.reshape(-1), packed.psum, a_scale,
            packed.scales, n, out2d, out_kind, kc, mc, nc, m_step, n_step)
     return job, (key, index)
 
@@ -163,16 +162,25 @@ def _run(x2d, pairs, lead):
     _WORKSPACE.reset()
     cache = {}
     jobs = []
+    wide = []  # (int64 sums, float32 output, activation scales, weight) when K is huge
     nthreads = _threads.threads_for(m * k * sum(p.shape[0] for p, _ in pairs))
     for packed, out2d in pairs:
         enc = _encoding_index(packed)
-        key = (ops.a_flip(enc), ops.corr(enc) == _kernels.CORR_ROW)
+        key = ops.activation_key(enc)
         if key not in cache:
             cache[key] = _quantized_activations(x2d, packed, ops, enc, lead)
         qa, a_scale, a_psum = cache[key]
-        jobs.append(_job(ops, enc, qa, a_psum, packed, a_scale, out2d, _kernels.OUT_F32,
-                         len(pairs), nthreads))
+        target, kind = out2d, _kernels.W8_OUT_F32
+        if packed.kp > _kernels.W8_EXACT_K:
+            target, kind = np.empty(out2d.shape, np.int64), _kernels.W8_OUT_I64
+            wide.append((target, out2d, a_scale, packed))
+        jobs.append(_job(ops, enc, qa, m, a_psum, packed, a_scale, target, kind, len(pairs),
+                         nthreads))
     _gemm(ops, jobs, nthreads)
+    for sums, out2d, a_scale, packed in wide:
+        # The one conversion and the two float32 products of the C epilogue, in numpy.
+        np.multiply(sums.astype(np.float32), a_scale[:, None] * packed.scales[None, :],
+                    out=out2d)
 
 
 def matmul_pair(x, packed1, packed2):
@@ -258,25 +266,25 @@ def int8_matmul(qa, qw, *, encoding="auto", out_dtype=np.int32, _kc=None):
     ops = _cpu.active_ops(m)
     enc = _encoding_index(packed)
     kp = packed.kp
-    flip = ops.a_flip(enc)
-    abytes = np.full((m, kp), flip, dtype=np.uint8)
-    abytes[:, :k] = a.view(np.uint8) ^ np.uint8(flip)
-    psum = np.zeros((m if ops.corr(enc) == _kernels.CORR_ROW else 0,
-                     kp // _kernels.KPAD + 1), dtype=np.int32)
+    flip, row_sums = ops.activation_key(enc)
+    abytes = np.full((padded(m, _kernels.W8_A_ROW_PAD), kp), flip, dtype=np.uint8)
+    abytes[:m, :k] = a.view(np.uint8) ^ np.uint8(flip)
+    psum = np.zeros((m if row_sums else 0, kp // _kernels.W8_KPAD + 1), dtype=np.int32)
     if psum.shape[0]:
-        chunks = abytes.view(np.int8) ^ np.int8(flip - 256 if flip else 0)
-        np.cumsum(chunks.reshape(m, -1, _kernels.KPAD).sum(axis=2, dtype=np.int32),
-                  axis=1, out=psum[:, 1:])
-    acc = np.zeros((m, n), dtype=np.int64)
+        prefix_sums(a, kp, psum)
+    # int32 sums are exact up to W8_EXACT_K; beyond, the kernels add exact int32 sums of
+    # W8_EXACT_K-wide ranges in int64.
+    wide = kp > _kernels.W8_EXACT_K
+    acc = np.zeros((m, n), dtype=np.int64 if wide else np.int32)
     if m and n and k:
         nthreads = _threads.threads_for(m * n * k)
-        job, slot = _job(ops, enc, abytes, psum, packed, np.empty(0, np.float32), acc,
-                         _kernels.OUT_I64, 1, nthreads)
+        job, slot = _job(ops, enc, abytes, m, psum, packed, np.empty(0, np.float32), acc,
+                         _kernels.W8_OUT_I64 if wide else _kernels.W8_OUT_I32, 1, nthreads)
         if _kc is not None:
-            job = job[:10] + (_kc,) + job[11:]
+            job = job[:11] + (_kc,) + job[12:]
         _gemm(ops, [(job, slot)], nthreads)
-    if out_dtype == np.int64:
-        return acc
-    if k > INT32_SAFE_K and acc.size and (acc.max() > 2**31 - 1 or acc.min() < -2**31):
+    if out_dtype == np.int64 or not wide:
+        return acc.astype(out_dtype, copy=False)
+    if acc.size and (acc.max() > 2**31 - 1 or acc.min() < -2**31):
         raise OverflowError(f"qa @ qw.T exceeds int32 (K={k}); use out_dtype=numpy.int64")
     return acc.astype(np.int32)

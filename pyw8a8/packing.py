@@ -6,22 +6,18 @@ multiple of 16 (Np); the bytes form Np/16 panels of Kp/4 quad rows, each quad ro
 """
 import numpy as np
 
-from . import _kernels
+from . import _cpu, _kernels
 from ._validation import float_array, positive_int
 
 ENCODINGS = ("biased", "signed")
 _FORMAT_VERSION = 1
 
 
-def _is_arm():
-    import platform
-    return platform.machine().lower() in ("aarch64", "arm64")
-
-
 def resolve_encoding(encoding):
-    """'biased' on x86 (u8 x s8 instructions), 'signed' on Arm (sdot) for 'auto'."""
+    """For 'auto', the encoding the active path runs best (its registry entry): 'biased' on
+    x86 (u8 x s8 instructions), 'signed' on Arm (sdot)."""
     if encoding == "auto":
-        return "signed" if _is_arm() else "biased"
+        return _cpu.active_ops().auto_encoding
     if encoding not in ENCODINGS:
         raise ValueError(f"encoding must be 'biased', 'signed' or 'auto', got {encoding!r}")
     return encoding
@@ -31,11 +27,25 @@ def padded(n, multiple):
     return -(-n // multiple) * multiple
 
 
+def prefix_sums(q, kp, out):
+    """The prefix sums over 64-value chunks of int8 rows q ((rows, K), zero-padded to kp)
+    into out ((rows, kp/64 + 1) int32): the compensation of the +128 encodings over any
+    K-range (W8_CORR_* in ``_simd/common.h``; the fused quantizer computes the same in C)."""
+    rows, k = q.shape
+    full = q
+    if k != kp:
+        full = np.zeros((rows, kp), dtype=np.int8)
+        full[:, :k] = q
+    out[:, 0] = 0
+    np.cumsum(full.reshape(rows, kp // _kernels.W8_KPAD, _kernels.W8_KPAD).sum(
+        axis=2, dtype=np.int32), axis=1, out=out[:, 1:])
+
+
 def _layout(n, k, encoding):
     """(dtype, shape) of the panels, psum and scales arrays of an (N, K) weight."""
-    np_, kp = padded(n, _kernels.NR), padded(k, _kernels.KPAD)
-    return ((_U8, (np_ // _kernels.NR, kp // 4, 4 * _kernels.NR)),
-            (_I32, (np_ if encoding == "signed" else 0, kp // _kernels.KPAD + 1)),
+    np_, kp = padded(n, _kernels.W8_NR), padded(k, _kernels.W8_KPAD)
+    return ((_U8, (np_ // _kernels.W8_NR, kp // 4, 4 * _kernels.W8_NR)),
+            (_I32, (np_ if encoding == "signed" else 0, kp // _kernels.W8_KPAD + 1)),
             (_F32, (n,)))
 
 
@@ -54,7 +64,7 @@ def _fill_panels(panels, psum, row0, q, encoding):
     over 64-K chunks: the compensation of kernels that shift the activations by +128
     against signed weights (see W8_CORR_COL)."""
     rows, kp = q.shape
-    nr = _kernels.NR
+    nr = _kernels.W8_NR
     full = q
     if rows % nr:  # the last panel's missing channels encode 0
         full = np.zeros((padded(rows, nr), kp), dtype=np.int8)
@@ -67,10 +77,7 @@ def _fill_panels(panels, psum, row0, q, encoding):
     panels[p0:p1] = raw.reshape(p1 - p0, nr, kp // 4, 4).transpose(0, 2, 1, 3).reshape(
         p1 - p0, kp // 4, 4 * nr)
     if encoding == "signed":
-        sums = full.reshape(full.shape[0], kp // _kernels.KPAD, _kernels.KPAD).sum(
-            axis=2, dtype=np.int32)
-        psum[row0:row0 + full.shape[0], 0] = 0
-        np.cumsum(sums, axis=1, out=psum[row0:row0 + full.shape[0], 1:])
+        prefix_sums(full, kp, psum[row0:row0 + full.shape[0]])
 
 
 # Rows quantized and packed at a time: bounds the temporaries of packing a large weight
@@ -154,7 +161,7 @@ class PackedWeight:
 
     @property
     def kp(self):
-        return padded(self.shape[1], _kernels.KPAD)
+        return padded(self.shape[1], _kernels.W8_KPAD)
 
     def __repr__(self):
         rot = f", rotate=True, block={self.block}, seed={self.seed}" if self.rotate else ""
@@ -171,8 +178,8 @@ class PackedWeight:
         """
         n, k = self.shape
         panels = self.panels.shape[0]  # explicit sizes: -1 is ambiguous when K == 0
-        raw = self.panels.reshape(panels, self.kp // 4, _kernels.NR, 4).transpose(0, 2, 1, 3)
-        raw = raw.reshape(panels * _kernels.NR, self.kp)[:n, :k]
+        raw = self.panels.reshape(panels, self.kp // 4, _kernels.W8_NR, 4).transpose(0, 2, 1, 3)
+        raw = raw.reshape(panels * _kernels.W8_NR, self.kp)[:n, :k]
         if self.encoding == "biased":
             raw = raw ^ np.uint8(0x80)
         return np.ascontiguousarray(raw).view(np.int8)
@@ -264,7 +271,7 @@ def pack_int8(q, scales, encoding="auto", rotate=False, block=128, seed=0):
     """Pack already-quantized weights (internal; q (N, K) int8 in [-127, 127])."""
     encoding = resolve_encoding(encoding)
     n, k = q.shape
-    kp = padded(k, _kernels.KPAD)
+    kp = padded(k, _kernels.W8_KPAD)
     panels, psum = _empty_arrays(n, k, encoding)
     for r0 in range(0, n, _PACK_ROWS):
         block_rows = q[r0:r0 + _PACK_ROWS]
@@ -322,7 +329,7 @@ def pack_weight(w, *, encoding="auto", rotate=True, block=128, seed=0):
     if rotate:
         from .rotation import check_rotation
         block, seed = check_rotation(k, block, seed, name="w")
-    kp = padded(k, _kernels.KPAD)
+    kp = padded(k, _kernels.W8_KPAD)
     panels, psum = _empty_arrays(n, k, encoding)
     scales = np.empty(n, dtype=np.float32)
     # Block by block, rotation fused with quantization: no float copy of the whole weight.
@@ -331,5 +338,5 @@ def pack_weight(w, *, encoding="auto", rotate=True, block=128, seed=0):
         q, scales[r0:r0 + rows.shape[0]], _ = quantize_rows(
             rows, kp, name="w", shape=arr.shape, block=block if rotate and k else 0,
             seed=seed, row_offset=r0)
-        _fill_panels(panels, psum, r0, q.view(np.int8), encoding)
+        _fill_panels(panels, psum, r0, q[:rows.shape[0]].view(np.int8), encoding)
     return PackedWeight((n, k), encoding, panels, psum, scales, rotate, block, seed)

@@ -13,34 +13,39 @@ import numpy as np
 
 from . import _cpu, _kernels, _threads
 from ._validation import check_finite_row, float_array
+from .packing import padded
 from .rotation import check_rotation
 
 
-def quantize_rows(x2d, kp, flip=0, psum=False, name="x", shape=None, block=0, seed=0,
-                  row_offset=0, workspace=None):
-    """Quantize a C-contiguous float32 (M, K) matrix into (M, kp) bytes (internal).
+def quantize_rows(x2d, kp, ops=None, enc=_kernels.W8_ENC_BIASED, name="x", shape=None,
+                  block=0, seed=0, row_offset=0, workspace=None):
+    """Quantize a C-contiguous float32 (M, K) matrix into bytes as the kernel of path `ops`
+    (default: the active one) and weight encoding `enc` reads them (internal).
 
     `shape` is the caller's shape of x (..., K), for the error message of a bad row;
     `row_offset` is the index of x2d's first row in it (x2d may be a block of rows).
     With a `workspace` (see :class:`Workspace`) the results are views of its reused
     buffers, valid until the workspace's next use.
     block > 0 quantizes ``rotation.rotate(x2d, block, seed)`` instead, fused (bit-identical).
+    For enc = W8_ENC_BIASED the bytes are the plain int8 values on every path.
 
-    Returns (q uint8 (M, kp), scale float32 (M,), psum int32 (M, kp/64 + 1) or (0, 1)).
+    Returns (q uint8 (Mp, kp), scale float32 (M,), psum int32 (M, kp/64 + 1) or (0, 1)):
+    q's rows are M rounded up to whole tiles (W8_A_ROW_PAD); rows past M are scratch.
     """
+    ops = _cpu.active_ops() if ops is None else ops
     m, k = x2d.shape
     alloc = np.empty if workspace is None else workspace.array
-    q = alloc((m, kp), np.uint8)
+    q = alloc((padded(m, _kernels.W8_A_ROW_PAD), kp), np.uint8)
     scale = alloc((m,), np.float32)
-    sums = alloc((m if psum else 0, kp // _kernels.KPAD + 1), np.int32)
+    sums = alloc((m if ops.row_sums(enc) else 0, kp // _kernels.W8_KPAD + 1), np.int32)
     if k == 0:
-        q.fill(flip)
+        q.fill(ops.activation_key(enc)[0])
         scale.fill(0)
         sums.fill(0)
         return q, scale, sums
     if block:
         block, seed = check_rotation(k, block, seed, name)
-    bad = _kernels.quantize_rows(_cpu.active_ops(), x2d, q, scale, sums, flip,
+    bad = _kernels.quantize_rows(ops, enc, x2d, q, scale, sums,
                                  _threads.threads_for(m * k * 16), block, seed)
     if block and bad >= 0 and np.all(np.isfinite(x2d[bad])):
         raise ValueError(f"{name} row {bad + row_offset} is finite but too large to "
@@ -53,7 +58,7 @@ def quantize_rows(x2d, kp, flip=0, psum=False, name="x", shape=None, block=0, se
 def _quantize_matrix(x, name):
     arr = float_array(x, name, ndim=2)
     q, scale, _ = quantize_rows(np.ascontiguousarray(arr), arr.shape[1], name=name)
-    return q.view(np.int8), scale
+    return q[:arr.shape[0]].view(np.int8), scale
 
 
 def quantize_per_token(x):

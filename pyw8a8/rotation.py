@@ -121,7 +121,8 @@ def fwht(x, out=None):
         if result is not arr:  # fwht(x, out=x) transforms x where it is, with no copy
             np.copyto(result, arr)
     if result.size:
-        _rotation.fwht_blocks(_cpu.isa(), result, n, _threads_for(result.size, n))
+        _rotation.fwht_blocks(_cpu.active_ops().index, result, n,
+                              _threads_for(result.size, n))
     if out is not None and result is not out:
         out[...] = result
         return out
@@ -188,6 +189,6 @@ def _rotate(x, name, block, seed, inverse):
     x2d, shape = _rows(x, name)
     block, seed = check_rotation(shape[-1], block, seed, name=name)
     out = np.empty(x2d.shape, dtype=np.float32)
-    _rotation.rotate_rows(_cpu.isa(), x2d, out, block, seed, inverse,
+    _rotation.rotate_rows(_cpu.active_ops().index, x2d, out, block, seed, inverse,
                           _threads_for(out.size, block))
     return out.reshape(shape)

@@ -1,14 +1,14 @@
 """Blocking parameters per shape, tuned on real calls and cached.
 
-The K-range width kc is a fixed function of the path and K, so results never depend on
-tuning (floats accumulate across K-ranges in one order). What is tuned only changes which
-thread computes which block: the M block mc and the task split over N and M. The first
+Results never depend on the blocking: every product's integer sums are exact and
+converted to float once (see ``matmul``). The K-range width kc follows from the path's
+tile (its B micro-panel fills L1); what is tuned is the M block mc and the task split over
+N and M. The first
 calls of a new shape try each candidate in turn (round-robin, like gemma.cpp's autotuner);
 afterwards the fastest is used. The cache key holds the kernel (path and weight encoding),
 an M bucket, K, N and the thread count, so different kernels never share an entry.
 """
 import threading
-import time
 
 from . import _kernels
 from .packing import padded
@@ -21,9 +21,9 @@ _SLOWER = 1.25  # candidates this much slower than the best after a round are dr
 
 def kc_for(ops, kp):
     """K-range width: one B micro-panel (kc x 16*nv bytes) fits in L1."""
-    ncols = _kernels.NR * ops.nv
-    kc = max(_kernels.KPAD, (_L1_BYTES // ncols) // _kernels.KPAD * _kernels.KPAD)
-    return min(kc, kp, _kernels.MAX_KC)
+    ncols = _kernels.W8_NR * ops.nv
+    kc = max(_kernels.W8_KPAD, (_L1_BYTES // ncols) // _kernels.W8_KPAD * _kernels.W8_KPAD)
+    return min(kc, kp)
 
 
 def m_bucket(m):
@@ -36,7 +36,7 @@ def m_bucket(m):
 def candidates(ops, m, n, kp, nthreads):
     """(mc, nc, m_step, n_step) choices, the heuristic default first."""
     kc = kc_for(ops, kp)
-    ncols = _kernels.NR * ops.nv
+    ncols = _kernels.W8_NR * ops.nv
     groups = -(-n // ncols)
     mc_fit = max(ops.mr, (_L2_BYTES // 2 // max(kc, 1)) // ops.mr * ops.mr)
     out = []
@@ -108,10 +108,6 @@ class Tuner:
                 if entry.calls >= ROUNDS * len(entry.cands) or len(entry.alive) == 1:
                     entry.best = entry.cands[min(entry.alive, key=entry.times.__getitem__)]
 
-    def settled(self, ops, enc, m, n, kp, nthreads):
-        entry = self._entries.get((ops.name, enc, m_bucket(m), kp, n, nthreads))
-        return entry is not None and entry.best is not None
-
 
 def _fit(cand, m):
     """A bucket's candidate adapted to this call's exact M."""
@@ -120,10 +116,3 @@ def _fit(cand, m):
 
 
 TUNER = Tuner()
-
-
-def timed(tuner, key, index, fn):
-    t0 = time.perf_counter()
-    result = fn()
-    tuner.record(key, index, time.perf_counter() - t0)
-    return result

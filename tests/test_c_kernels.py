@@ -1,24 +1,59 @@
-"""The C-level kernel tests (tests/c): natively, and the Arm NEON paths under qemu."""
+"""The C-level kernel tests (tests/c): natively, with every x86 path's intrinsics emulated,
+and the Arm NEON paths under qemu.  tests/c/run.sh builds and runs each; the C program
+prints one "tested <path>" line per path and closes with "N passed, N failed"."""
 import os
+import platform
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
+import pyw8a8
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+X86 = platform.machine().lower() in ("x86_64", "amd64")
+SKIPPED = 77
+
+pytestmark = pytest.mark.skipif(shutil.which("bash") is None or shutil.which("cc") is None,
+                                reason="needs bash and a C compiler")
 
 
-@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("cc") is None,
-                    reason="needs bash and a C compiler")
-def test_c_kernels_native_and_arm():
-    run = subprocess.run(["bash", os.path.join(ROOT, "tests", "c", "run_arm.sh")],
-                         capture_output=True, text=True, timeout=1500)
+def run_c_tests(mode):
+    """Output of tests/c/run.sh `mode`, after checking that every check passed."""
+    run = subprocess.run(["bash", os.path.join(ROOT, "tests", "c", "run.sh"), mode],
+                         capture_output=True, text=True, timeout=1200,
+                         env=dict(os.environ, PYTHON=sys.executable))
     output = run.stdout + run.stderr
+    if run.returncode == SKIPPED:
+        pytest.skip(output.strip().splitlines()[-1])
     assert run.returncode == 0, output[-4000:]
     summaries = re.findall(r"^(\d+) passed, (\d+) failed", output, flags=re.M)
     assert summaries, output[-4000:]
     assert all(int(failed) == 0 and int(passed) > 0 for passed, failed in summaries)
-    if "SKIPPED the Arm tests" not in output:
-        # native, qemu -cpu max (neondot) and qemu -cpu cortex-a53 (neon)
-        assert len(summaries) >= 3, output[-4000:]
+    return output
+
+
+def paths_checked(output):
+    return set(re.findall(r"^tested (\w+):", output, flags=re.M)) - {"fwht"}
+
+
+def test_native_paths():
+    output = run_c_tests("native")
+    assert paths_checked(output) == set(pyw8a8.available_isas())
+
+
+@pytest.mark.skipif(not X86, reason="the emulated build covers the x86 paths")
+def test_every_x86_path_emulated():
+    """Every compiled path's kernels, quantizer, FWHT and epilogue run on this CPU, whatever
+    it lacks, bit-exact against int64 references."""
+    output = run_c_tests("emulated")
+    assert paths_checked(output) == set(pyw8a8.compiled_isas()), output[-2000:]
+    if shutil.which("objdump"):
+        assert "no AVX-512, VNNI or AMX instruction" in output
+
+
+def test_arm_paths_under_qemu():
+    output = run_c_tests("arm")
+    assert output.count(" passed, 0 failed") == 2  # with and without dotprod

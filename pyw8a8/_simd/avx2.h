@@ -9,73 +9,78 @@
 #ifndef PYW8A8_SIMD_AVX2_H
 #define PYW8A8_SIMD_AVX2_H
 
-#include "common.h"
+#include "scalar.h"
 #if defined(W8_X86)
-#include <immintrin.h>
 
 #define W8_AVX2 W8_TARGET("avx2,fma")
+
+/* The 4 bytes at p, as one int32 (unaligned). */
+W8_INLINE int32_t w8_load_i32(const uint8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* A B vector as signed bytes: biased weights (q + 128) turn back into q with one XOR. */
+W8_AVX2 W8_INLINE __m256i w8_avx2_load_b(const uint8_t *p, int biased)
+{
+    const __m256i v = _mm256_loadu_si256((const __m256i *)p);
+    return biased ? _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80)) : v;
+}
+
+/* a * b summed over each group of four bytes, through |b| * sign(a, b). */
+W8_AVX2 W8_INLINE __m256i w8_avx2_dot(__m256i acc, __m256i a, __m256i b, __m256i abs_b)
+{
+    const __m256i pairs = _mm256_maddubs_epi16(abs_b, _mm256_sign_epi8(a, b));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+
+/* 4 rows x 2 ymm (one panel): 8 accumulators, 2 B vectors and their absolute values, the
+ * broadcast row and a product fill 14 of the 16 ymm registers. */
 #define W8_AVX2_MR 4
 #define W8_AVX2_NV 1
+#define W8_UK(name) w8_avx2_##name
+#define W8_UK_TARGET W8_AVX2
+#define W8_UK_MR W8_AVX2_MR
+#define W8_UK_VPP 2
+#define W8_UK_NVEC 2
+#define W8_UK_VEC __m256i
+#define W8_UK_ZERO() _mm256_setzero_si256()
+#define W8_UK_LOAD(p) _mm256_loadu_si256((const __m256i *)(p))
+#define W8_UK_STORE(p, v) _mm256_storeu_si256((__m256i *)(p), v)
+#define W8_UK_ADD(x, y) _mm256_add_epi32(x, y)
+#define W8_UK_BCAST(p) _mm256_set1_epi32(w8_load_i32(p))
+#define W8_UK_LOAD_B(p, BIASED) w8_avx2_load_b(p, BIASED)
+#define W8_UK_PREP_B(b) _mm256_abs_epi8(b)
+#define W8_UK_DOT(acc, a, b, prep, BIASED) w8_avx2_dot(acc, a, b, prep)
+#include "ukernel.h"
 
-W8_AVX2 W8_INLINE void w8_avx2_tile(int rows, int64_t kq, const uint8_t *a, int64_t lda,
-                                    const uint8_t *b, int32_t *tile, int biased)
+/* The float epilogue of common.h, 8 columns at a time; the tail in scalar code computes
+ * the same two roundings. */
+W8_AVX2 static void w8_avx2_epilogue(const int32_t *acc, int64_t ldacc, int rows, int cols,
+                                     const int32_t *row_corr, const int32_t *col_corr,
+                                     const float *a_scale, const float *b_scale, float *out,
+                                     int64_t ldo)
 {
-    const __m256i ones = _mm256_set1_epi16(1);
-    const __m256i flip = _mm256_set1_epi8((char)0x80);
-    __m256i acc[W8_AVX2_MR][2];
-    for (int r = 0; r < W8_AVX2_MR; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
-    for (int64_t q = 0; q < kq; q++) {
-        __m256i b0 = _mm256_loadu_si256((const __m256i *)(b + q * W8_QUAD_BYTES));
-        __m256i b1 = _mm256_loadu_si256((const __m256i *)(b + q * W8_QUAD_BYTES + 32));
-        if (biased) {
-            b0 = _mm256_xor_si256(b0, flip);
-            b1 = _mm256_xor_si256(b1, flip);
+    for (int r = 0; r < rows; r++) {
+        const int32_t *t = acc + r * ldacc;
+        float *o = out + r * ldo;
+        const int32_t rc = row_corr ? row_corr[r] : 0;
+        const __m256i vrc = _mm256_set1_epi32(rc);
+        const __m256 vsa = _mm256_set1_ps(a_scale[r]);
+        int j = 0;
+        for (; j + 8 <= cols; j += 8) {
+            __m256i v = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(t + j)), vrc);
+            if (col_corr)
+                v = _mm256_sub_epi32(v, _mm256_loadu_si256((const __m256i *)(col_corr + j)));
+            const __m256 s = _mm256_mul_ps(vsa, _mm256_loadu_ps(b_scale + j));
+            _mm256_storeu_ps(o + j, _mm256_mul_ps(_mm256_cvtepi32_ps(v), s));
         }
-        const __m256i m0 = _mm256_abs_epi8(b0), m1 = _mm256_abs_epi8(b1);
-        for (int r = 0; r < W8_AVX2_MR; r++) {
-            if (r >= rows) break;
-            int32_t a4;
-            memcpy(&a4, a + r * lda + 4 * q, 4);
-            const __m256i av = _mm256_set1_epi32(a4);
-            __m256i p0 = _mm256_maddubs_epi16(m0, _mm256_sign_epi8(av, b0));
-            __m256i p1 = _mm256_maddubs_epi16(m1, _mm256_sign_epi8(av, b1));
-            acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(p0, ones));
-            acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(p1, ones));
-        }
+        w8_scalar_epilogue(t + j, ldacc, 1, cols - j, row_corr ? &rc : NULL,
+                           col_corr ? col_corr + j : NULL, a_scale + r, b_scale + j, o + j,
+                           ldo);
     }
-    for (int r = 0; r < W8_AVX2_MR; r++) {
-        if (r >= rows) break;
-        _mm256_storeu_si256((__m256i *)(tile + r * W8_TILE_LD), acc[r][0]);
-        _mm256_storeu_si256((__m256i *)(tile + r * W8_TILE_LD + 8), acc[r][1]);
-    }
-}
-
-/* Row counts are compile-time constants in each branch so the accumulators stay in
- * registers. */
-#define W8_AVX2_DISPATCH(BIASED)                                                         \
-    for (int p = 0; p < npanels; p++) {                                                  \
-        const uint8_t *bp = b + p * ps;                                                  \
-        int32_t *tp = t + p * W8_NR;                                                     \
-        switch (rows) {                                                                  \
-        case 4: w8_avx2_tile(4, kq, a, lda, bp, tp, BIASED); break;                      \
-        case 3: w8_avx2_tile(3, kq, a, lda, bp, tp, BIASED); break;                      \
-        case 2: w8_avx2_tile(2, kq, a, lda, bp, tp, BIASED); break;                      \
-        default: w8_avx2_tile(1, kq, a, lda, bp, tp, BIASED); break;                     \
-        }                                                                                \
-    }
-
-W8_AVX2 static void w8_avx2_ukernel_biased(int rows, int npanels, int64_t kq,
-                                           const uint8_t *a, int64_t lda, const uint8_t *b,
-                                           int64_t ps, int32_t *t)
-{
-    W8_AVX2_DISPATCH(1)
-}
-
-W8_AVX2 static void w8_avx2_ukernel_signed(int rows, int npanels, int64_t kq,
-                                           const uint8_t *a, int64_t lda, const uint8_t *b,
-                                           int64_t ps, int32_t *t)
-{
-    W8_AVX2_DISPATCH(0)
 }
 
 W8_AVX2 static int w8_avx2_absmax(const float *x, int64_t n, float *amax)
@@ -121,15 +126,30 @@ W8_AVX2 static void w8_avx2_quantize(const float *x, int64_t n, float inv, uint8
     }
     w8_scalar_quantize(x + i, n - i, inv, flip, q + i);
 }
-
-static const w8_isa_ops w8_avx2_ops = {
-    "avx2", W8_AVX2_MR, W8_AVX2_NV,
-    {w8_avx2_ukernel_biased, w8_avx2_ukernel_signed},
-    {W8_CORR_NONE, W8_CORR_NONE},
-    {0, 0},
-    w8_avx2_absmax,
-    w8_avx2_quantize,
-};
-
+/* The instruction peak of this path's inner step: vpsignb + vpmaddubsw + vpmaddwd + vpaddd
+ * (32 MACs).  Each chain's accumulator is also its activation operand, so none of the four
+ * instructions is loop-invariant (with constant operands the compiler hoists all but the
+ * vpaddd). */
+W8_AVX2 static int64_t w8_avx2_peak(int64_t iters, int32_t *sink)
+{
+    const __m256i ones = _mm256_set1_epi16(1), b = _mm256_set1_epi8((char)(*sink | 3));
+    const __m256i m = _mm256_abs_epi8(b);
+    __m256i sum = _mm256_setzero_si256();
+#define W8_INIT(j) __m256i acc##j = _mm256_set1_epi32(j + *sink);
+#define W8_STEP(j)                                                                       \
+    acc##j = _mm256_add_epi32(                                                           \
+        acc##j, _mm256_madd_epi16(_mm256_maddubs_epi16(m, _mm256_sign_epi8(acc##j, b)), ones));
+#define W8_SUM(j) sum = _mm256_add_epi32(sum, acc##j);
+    W8_PEAK_EACH(W8_INIT)
+    for (int64_t i = 0; i < iters; i++) {
+        W8_PEAK_EACH(W8_STEP)
+    }
+    W8_PEAK_EACH(W8_SUM)
+#undef W8_INIT
+#undef W8_STEP
+#undef W8_SUM
+    *sink += _mm256_extract_epi32(sum, 0);
+    return iters * W8_PEAK_CHAINS * 32;
+}
 #endif
 #endif

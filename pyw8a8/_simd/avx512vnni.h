@@ -1,5 +1,7 @@
 /* AVX-512 VNNI path (zmm vpdpbusd: Cascade Lake, Ice Lake, Sapphire Rapids, Zen 4).
- * One quad row of a packed panel (16 channels x 4 K values) is exactly one zmm operand. */
+ * One quad row of a packed panel (16 channels x 4 K values) is exactly one zmm operand.
+ * The encodings work as on the AVX-VNNI path (avxvnni.h).  The row quantizer and the
+ * float epilogue also run here in zmm; the AMX path (amx.h) shares them. */
 #ifndef PYW8A8_SIMD_AVX512VNNI_H
 #define PYW8A8_SIMD_AVX512VNNI_H
 
@@ -7,80 +9,121 @@
 #if defined(W8_X86)
 
 #define W8_AVX512 W8_TARGET("avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")
+
+W8_AVX512 W8_INLINE __m512i w8_avx512_dot(__m512i acc, __m512i a, __m512i b, int biased)
+{
+    return biased ? _mm512_dpbusd_epi32(acc, b, a) : _mm512_dpbusd_epi32(acc, a, b);
+}
+
+/* 6 rows x 4 zmm (4 panels, 64 channels): 24 accumulators, 4 B vectors and the broadcast
+ * row use 29 of the 32 zmm registers.  Per quad row: 4 B loads and 6 broadcasts (load
+ * ports) for 24 vpdpbusd, so the two vpdpbusd ports bound the loop (12 cycles). */
 #define W8_AVX512_MR 6
 #define W8_AVX512_NV 4
+#define W8_UK(name) w8_avx512_##name
+#define W8_UK_TARGET W8_AVX512
+#define W8_UK_MR W8_AVX512_MR
+#define W8_UK_VPP 1
+#define W8_UK_NVEC 4
+#define W8_UK_VEC __m512i
+#define W8_UK_ZERO() _mm512_setzero_si512()
+#define W8_UK_LOAD(p) _mm512_loadu_si512((const void *)(p))
+#define W8_UK_STORE(p, v) _mm512_storeu_si512((void *)(p), v)
+#define W8_UK_ADD(x, y) _mm512_add_epi32(x, y)
+#define W8_UK_BCAST(p) _mm512_set1_epi32(w8_load_i32(p))
+#define W8_UK_LOAD_B(p, BIASED) _mm512_loadu_si512((const void *)(p))
+#define W8_UK_PREP_B(b) (b)
+#define W8_UK_DOT(acc, a, b, prep, BIASED) w8_avx512_dot(acc, a, b, BIASED)
+#include "ukernel.h"
 
-/* rows x nv zmm accumulators (up to 24 of the 32 registers); see avxvnni.h for `biased`. */
-W8_AVX512 W8_INLINE void w8_avx512_tile(int rows, int nv, int64_t kq, const uint8_t *a,
-                                        int64_t lda, const uint8_t *b, int64_t ps,
-                                        int32_t *tile, int biased)
+/* The float epilogue of common.h, 16 columns at a time. */
+W8_AVX512 static void w8_avx512_epilogue(const int32_t *acc, int64_t ldacc, int rows,
+                                         int cols, const int32_t *row_corr,
+                                         const int32_t *col_corr, const float *a_scale,
+                                         const float *b_scale, float *out, int64_t ldo)
 {
-    __m512i acc[W8_AVX512_MR][W8_AVX512_NV];
-    for (int r = 0; r < W8_AVX512_MR; r++)
-        for (int v = 0; v < W8_AVX512_NV; v++) acc[r][v] = _mm512_setzero_si512();
-    for (int64_t q = 0; q < kq; q++) {
-        __m512i bv[W8_AVX512_NV];
-        for (int v = 0; v < W8_AVX512_NV; v++)
-            if (v < nv) bv[v] = _mm512_loadu_si512(b + v * ps + q * W8_QUAD_BYTES);
-        for (int r = 0; r < W8_AVX512_MR; r++) {
-            if (r >= rows) break;
-            int32_t a4;
-            memcpy(&a4, a + r * lda + 4 * q, 4);
-            const __m512i av = _mm512_set1_epi32(a4);
-            for (int v = 0; v < W8_AVX512_NV; v++) {
-                if (v >= nv) break;
-                acc[r][v] = biased ? _mm512_dpbusd_epi32(acc[r][v], bv[v], av)
-                                   : _mm512_dpbusd_epi32(acc[r][v], av, bv[v]);
-            }
+    for (int r = 0; r < rows; r++) {
+        const int32_t *t = acc + r * ldacc;
+        float *o = out + r * ldo;
+        const int32_t rc = row_corr ? row_corr[r] : 0;
+        const __m512i vrc = _mm512_set1_epi32(rc);
+        const __m512 vsa = _mm512_set1_ps(a_scale[r]);
+        int j = 0;
+        for (; j + 16 <= cols; j += 16) {
+            __m512i v = _mm512_sub_epi32(_mm512_loadu_si512((const void *)(t + j)), vrc);
+            if (col_corr)
+                v = _mm512_sub_epi32(v, _mm512_loadu_si512((const void *)(col_corr + j)));
+            const __m512 s = _mm512_mul_ps(vsa, _mm512_loadu_ps(b_scale + j));
+            _mm512_storeu_ps(o + j, _mm512_mul_ps(_mm512_cvtepi32_ps(v), s));
         }
-    }
-    for (int r = 0; r < W8_AVX512_MR; r++) {
-        if (r >= rows) break;
-        for (int v = 0; v < W8_AVX512_NV; v++)
-            if (v < nv) _mm512_storeu_si512(tile + r * W8_TILE_LD + v * W8_NR, acc[r][v]);
+        w8_avx2_epilogue(t + j, ldacc, 1, cols - j, row_corr ? &rc : NULL,
+                         col_corr ? col_corr + j : NULL, a_scale + r, b_scale + j, o + j,
+                         ldo);
     }
 }
 
-#define W8_AVX512_ROWS(NV, BIASED)                                                       \
-    switch (rows) {                                                                      \
-    case 6: w8_avx512_tile(6, NV, kq, a, lda, b, ps, t, BIASED); break;                  \
-    case 5: w8_avx512_tile(5, NV, kq, a, lda, b, ps, t, BIASED); break;                  \
-    case 4: w8_avx512_tile(4, NV, kq, a, lda, b, ps, t, BIASED); break;                  \
-    case 3: w8_avx512_tile(3, NV, kq, a, lda, b, ps, t, BIASED); break;                  \
-    case 2: w8_avx512_tile(2, NV, kq, a, lda, b, ps, t, BIASED); break;                  \
-    default: w8_avx512_tile(1, NV, kq, a, lda, b, ps, t, BIASED); break;                 \
-    }
-
-#define W8_AVX512_DISPATCH(BIASED)                                                       \
-    switch (npanels) {                                                                   \
-    case 4: W8_AVX512_ROWS(4, BIASED) break;                                             \
-    case 3: W8_AVX512_ROWS(3, BIASED) break;                                             \
-    case 2: W8_AVX512_ROWS(2, BIASED) break;                                             \
-    default: W8_AVX512_ROWS(1, BIASED) break;                                            \
-    }
-
-W8_AVX512 static void w8_avx512_ukernel_biased(int rows, int npanels, int64_t kq,
-                                               const uint8_t *a, int64_t lda,
-                                               const uint8_t *b, int64_t ps, int32_t *t)
+/* Max |x| of 16 floats at a time; the maximum is one of the inputs whatever the order, so
+ * the result equals the scalar one bit for bit. */
+W8_AVX512 static int w8_avx512_absmax(const float *x, int64_t n, float *amax)
 {
-    W8_AVX512_DISPATCH(1)
+    const __m512i absmask = _mm512_set1_epi32(0x7fffffff);
+    const __m512 fmax = _mm512_set1_ps(3.4028234663852886e38f);
+    __m512 m = _mm512_setzero_ps();
+    __mmask16 bad = 0;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 v = _mm512_castsi512_ps(
+            _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(x + i)), absmask));
+        bad |= _mm512_cmp_ps_mask(v, fmax, _CMP_NLE_UQ); /* NaN or > FLT_MAX */
+        m = _mm512_max_ps(m, v);
+    }
+    if (bad) return 1;
+    float lanes[16], tail = 0.0f;
+    _mm512_storeu_ps(lanes, m);
+    if (w8_scalar_absmax(x + i, n - i, &tail)) return 1;
+    for (int j = 0; j < 16; j++) tail = lanes[j] > tail ? lanes[j] : tail;
+    *amax = tail;
+    return 0;
 }
 
-W8_AVX512 static void w8_avx512_ukernel_signed(int rows, int npanels, int64_t kq,
-                                               const uint8_t *a, int64_t lda,
-                                               const uint8_t *b, int64_t ps, int32_t *t)
+/* The AVX2 quantizer's arithmetic (multiply, clamp, round half to even) 16 floats at a
+ * time; the clamp makes the saturating narrowing (vpmovsdb) exact. */
+W8_AVX512 static void w8_avx512_quantize(const float *x, int64_t n, float inv, uint8_t flip,
+                                         uint8_t *q)
 {
-    W8_AVX512_DISPATCH(0)
+    const __m512 vinv = _mm512_set1_ps(inv), hi = _mm512_set1_ps(127.0f),
+                 lo = _mm512_set1_ps(-127.0f);
+    const __m128i vflip = _mm_set1_epi8((char)flip);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + i), vinv);
+        v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+        const __m128i bytes = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(v));
+        _mm_storeu_si128((__m128i *)(q + i), _mm_xor_si128(bytes, vflip));
+    }
+    w8_avx2_quantize(x + i, n - i, inv, flip, q + i);
 }
 
-static const w8_isa_ops w8_avx512vnni_ops = {
-    "avx512vnni", W8_AVX512_MR, W8_AVX512_NV,
-    {w8_avx512_ukernel_biased, w8_avx512_ukernel_signed},
-    {W8_CORR_ROW, W8_CORR_COL},
-    {0, 0x80},
-    w8_avx2_absmax,
-    w8_avx2_quantize,
-};
+W8_AVX512 static int64_t w8_avx512_peak(int64_t iters, int32_t *sink)
+{
+    const __m512i a = _mm512_set1_epi8((char)(*sink | 3)), b = _mm512_set1_epi8(5);
+    __m512i sum = _mm512_setzero_si512();
+#define W8_INIT(j) __m512i acc##j = _mm512_set1_epi32(j);
+#define W8_STEP(j) acc##j = _mm512_dpbusd_epi32(acc##j, a, b);
+#define W8_SUM(j) sum = _mm512_add_epi32(sum, acc##j);
+    W8_PEAK_EACH(W8_INIT)
+    for (int64_t i = 0; i < iters; i++) {
+        W8_PEAK_EACH(W8_STEP)
+    }
+    W8_PEAK_EACH(W8_SUM)
+#undef W8_INIT
+#undef W8_STEP
+#undef W8_SUM
+    int32_t lanes[16];
+    _mm512_storeu_si512((void *)lanes, sum);
+    *sink += lanes[0];
+    return iters * W8_PEAK_CHAINS * 64;
+}
 
 #endif
 #endif

@@ -28,14 +28,21 @@
 #define W8_NR 16            /* output channels per packed panel */
 #define W8_KPAD 64          /* K padding and prefix-sum granularity */
 #define W8_QUAD_BYTES 64    /* bytes of one quad row of a panel */
-#define W8_TILE_LD 64       /* int32 leading dimension of a microkernel result tile */
+#define W8_TILE_LD 64       /* int32 leading dimension of the scratch tile of edge tiles */
 #define W8_MAX_MR 32        /* largest microkernel row count of any path (AMX) */
 
-/* Largest K-range accumulated in int32 before it is flushed.  The worst |partial| of the
- * biased encoding is 255 * 127 per product (|q| <= 127 after the +128 shift is at most
- * 255 with the activation bias, 254 * 127 with the weight bias); 32768 of them stay
- * below 2^31 (1.06e9), so no K-range ever overflows. */
-#define W8_MAX_KC 32768
+/* Quantized activation buffers hold their rows up to a multiple of this: an AMX A tile
+ * loads 16 rows at once, whatever the number of real rows (their results are dropped). */
+#define W8_A_ROW_PAD 16
+
+/* The widest K-range whose int32 sum is exact: |qa * qw| <= 127 * 127 = 16129 and
+ * 131072 * 16129 = 2,114,060,288 < 2^31.  Within it the int32 accumulators may wrap in
+ * between (the u8 x s8 products of the +128 encodings reach 255 * 127), but the
+ * compensated total fits, and arithmetic modulo 2^32 makes it exact.  Every product with
+ * K <= W8_EXACT_K therefore gets one exact int32 sum and one float conversion, whatever
+ * the path, blocking or thread count; a longer K is summed per W8_EXACT_K-range in int64
+ * (see gemm_loops.h). */
+#define W8_EXACT_K 131072
 
 #if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
 #define W8_X86 1
@@ -44,33 +51,61 @@
 #define W8_ARM64 1
 #endif
 
+/* W8_EMULATE (the test build of tests/c) compiles every x86 path with its intrinsics
+ * emulated in plain C: SIMDe for AVX-512 and AVX-VNNI, a model of the AMX tiles
+ * (tests/c/w8_emulate.h, on that build's include path only). */
+#if defined(W8_EMULATE)
+#include "w8_emulate.h"
+#elif defined(W8_X86)
+#include <immintrin.h>
+#endif
+
+/* In the emulated build a target attribute would let GCC vectorize the emulation with the
+ * very instructions being emulated. */
+#if defined(W8_EMULATE)
+#define W8_TARGET(s)
+#elif defined(__GNUC__) || defined(__clang__)
+#define W8_TARGET(s) __attribute__((target(s)))
+#else
+#define W8_TARGET(s)
+#endif
 #if defined(__GNUC__) || defined(__clang__)
 #define W8_INLINE static inline __attribute__((always_inline))
-#define W8_TARGET(s) __attribute__((target(s)))
 #define W8_ALIGN(n) __attribute__((aligned(n)))
 #else
 #define W8_INLINE static __forceinline
-#define W8_TARGET(s)
 #define W8_ALIGN(n) __declspec(align(n))
 #endif
 
-/* How the int32 accumulators of one K-range are corrected before scaling.
+/* How the exact int32 sums are corrected before scaling.
  * The u8 x s8 instructions (vpdpbusd, AMX tdpbusd) need one operand shifted by +128:
  *   W8_CORR_ROW: weights stored biased (q + 128): subtract 128 * sum_k qa[m, k];
  *   W8_CORR_COL: weights signed, activations shifted: subtract 128 * sum_k qw[n, k]. */
 enum { W8_CORR_NONE = 0, W8_CORR_ROW = 1, W8_CORR_COL = 2 };
 
-/* Where a K-range result goes. */
+/* Where a product's result goes. */
 enum { W8_OUT_F32 = 0, W8_OUT_I32 = 1, W8_OUT_I64 = 2 };
 
 /* Weight encodings of a packed panel. */
 enum { W8_ENC_BIASED = 0, W8_ENC_SIGNED = 1 };
 
-/* A microkernel computes the int32 dot products of `rows` consecutive A rows with `npanels`
- * consecutive B panels over `kq` quad rows, and stores them in tile[r * W8_TILE_LD + c]. */
+/* A microkernel computes the raw int32 dot products (before the W8_CORR_* correction) of
+ * `rows` consecutive A rows with `npanels` consecutive B panels over `kq` quad rows (a
+ * multiple of 16: K-ranges are multiples of 64), and stores them to c[r * ldc + col] for
+ * col < 16 * npanels, or adds them to what c holds when `accumulate`. */
 typedef void (*w8_ukernel_fn)(int rows, int npanels, int64_t kq, const uint8_t *a,
                               int64_t lda, const uint8_t *b, int64_t panel_stride,
-                              int32_t *tile);
+                              int32_t *c, int64_t ldc, int accumulate);
+
+/* The float epilogue of a tile: out[r * ldo + j] = (float)(acc[r * ldacc + j] - row_corr[r]
+ * - col_corr[j]) * (a_scale[r] * b_scale[j]) for r < rows, j < cols; a NULL correction is
+ * zero.  out may be acc (the int32 sums are kept in the output buffer until then).  Every
+ * path computes exactly these two roundings (the int32 -> float conversion and the two
+ * float products), so every path gives the same bits. */
+typedef void (*w8_epilogue_fn)(const int32_t *acc, int64_t ldacc, int rows, int cols,
+                               const int32_t *row_corr, const int32_t *col_corr,
+                               const float *a_scale, const float *b_scale, float *out,
+                               int64_t ldo);
 
 /* Row max-abs: writes max |x[i]| and returns 0, or returns 1 if the row holds NaN/Inf. */
 typedef int (*w8_absmax_fn)(const float *x, int64_t n, float *amax);
@@ -78,16 +113,49 @@ typedef int (*w8_absmax_fn)(const float *x, int64_t n, float *amax);
 /* Quantize n floats: q[i] = clamp(rint(x[i] * inv), -127, 127), XOR `flip` (0 or 0x80). */
 typedef void (*w8_quantize_fn)(const float *x, int64_t n, float inv, uint8_t flip, uint8_t *q);
 
+/* FWHT: x <- H x in place, n a power of two (n = 1 leaves x unchanged). */
+typedef void (*w8_fwht_fn)(float *x, int64_t n);
+
+/* y[i] = x[i] * (+-c), negated where w8_sign_bit(pos + i, seed); y may be x. */
+typedef void (*w8_sign_scale_fn)(const float *x, float *y, int64_t n, uint32_t pos,
+                                 uint32_t seed, float c);
+
+/* An instruction-peak loop: `iters` rounds of the path's dot instruction in independent
+ * chains; returns the multiply-accumulates done and folds a result into *sink. */
+typedef int64_t (*w8_peak_fn)(int64_t iters, int32_t *sink);
+
+/* Independent dependency chains of a peak loop: enough to cover the latency of any dot
+ * instruction at its throughput.  W8_PEAK_EACH(F) expands F(j) for each chain: the
+ * accumulators are named variables, as in the microkernels (ukernel.h), because GCC 12
+ * copies and spills an array of them between the instructions being measured. */
+#define W8_PEAK_CHAINS 12
+#define W8_PEAK_EACH(F) F(0) F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8) F(9) F(10) F(11)
+
+struct w8_cpu_features_s;
+
+/* One instruction-set path: everything that differs between paths, in one table entry of
+ * the registry (dispatch.h).  Nothing outside the registry names a path. */
 typedef struct {
     const char *name;
     int mr;                       /* microkernel rows */
     int nv;                       /* microkernel panels (columns = 16 * nv) */
+    int whole_tiles;              /* the kernel stores whole mr-row tiles (AMX): tiles with
+                                     fewer rows go through a scratch tile */
     /* Kernels for each weight encoding; both produce exact sum_k qa * qw up to `corr`. */
     w8_ukernel_fn ukernel[2];
     int corr[2];                  /* W8_CORR_* needed by ukernel[encoding] */
     uint8_t a_flip[2];            /* XOR applied to quantized activations for ukernel[enc] */
+    int auto_encoding;            /* the W8_ENC_* a weight gets when packed for this path */
+    w8_epilogue_fn epilogue;
     w8_absmax_fn absmax;
     w8_quantize_fn quantize;
+    w8_fwht_fn fwht;
+    w8_sign_scale_fn sign_scale;
+    void (*task_begin)(void);     /* per thread, before its first kernel call (AMX tiles) */
+    void (*task_end)(void);
+    w8_peak_fn peak;
+    int (*supported)(const struct w8_cpu_features_s *f);
+    int explicit_only;            /* a test path, never chosen by default */
 } w8_isa_ops;
 
 #endif

@@ -8,7 +8,7 @@
 
 #include "common.h"
 
-typedef struct {
+typedef struct w8_cpu_features_s {
     int sse41, avx2, fma, avx512f, avx512bw, avx512vl, avx512vnni, avxvnni,
         amx_tile, amx_int8, asimd, asimddp;
 } w8_cpu_features;
@@ -35,7 +35,7 @@ static void w8_cpuid(uint32_t leaf, uint32_t sub, uint32_t r[4])
 static uint64_t w8_xgetbv(void) { return _xgetbv(0); }
 #endif
 
-static void w8_cpu_detect(w8_cpu_features *f)
+static inline void w8_cpu_detect(w8_cpu_features *f)
 {
     uint32_t r[4], max_leaf;
     memset(f, 0, sizeof(*f));
@@ -74,7 +74,7 @@ static void w8_cpu_detect(w8_cpu_features *f)
 #include <unistd.h>
 /* Linux keeps the AMX tile data state off until a process asks for it; a tile instruction
  * before this request is a SIGILL.  Returns 1 when the tile state is granted. */
-static int w8_amx_request(void)
+static inline int w8_amx_request(void)
 {
     const long ARCH_GET_XCOMP_PERM = 0x1022, ARCH_REQ_XCOMP_PERM = 0x1023;
     const long XFEATURE_XTILEDATA = 18;
@@ -84,22 +84,22 @@ static int w8_amx_request(void)
     return (bitmask >> XFEATURE_XTILEDATA) & 1;
 }
 #else
-static int w8_amx_request(void) { return 0; }
+static inline int w8_amx_request(void) { return 0; }
 #endif
 
 #elif defined(W8_ARM64) && defined(__linux__)
 #include <sys/auxv.h>
-static void w8_cpu_detect(w8_cpu_features *f)
+static inline void w8_cpu_detect(w8_cpu_features *f)
 {
     memset(f, 0, sizeof(*f));
     unsigned long hw = getauxval(AT_HWCAP);
     f->asimd = (hw >> 1) & 1;      /* HWCAP_ASIMD */
     f->asimddp = (hw >> 20) & 1;   /* HWCAP_ASIMDDP: sdot/udot */
 }
-static int w8_amx_request(void) { return 0; }
+static inline int w8_amx_request(void) { return 0; }
 #else
-static void w8_cpu_detect(w8_cpu_features *f) { memset(f, 0, sizeof(*f)); }
-static int w8_amx_request(void) { return 0; }
+static inline void w8_cpu_detect(w8_cpu_features *f) { memset(f, 0, sizeof(*f)); }
+static inline int w8_amx_request(void) { return 0; }
 #endif
 
 #endif

@@ -21,9 +21,6 @@
 #if defined(W8_ARM64)
 #include "neon.h"
 #endif
-#if defined(W8_X86)
-#include <immintrin.h>
-#endif
 
 /* ---------------------------------------------------------------------------------------
  * Sign hash.  For a fixed seed, positions are split into aligned windows of 65,536; in each
@@ -68,10 +65,7 @@ static inline uint32_t w8_sign_bit(uint32_t pos, uint32_t seed)
     return w8_sign_perm(pos & 0xFFFFu, w8_sign_key(pos >> 16, seed)) >> 15;
 }
 
-/* y[i] = x[i] * (+-c), negated where w8_sign_bit(pos + i, seed); y may be x. */
-typedef void (*w8_sign_scale_fn)(const float *x, float *y, int64_t n, uint32_t pos,
-                                 uint32_t seed, float c);
-
+/* The sign application (w8_sign_scale_fn of common.h) in plain C. */
 static void w8_sign_scale_scalar(const float *x, float *y, int64_t n, uint32_t pos,
                                  uint32_t seed, float c)
 {
@@ -97,8 +91,7 @@ static void w8_sign_scale_scalar(const float *x, float *y, int64_t n, uint32_t p
 }
 
 /* ---------------------------------------------------------------------------------------
- * FWHT: x <- H x in place, n a power of two (n = 1 leaves x unchanged). */
-typedef void (*w8_fwht_fn)(float *x, int64_t n);
+ * FWHT (w8_fwht_fn of common.h): x <- H x in place, n a power of two. */
 
 static void w8_fwht_scalar(float *x, int64_t n)
 {
@@ -334,34 +327,6 @@ W8_FWHT_AVX512 static void w8_fwht_avx512(float *x, int64_t n)
 }
 #endif
 
-/* The FWHT of an instruction-set path (names as in dispatch.h). */
-static w8_fwht_fn w8_fwht_for(const char *isa_name)
-{
-#if defined(W8_X86)
-    if (strcmp(isa_name, "avx512vnni") == 0 || strcmp(isa_name, "amx") == 0)
-        return w8_fwht_avx512;
-    if (strcmp(isa_name, "avx2") == 0 || strcmp(isa_name, "avxvnni") == 0)
-        return w8_fwht_avx2;
-#endif
-#if defined(W8_ARM64)
-    if (strcmp(isa_name, "neondot") == 0 || strcmp(isa_name, "neon") == 0)
-        return w8_fwht_neon;
-#endif
-    return w8_fwht_scalar;
-}
-
-/* The sign application of a path; every x86 SIMD path shares the AVX2 one (it is a small
- * part of the rotation's cost, and its result is exact whatever the width). */
-static w8_sign_scale_fn w8_sign_scale_for(const char *isa_name)
-{
-#if defined(W8_X86)
-    if (strcmp(isa_name, "avx512vnni") == 0 || strcmp(isa_name, "avx2") == 0 ||
-        strcmp(isa_name, "avxvnni") == 0)
-        return w8_sign_scale_avx2;
-#endif
-    return w8_sign_scale_scalar;
-}
-
 /* ---------------------------------------------------------------------------------------
  * Row transforms; K is a multiple of block, a power of two. */
 
@@ -372,7 +337,7 @@ static inline float w8_rotation_norm(int64_t block)
 }
 
 /* y = H (c D x) per block (see the top of this file); y may be x. */
-static void w8_rotate_row(w8_fwht_fn fwht, w8_sign_scale_fn sign_scale, const float *x,
+static inline void w8_rotate_row(w8_fwht_fn fwht, w8_sign_scale_fn sign_scale, const float *x,
                           float *y, int64_t K, int64_t block, uint32_t seed)
 {
     const float c = w8_rotation_norm(block);
@@ -383,7 +348,7 @@ static void w8_rotate_row(w8_fwht_fn fwht, w8_sign_scale_fn sign_scale, const fl
 }
 
 /* x = D (c H y) per block: the inverse of w8_rotate_row; x may be y. */
-static void w8_unrotate_row(w8_fwht_fn fwht, w8_sign_scale_fn sign_scale, const float *y,
+static inline void w8_unrotate_row(w8_fwht_fn fwht, w8_sign_scale_fn sign_scale, const float *y,
                             float *x, int64_t K, int64_t block, uint32_t seed)
 {
     const float c = w8_rotation_norm(block);

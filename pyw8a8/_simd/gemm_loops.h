@@ -1,12 +1,19 @@
 /* The blocked GEMM loop nest, written once for every microkernel (GotoBLAS / MMLoops):
  *
  *   for nc-block of N   (the B block of one task's columns, sized from L2/L3)
- *     for kc-range of K  (int32 accumulation within it; floats across ranges: no overflow)
+ *     for kc-range of K  (the B micro-panel of one range stays in L1)
  *       for mc-block of M (the A block reused from L2 across the panels)
- *         for 16*nv columns (one B micro-panel, kept in L1 across the row loop)
- *           for mr rows     -> microkernel -> epilogue (compensation, scales, store/add)
+ *         for 16*nv columns (one B micro-panel)
+ *           for mr rows     -> microkernel, adding into the int32 sums of its tile
+ *                              (after the last K-range: one epilogue per tile)
  *
- * Pure C: the ISA lives only in the function table, so the Arm build reuses it unchanged. */
+ * Results do not depend on the blocking: the int32 sums of a tile are exact (W8_EXACT_K in
+ * common.h) and kept in the output buffer itself across K-ranges (an int32 has a float's
+ * size), and the float epilogue runs once, on the whole sum.  A product with K beyond
+ * W8_EXACT_K takes the int64 output (w8_gemm_range_i64): one exact int32 sum per
+ * W8_EXACT_K-range, compensated and added in int64; the caller converts that once.
+ *
+ * Pure C: the ISA lives only in the registry entry, so the Arm build reuses it unchanged. */
 #ifndef PYW8A8_SIMD_GEMM_LOOPS_H
 #define PYW8A8_SIMD_GEMM_LOOPS_H
 
@@ -16,73 +23,93 @@ typedef struct {
     const w8_isa_ops *ops;
     int enc;                 /* W8_ENC_* of the packed weight */
     int64_t M, N, Kp;
-    const uint8_t *a;        /* quantized activations, M rows of Kp bytes (stride lda) */
+    const uint8_t *a;        /* quantized activations, M rows of Kp bytes (stride lda), in
+                                a buffer of M rounded up to W8_A_ROW_PAD rows */
     int64_t lda;
     const int32_t *a_psum;   /* M x (Kp/64 + 1) prefix sums, for W8_CORR_ROW */
     const uint8_t *b;        /* packed weight panels */
     const int32_t *b_psum;   /* Np x (Kp/64 + 1) prefix sums, for W8_CORR_COL */
     const float *a_scale;    /* M, for W8_OUT_F32 */
     const float *b_scale;    /* N, for W8_OUT_F32 */
-    int out_kind;            /* W8_OUT_* */
+    int out_kind;            /* W8_OUT_*; F32 and I32 need Kp <= W8_EXACT_K */
     void *out;               /* M x N, row stride ldo elements */
     int64_t ldo;
     int64_t kc, mc, nc;      /* blocking: kc multiple of 64, mc of mr, nc of 16 */
 } w8_gemm_plan;
 
-static void w8_epilogue(const w8_gemm_plan *g, const int32_t *tile, int64_t m, int rows,
-                        int64_t n, int cols, int64_t k0, int64_t k1, int first)
+/* 128 * (the sum of the signed values over [k0, k1)) of row `row` of a prefix-sum table,
+ * modulo 2^32: the compensation of the +128 encodings over that K-range. */
+static inline int32_t w8_compensation(const int32_t *psum, int64_t Kp, int64_t row,
+                                      int64_t k0, int64_t k1)
+{
+    const int32_t *ps = psum + row * (Kp / W8_KPAD + 1);
+    return (int32_t)(128u * ((uint32_t)ps[k1 / W8_KPAD] - (uint32_t)ps[k0 / W8_KPAD]));
+}
+
+/* The corrections of a rows x cols tile at (m, n) over [k0, k1); NULL when none. */
+static void w8_tile_corrections(const w8_gemm_plan *g, int64_t m, int rows, int64_t n,
+                                int cols, int64_t k0, int64_t k1, int32_t *row_corr,
+                                int32_t *col_corr, const int32_t **rc, const int32_t **cc)
 {
     const int corr = g->ops->corr[g->enc];
-    const int64_t np1 = g->Kp / W8_KPAD + 1, c0 = k0 / W8_KPAD, c1 = k1 / W8_KPAD;
-    int32_t col_corr[W8_TILE_LD] = {0};
-    if (corr == W8_CORR_COL)  /* b_psum is NULL for the other kernels */
-        for (int c = 0; c < cols; c++) {
-            const int32_t *ps = g->b_psum + (n + c) * np1;
-            col_corr[c] = 128 * (ps[c1] - ps[c0]);
-        }
-    for (int r = 0; r < rows; r++) {
-        const int32_t *t = tile + r * W8_TILE_LD;
-        int32_t row_corr = 0;
-        if (corr == W8_CORR_ROW) {
-            const int32_t *ps = g->a_psum + (m + r) * np1;
-            row_corr = 128 * (ps[c1] - ps[c0]);
-        }
-        if (g->out_kind == W8_OUT_F32) {
-            float *o = (float *)g->out + (m + r) * g->ldo + n;
-            const float sa = g->a_scale[m + r];
-            const float *sb = g->b_scale + n;
-            if (first)
-                for (int c = 0; c < cols; c++)
-                    o[c] = (float)(t[c] - row_corr - col_corr[c]) * (sa * sb[c]);
-            else
-                for (int c = 0; c < cols; c++)
-                    o[c] += (float)(t[c] - row_corr - col_corr[c]) * (sa * sb[c]);
-        } else if (g->out_kind == W8_OUT_I32) {
-            int32_t *o = (int32_t *)g->out + (m + r) * g->ldo + n;
-            for (int c = 0; c < cols; c++) o[c] = t[c] - row_corr - col_corr[c];
-        } else {
-            int64_t *o = (int64_t *)g->out + (m + r) * g->ldo + n;
-            if (first)
-                for (int c = 0; c < cols; c++) o[c] = t[c] - row_corr - col_corr[c];
-            else
-                for (int c = 0; c < cols; c++) o[c] += t[c] - row_corr - col_corr[c];
-        }
+    *rc = *cc = NULL;
+    if (corr == W8_CORR_ROW) {
+        for (int r = 0; r < rows; r++)
+            row_corr[r] = w8_compensation(g->a_psum, g->Kp, m + r, k0, k1);
+        *rc = row_corr;
+    } else if (corr == W8_CORR_COL) {
+        for (int j = 0; j < cols; j++)
+            col_corr[j] = w8_compensation(g->b_psum, g->Kp, n + j, k0, k1);
+        *cc = col_corr;
     }
 }
 
-/* C[m0:m1, n0:n1] for one task; n0 is a multiple of 16 (a panel boundary). */
-static void w8_gemm_range(const w8_gemm_plan *g, int64_t m0, int64_t m1, int64_t n0,
-                          int64_t n1)
+/* A tile's final int32 sums (raw, in the output buffer) -> its float or int32 result. */
+static void w8_finish_tile(const w8_gemm_plan *g, int32_t *sums, int64_t m, int rows,
+                           int64_t n, int cols)
+{
+    int32_t row_corr[W8_MAX_MR], col_corr[W8_TILE_LD];
+    const int32_t *rc, *cc;
+    w8_tile_corrections(g, m, rows, n, cols, 0, g->Kp, row_corr, col_corr, &rc, &cc);
+    if (g->out_kind == W8_OUT_F32) {
+        g->ops->epilogue(sums, g->ldo, rows, cols, rc, cc, g->a_scale + m, g->b_scale + n,
+                         (float *)sums, g->ldo);
+    } else if (rc || cc) {
+        for (int r = 0; r < rows; r++)
+            for (int j = 0; j < cols; j++) {
+                int32_t *s = sums + r * g->ldo + j;
+                *s = (int32_t)((uint32_t)*s - (uint32_t)(rc ? rc[r] : 0) -
+                               (uint32_t)(cc ? cc[j] : 0));
+            }
+    }
+}
+
+/* Adds (or stores, when !accumulate) a scratch tile's rows x cols sums into c. */
+static void w8_merge_tile(int32_t *c, int64_t ldc, const int32_t *tile, int rows, int cols,
+                          int accumulate)
+{
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < cols; j++) {
+            const uint32_t t = (uint32_t)tile[r * W8_TILE_LD + j];
+            c[r * ldc + j] = (int32_t)(accumulate ? (uint32_t)c[r * ldc + j] + t : t);
+        }
+}
+
+/* C[m0:m1, n0:n1] of a W8_OUT_F32 or W8_OUT_I32 plan; n0 is a multiple of 16. */
+static void w8_gemm_range_i32(const w8_gemm_plan *g, int64_t m0, int64_t m1, int64_t n0,
+                              int64_t n1)
 {
     const w8_isa_ops *ops = g->ops;
     const w8_ukernel_fn kernel = ops->ukernel[g->enc];
     const int64_t ps = g->Kp / 4 * W8_QUAD_BYTES; /* bytes of one panel */
     const int64_t ncols = (int64_t)W8_NR * ops->nv;
+    int32_t *const sums = (int32_t *)g->out;      /* the output buffer holds the sums */
     W8_ALIGN(64) int32_t tile[W8_MAX_MR * W8_TILE_LD];
     for (int64_t nb = n0; nb < n1; nb += g->nc) {
         const int64_t nb1 = nb + g->nc < n1 ? nb + g->nc : n1;
         for (int64_t k0 = 0; k0 < g->Kp; k0 += g->kc) {
             const int64_t k1 = k0 + g->kc < g->Kp ? k0 + g->kc : g->Kp;
+            const int first = k0 == 0, last = k1 == g->Kp;
             for (int64_t mb = m0; mb < m1; mb += g->mc) {
                 const int64_t mb1 = mb + g->mc < m1 ? mb + g->mc : m1;
                 for (int64_t n = nb; n < nb1; n += ncols) {
@@ -91,14 +118,84 @@ static void w8_gemm_range(const w8_gemm_plan *g, int64_t m0, int64_t m1, int64_t
                     const uint8_t *bp = g->b + (n / W8_NR) * ps + k0 / 4 * W8_QUAD_BYTES;
                     for (int64_t m = mb; m < mb1; m += ops->mr) {
                         const int rows = (int)(mb1 - m < ops->mr ? mb1 - m : ops->mr);
-                        kernel(rows, npanels, (k1 - k0) / 4, g->a + m * g->lda + k0, g->lda,
-                               bp, ps, tile);
-                        w8_epilogue(g, tile, m, rows, n, cols, k0, k1, k0 == 0);
+                        const uint8_t *am = g->a + m * g->lda + k0;
+                        int32_t *c = sums + m * g->ldo + n;
+                        /* A kernel writes 16 * npanels columns (and whole tiles, for
+                         * some): an edge tile goes through the scratch tile. */
+                        if (cols < npanels * W8_NR || (ops->whole_tiles && rows < ops->mr)) {
+                            kernel(rows, npanels, (k1 - k0) / 4, am, g->lda, bp, ps, tile,
+                                   W8_TILE_LD, 0);
+                            w8_merge_tile(c, g->ldo, tile, rows, cols, !first);
+                        } else {
+                            kernel(rows, npanels, (k1 - k0) / 4, am, g->lda, bp, ps, c,
+                                   g->ldo, !first);
+                        }
+                        if (last) w8_finish_tile(g, c, m, rows, n, cols);
                     }
                 }
             }
         }
     }
+}
+
+/* C[m0:m1, n0:n1] of a W8_OUT_I64 plan, any K: per W8_EXACT_K-range, one kernel call per
+ * tile sums the range into the scratch tile, compensated and added to the int64 output. */
+static void w8_gemm_range_i64(const w8_gemm_plan *g, int64_t m0, int64_t m1, int64_t n0,
+                              int64_t n1)
+{
+    const w8_isa_ops *ops = g->ops;
+    const w8_ukernel_fn kernel = ops->ukernel[g->enc];
+    const int64_t ps = g->Kp / 4 * W8_QUAD_BYTES;
+    const int64_t ncols = (int64_t)W8_NR * ops->nv;
+    int64_t *const out = (int64_t *)g->out;
+    W8_ALIGN(64) int32_t tile[W8_MAX_MR * W8_TILE_LD];
+    int32_t row_corr[W8_MAX_MR], col_corr[W8_TILE_LD];
+    for (int64_t k0 = 0; k0 < g->Kp; k0 += W8_EXACT_K) {
+        const int64_t k1 = k0 + W8_EXACT_K < g->Kp ? k0 + W8_EXACT_K : g->Kp;
+        for (int64_t n = n0; n < n1; n += ncols) {
+            const int cols = (int)(n1 - n < ncols ? n1 - n : ncols);
+            const int npanels = (cols + W8_NR - 1) / W8_NR;
+            const uint8_t *bp = g->b + (n / W8_NR) * ps + k0 / 4 * W8_QUAD_BYTES;
+            for (int64_t m = m0; m < m1; m += ops->mr) {
+                const int rows = (int)(m1 - m < ops->mr ? m1 - m : ops->mr);
+                const int32_t *rc, *cc;
+                kernel(rows, npanels, (k1 - k0) / 4, g->a + m * g->lda + k0, g->lda, bp, ps,
+                       tile, W8_TILE_LD, 0);
+                w8_tile_corrections(g, m, rows, n, cols, k0, k1, row_corr, col_corr, &rc,
+                                    &cc);
+                for (int r = 0; r < rows; r++)
+                    for (int j = 0; j < cols; j++) {
+                        const int32_t v = (int32_t)((uint32_t)tile[r * W8_TILE_LD + j] -
+                                                    (uint32_t)(rc ? rc[r] : 0) -
+                                                    (uint32_t)(cc ? cc[j] : 0));
+                        int64_t *o = out + (m + r) * g->ldo + n + j;
+                        *o = k0 == 0 ? v : *o + v;
+                    }
+            }
+        }
+    }
+}
+
+/* C[m0:m1, n0:n1] for one task, on the calling thread; n0 is a multiple of 16.  The thread
+ * has run its path's task_begin (once per call, however many tasks it takes). */
+static inline void w8_gemm_range(const w8_gemm_plan *g, int64_t m0, int64_t m1, int64_t n0,
+                          int64_t n1)
+{
+    if (m0 >= m1 || n0 >= n1) return;
+    if (g->out_kind == W8_OUT_I64)
+        w8_gemm_range_i64(g, m0, m1, n0, n1);
+    else
+        w8_gemm_range_i32(g, m0, m1, n0, n1);
+}
+
+static inline void w8_task_begin(const w8_isa_ops *ops)
+{
+    if (ops->task_begin) ops->task_begin();
+}
+
+static inline void w8_task_end(const w8_isa_ops *ops)
+{
+    if (ops->task_end) ops->task_end();
 }
 
 #endif

@@ -24,6 +24,12 @@
 #define W8_NEON_MR 4
 #define W8_NEON_NV 1
 
+/* Stores (or adds, when accumulating) one int32x4 of sums. */
+W8_INLINE void w8_neon_store(int32_t *p, int32x4_t v, int accumulate)
+{
+    vst1q_s32(p, accumulate ? vaddq_s32(vld1q_s32(p), v) : v);
+}
+
 W8_INLINE int8x16_t w8_neon_load_b(const uint8_t *p, int biased)
 {
     uint8x16_t v = vld1q_u8(p);
@@ -48,8 +54,8 @@ W8_INLINE int8x16_t w8_neon_load_b(const uint8_t *p, int biased)
     }
 
 W8_NEONDOT W8_INLINE void w8_neondot_tile(int rows, int64_t kq, const uint8_t *a,
-                                          int64_t lda, const uint8_t *b, int32_t *tile,
-                                          int biased)
+                                          int64_t lda, const uint8_t *b, int32_t *out,
+                                          int64_t ldo, int accumulate, int biased)
 {
     int32x4_t acc[W8_NEON_MR][4];
     for (int r = 0; r < W8_NEON_MR; r++)
@@ -67,7 +73,8 @@ W8_NEONDOT W8_INLINE void w8_neondot_tile(int rows, int64_t kq, const uint8_t *a
     }
     for (int r = 0; r < W8_NEON_MR; r++) {
         if (r >= rows) break;
-        for (int c = 0; c < 4; c++) vst1q_s32(tile + r * W8_TILE_LD + 4 * c, acc[r][c]);
+        for (int c = 0; c < 4; c++)
+            w8_neon_store(out + r * ldo + 4 * c, acc[r][c], accumulate);
     }
 }
 
@@ -77,7 +84,8 @@ W8_NEONDOT W8_INLINE void w8_neondot_tile(int rows, int64_t kq, const uint8_t *a
  * halves into the int32 accumulator of those 4 channels.  One quad row at a time: grouping
  * four like the sdot kernel lets the compiler hoist 16 B vectors and spill accumulators. */
 W8_INLINE void w8_neon_tile(int rows, int64_t kq, const uint8_t *a, int64_t lda,
-                            const uint8_t *b, int32_t *tile, int biased)
+                            const uint8_t *b, int32_t *out, int64_t ldo, int accumulate,
+                            int biased)
 {
     int32x4_t acc[W8_NEON_MR][4];
     for (int r = 0; r < W8_NEON_MR; r++)
@@ -100,7 +108,8 @@ W8_INLINE void w8_neon_tile(int rows, int64_t kq, const uint8_t *a, int64_t lda,
     }
     for (int r = 0; r < W8_NEON_MR; r++) {
         if (r >= rows) break;
-        for (int c = 0; c < 4; c++) vst1q_s32(tile + r * W8_TILE_LD + 4 * c, acc[r][c]);
+        for (int c = 0; c < 4; c++)
+            w8_neon_store(out + r * ldo + 4 * c, acc[r][c], accumulate);
     }
 }
 
@@ -109,37 +118,41 @@ W8_INLINE void w8_neon_tile(int rows, int64_t kq, const uint8_t *a, int64_t lda,
 #define W8_NEON_DISPATCH(TILE, BIASED)                                                   \
     for (int p = 0; p < npanels; p++) {                                                  \
         const uint8_t *bp = b + p * ps;                                                  \
-        int32_t *tp = t + p * W8_NR;                                                     \
+        int32_t *cp = c + p * W8_NR;                                                     \
         switch (rows) {                                                                  \
-        case 4: TILE(4, kq, a, lda, bp, tp, BIASED); break;                              \
-        case 3: TILE(3, kq, a, lda, bp, tp, BIASED); break;                              \
-        case 2: TILE(2, kq, a, lda, bp, tp, BIASED); break;                              \
-        default: TILE(1, kq, a, lda, bp, tp, BIASED); break;                             \
+        case 4: TILE(4, kq, a, lda, bp, cp, ldc, accumulate, BIASED); break;             \
+        case 3: TILE(3, kq, a, lda, bp, cp, ldc, accumulate, BIASED); break;             \
+        case 2: TILE(2, kq, a, lda, bp, cp, ldc, accumulate, BIASED); break;             \
+        default: TILE(1, kq, a, lda, bp, cp, ldc, accumulate, BIASED); break;            \
         }                                                                                \
     }
 
 W8_NEONDOT static void w8_neondot_ukernel_biased(int rows, int npanels, int64_t kq,
                                                  const uint8_t *a, int64_t lda,
-                                                 const uint8_t *b, int64_t ps, int32_t *t)
+                                                 const uint8_t *b, int64_t ps, int32_t *c,
+                                                 int64_t ldc, int accumulate)
 {
     W8_NEON_DISPATCH(w8_neondot_tile, 1)
 }
 
 W8_NEONDOT static void w8_neondot_ukernel_signed(int rows, int npanels, int64_t kq,
                                                  const uint8_t *a, int64_t lda,
-                                                 const uint8_t *b, int64_t ps, int32_t *t)
+                                                 const uint8_t *b, int64_t ps, int32_t *c,
+                                                 int64_t ldc, int accumulate)
 {
     W8_NEON_DISPATCH(w8_neondot_tile, 0)
 }
 
 static void w8_neon_ukernel_biased(int rows, int npanels, int64_t kq, const uint8_t *a,
-                                   int64_t lda, const uint8_t *b, int64_t ps, int32_t *t)
+                                   int64_t lda, const uint8_t *b, int64_t ps, int32_t *c,
+                                   int64_t ldc, int accumulate)
 {
     W8_NEON_DISPATCH(w8_neon_tile, 1)
 }
 
 static void w8_neon_ukernel_signed(int rows, int npanels, int64_t kq, const uint8_t *a,
-                                   int64_t lda, const uint8_t *b, int64_t ps, int32_t *t)
+                                   int64_t lda, const uint8_t *b, int64_t ps, int32_t *c,
+                                   int64_t ldc, int accumulate)
 {
     W8_NEON_DISPATCH(w8_neon_tile, 0)
 }
@@ -217,24 +230,6 @@ static void w8_fwht_neon(float *x, int64_t n)
                 vst1q_f32(x + j + h, vsubq_f32(u, v));
             }
 }
-
-static const w8_isa_ops w8_neondot_ops = {
-    "neondot", W8_NEON_MR, W8_NEON_NV,
-    {w8_neondot_ukernel_biased, w8_neondot_ukernel_signed},
-    {W8_CORR_NONE, W8_CORR_NONE},
-    {0, 0},
-    w8_neon_absmax,
-    w8_neon_quantize,
-};
-
-static const w8_isa_ops w8_neon_ops = {
-    "neon", W8_NEON_MR, W8_NEON_NV,
-    {w8_neon_ukernel_biased, w8_neon_ukernel_signed},
-    {W8_CORR_NONE, W8_CORR_NONE},
-    {0, 0},
-    w8_neon_absmax,
-    w8_neon_quantize,
-};
 
 #endif
 #endif

@@ -1,5 +1,5 @@
 /* Per-row symmetric int8 quantization, shared by every path (the ISA-specific parts are the
- * absmax and quantize entries of the function table). */
+ * absmax, quantize, FWHT and sign entries of the path's registry entry). */
 #ifndef PYW8A8_SIMD_QUANT_H
 #define PYW8A8_SIMD_QUANT_H
 
@@ -15,7 +15,7 @@
  * max|x| / 127 (0 for a zero row) and, when psum != NULL, the Kp / 64 + 1 prefix sums of the
  * signed values over 64-element chunks (the compensation term of the +128 encodings).
  * Returns 1, writing nothing, if the row holds NaN or Inf. */
-static int w8_quantize_row(const w8_isa_ops *ops, const float *x, int64_t K, int64_t Kp,
+static inline int w8_quantize_row(const w8_isa_ops *ops, const float *x, int64_t K, int64_t Kp,
                            uint8_t flip, uint8_t *q, float *scale, int32_t *psum)
 {
     float amax;
@@ -49,12 +49,12 @@ static int w8_quantize_row(const w8_isa_ops *ops, const float *x, int64_t K, int
  * NaN/Inf in x reach the rotated block (adds and subtracts never make them finite), so
  * such rows still return 1; so does a finite row whose rotation overflows float32, which
  * needs max|x| above FLT_MAX / sqrt(block).  K is a multiple of block, a power of two. */
-static int w8_quantize_row_rotated(const w8_isa_ops *ops, w8_fwht_fn fwht, const float *x,
-                                   int64_t K, int64_t Kp, uint8_t flip, uint8_t *q,
-                                   float *scale, int32_t *psum, int64_t block, uint32_t seed,
+static inline int w8_quantize_row_rotated(const w8_isa_ops *ops, const float *x, int64_t K,
+                                   int64_t Kp, uint8_t flip, uint8_t *q, float *scale,
+                                   int32_t *psum, int64_t block, uint32_t seed,
                                    float *scratch)
 {
-    w8_rotate_row(fwht, w8_sign_scale_for(ops->name), x, scratch, K, block, seed);
+    w8_rotate_row(ops->fwht, ops->sign_scale, x, scratch, K, block, seed);
     return w8_quantize_row(ops, scratch, K, Kp, flip, q, scale, psum);
 }
 

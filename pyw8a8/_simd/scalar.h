@@ -8,38 +8,48 @@
 #define W8_SCALAR_MR 4
 #define W8_SCALAR_NV 1
 
+/* The integer sums run in uint32: the u8 x s8 sums of the +128 encodings may wrap within an
+ * exact K-range (common.h, W8_EXACT_K), and wrapping is defined only for unsigned types. */
+W8_INLINE void w8_scalar_store(int32_t *c, const uint32_t *sums, int n, int accumulate)
+{
+    for (int j = 0; j < n; j++)
+        c[j] = (int32_t)(accumulate ? (uint32_t)c[j] + sums[j] : sums[j]);
+}
+
 /* b_flip = 0x80 turns a biased weight byte (q + 128) back into the signed q. */
 W8_INLINE void w8_scalar_tile(int rows, int npanels, int64_t kq, const uint8_t *a,
                               int64_t lda, const uint8_t *b, int64_t panel_stride,
-                              int32_t *tile, uint8_t b_flip)
+                              int32_t *c, int64_t ldc, int accumulate, uint8_t b_flip)
 {
     for (int r = 0; r < rows; r++) {
         for (int p = 0; p < npanels; p++) {
-            int32_t acc[W8_NR] = {0};
+            uint32_t acc[W8_NR] = {0};
             const uint8_t *bp = b + p * panel_stride;
             const int8_t *ar = (const int8_t *)(a + r * lda);
             for (int64_t q = 0; q < kq; q++) {
                 const uint8_t *row = bp + q * W8_QUAD_BYTES;
-                for (int c = 0; c < W8_NR; c++)
-                    for (int j = 0; j < 4; j++)
-                        acc[c] += (int32_t)ar[4 * q + j] *
-                                  (int32_t)(int8_t)(row[4 * c + j] ^ b_flip);
+                for (int j = 0; j < W8_NR; j++)
+                    for (int i = 0; i < 4; i++)
+                        acc[j] += (uint32_t)((int32_t)ar[4 * q + i] *
+                                             (int32_t)(int8_t)(row[4 * j + i] ^ b_flip));
             }
-            memcpy(tile + r * W8_TILE_LD + p * W8_NR, acc, sizeof(acc));
+            w8_scalar_store(c + r * ldc + p * W8_NR, acc, W8_NR, accumulate);
         }
     }
 }
 
 static void w8_scalar_ukernel_biased(int rows, int npanels, int64_t kq, const uint8_t *a,
-                                     int64_t lda, const uint8_t *b, int64_t ps, int32_t *t)
+                                     int64_t lda, const uint8_t *b, int64_t ps, int32_t *c,
+                                     int64_t ldc, int accumulate)
 {
-    w8_scalar_tile(rows, npanels, kq, a, lda, b, ps, t, 0x80);
+    w8_scalar_tile(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, 0x80);
 }
 
 static void w8_scalar_ukernel_signed(int rows, int npanels, int64_t kq, const uint8_t *a,
-                                     int64_t lda, const uint8_t *b, int64_t ps, int32_t *t)
+                                     int64_t lda, const uint8_t *b, int64_t ps, int32_t *c,
+                                     int64_t ldc, int accumulate)
 {
-    w8_scalar_tile(rows, npanels, kq, a, lda, b, ps, t, 0);
+    w8_scalar_tile(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, 0);
 }
 
 /* The u8 x s8 products of vpdpbusd / tdpbusd in plain C, with the +128 shift and its
@@ -48,37 +58,56 @@ static void w8_scalar_ukernel_signed(int rows, int npanels, int64_t kq, const ui
  * biased: weights are the u8 operand (q + 128); signed: activations are (qa ^ 0x80). */
 W8_INLINE void w8_u8s8_tile(int rows, int npanels, int64_t kq, const uint8_t *a,
                             int64_t lda, const uint8_t *b, int64_t panel_stride,
-                            int32_t *tile, int biased)
+                            int32_t *c, int64_t ldc, int accumulate, int biased)
 {
     for (int r = 0; r < rows; r++) {
         for (int p = 0; p < npanels; p++) {
-            int32_t acc[W8_NR] = {0};
+            uint32_t acc[W8_NR] = {0};
             const uint8_t *bp = b + p * panel_stride;
             const uint8_t *ar = a + r * lda;
             for (int64_t q = 0; q < kq; q++) {
                 const uint8_t *row = bp + q * W8_QUAD_BYTES;
-                for (int c = 0; c < W8_NR; c++)
-                    for (int j = 0; j < 4; j++) {
-                        const uint8_t wb = row[4 * c + j], ab = ar[4 * q + j];
-                        acc[c] += biased ? (int32_t)wb * (int8_t)ab
-                                         : (int32_t)ab * (int8_t)wb;
+                for (int j = 0; j < W8_NR; j++)
+                    for (int i = 0; i < 4; i++) {
+                        const uint8_t wb = row[4 * j + i], ab = ar[4 * q + i];
+                        acc[j] += (uint32_t)(biased ? (int32_t)wb * (int8_t)ab
+                                                    : (int32_t)ab * (int8_t)wb);
                     }
             }
-            memcpy(tile + r * W8_TILE_LD + p * W8_NR, acc, sizeof(acc));
+            w8_scalar_store(c + r * ldc + p * W8_NR, acc, W8_NR, accumulate);
         }
     }
 }
 
 static void w8_u8s8_ukernel_biased(int rows, int npanels, int64_t kq, const uint8_t *a,
-                                   int64_t lda, const uint8_t *b, int64_t ps, int32_t *t)
+                                   int64_t lda, const uint8_t *b, int64_t ps, int32_t *c,
+                                   int64_t ldc, int accumulate)
 {
-    w8_u8s8_tile(rows, npanels, kq, a, lda, b, ps, t, 1);
+    w8_u8s8_tile(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, 1);
 }
 
 static void w8_u8s8_ukernel_signed(int rows, int npanels, int64_t kq, const uint8_t *a,
-                                   int64_t lda, const uint8_t *b, int64_t ps, int32_t *t)
+                                   int64_t lda, const uint8_t *b, int64_t ps, int32_t *c,
+                                   int64_t ldc, int accumulate)
 {
-    w8_u8s8_tile(rows, npanels, kq, a, lda, b, ps, t, 0);
+    w8_u8s8_tile(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, 0);
+}
+
+/* The float epilogue of common.h: the reference of every SIMD one.  The compensated sum is
+ * formed modulo 2^32 (it fits in int32, see W8_EXACT_K), then converted once. */
+static void w8_scalar_epilogue(const int32_t *acc, int64_t ldacc, int rows, int cols,
+                               const int32_t *row_corr, const int32_t *col_corr,
+                               const float *a_scale, const float *b_scale, float *out,
+                               int64_t ldo)
+{
+    for (int r = 0; r < rows; r++) {
+        const uint32_t rc = row_corr ? (uint32_t)row_corr[r] : 0;
+        for (int j = 0; j < cols; j++) {
+            const uint32_t cc = col_corr ? (uint32_t)col_corr[j] : 0;
+            const int32_t v = (int32_t)((uint32_t)acc[r * ldacc + j] - rc - cc);
+            out[r * ldo + j] = (float)v * (a_scale[r] * b_scale[j]);
+        }
+    }
 }
 
 static int w8_scalar_absmax(const float *x, int64_t n, float *amax)
@@ -104,23 +133,23 @@ static void w8_scalar_quantize(const float *x, int64_t n, float inv, uint8_t fli
     }
 }
 
-static const w8_isa_ops w8_scalar_ops = {
-    "scalar", W8_SCALAR_MR, W8_SCALAR_NV,
-    {w8_scalar_ukernel_biased, w8_scalar_ukernel_signed},
-    {W8_CORR_NONE, W8_CORR_NONE},
-    {0, 0},
-    w8_scalar_absmax,
-    w8_scalar_quantize,
-};
-
-/* Never chosen by default (it is as slow as `scalar`): a test path, forced by name. */
-static const w8_isa_ops w8_scalar_u8s8_ops = {
-    "scalar_u8s8", W8_SCALAR_MR, W8_SCALAR_NV,
-    {w8_u8s8_ukernel_biased, w8_u8s8_ukernel_signed},
-    {W8_CORR_ROW, W8_CORR_COL},
-    {0, 0x80},
-    w8_scalar_absmax,
-    w8_scalar_quantize,
-};
+/* The instruction peak of this path: each chain feeds its own result back into its
+ * operand, so no closed form exists and nothing can be hoisted. */
+static int64_t w8_scalar_peak(int64_t iters, int32_t *sink)
+{
+    uint32_t acc[16];
+    int8_t a[16];
+    for (int j = 0; j < 16; j++) {
+        acc[j] = (uint32_t)j;
+        a[j] = (int8_t)(*sink + j);
+    }
+    for (int64_t i = 0; i < iters; i++)
+        for (int j = 0; j < 16; j++) {
+            acc[j] += (uint32_t)(a[j] * (int8_t)(j + 1));
+            a[j] = (int8_t)acc[j];
+        }
+    for (int j = 0; j < 16; j++) *sink += (int32_t)(acc[j] & 0xFFFF);
+    return iters * 16;
+}
 
 #endif

@@ -1,13 +1,19 @@
-/* Bit-exactness tests of the C core, for every instruction-set path this CPU runs.
+/* Bit-exactness tests of the C core, for every instruction-set path of the registry that
+ * this CPU runs, or every one (--all) in the emulated build.
  *
  * The microkernels run through the shared loop nest (w8_gemm_range) on weights packed
- * exactly as pyw8a8/packing.py packs them, and are compared with a plain int64 reference;
- * the row quantizer of each path is compared with the scalar one byte for byte, and the
- * FWHT of each path (and the NEON one) with w8_fwht_scalar bit for bit and with a naive
- * Hadamard product in double.
+ * exactly as pyw8a8/packing.py packs them, and are compared with a plain int64 reference,
+ * in int32, int64 (K beyond W8_EXACT_K included) and float32 output, the last bit for bit
+ * against the one float formula of the epilogue; the row quantizer and the epilogue of each
+ * path are compared with the scalar ones, and the FWHT of each path (and the NEON one) with
+ * w8_fwht_scalar bit for bit and with a naive Hadamard product in double.
  *
- * Usage: test_kernels [--expect NAME]   (NAME: the path the dispatcher must pick first)
- * Build: cc -O2 -I pyw8a8/_simd tests/c/test_kernels.c -lm */
+ * Usage: test_kernels [--expect NAME] [--all]
+ *   --expect NAME  the path the dispatcher must pick on this CPU
+ *   --all          every path of the registry, whatever the CPU (the emulated build)
+ * Build: cc -O2 -I pyw8a8/_simd tests/c/test_kernels.c -lm
+ * Emulated build (tests/test_c_kernels.py): add -DW8_EMULATE -mavx2 -mfma -I tests/c
+ *   -I <SIMDe headers>: the AVX-512 VNNI, AVX-VNNI and AMX intrinsics become plain C. */
 #include "dispatch.h"
 
 #include <float.h>
@@ -112,7 +118,8 @@ static void pack_weight(const int8_t *qw, int64_t N, int64_t K, int64_t Np, int6
     }
 }
 
-/* Quantized activations as w8_quantize_row leaves them: Kp bytes a row, XOR a_flip. */
+/* Quantized activations as w8_quantize_row leaves them: Kp bytes a row, XOR a_flip (the
+ * buffer's rows past M, up to whole W8_A_ROW_PAD tiles, are the caller's). */
 static void pack_act(const int8_t *qa, int64_t M, int64_t K, int64_t Kp, uint8_t flip,
                      uint8_t *a, int32_t *psum)
 {
@@ -136,27 +143,53 @@ typedef struct {
     int split; /* four tasks, split at a row and at a panel boundary */
 } gemm_variant;
 
-/* W8_OUT_I32 stores (does not add) each K-range, so it takes one K-range. */
 static const gemm_variant variants[] = {
     {"i64", W8_OUT_I64, 0, 0},
-    {"i64 fine-blocked split", W8_OUT_I64, 1, 1},
+    {"i64 split", W8_OUT_I64, 0, 1},
     {"i32 split", W8_OUT_I32, 0, 1},
+    {"i32 fine-blocked split", W8_OUT_I32, 1, 1},
+    {"f32", W8_OUT_F32, 0, 0},
+    {"f32 fine-blocked split", W8_OUT_F32, 1, 1},
 };
 #define NUM_VARIANTS (int)(sizeof(variants) / sizeof(variants[0]))
 
 static const int64_t SENTINEL = 0x5A5A5A5A;
 
+static int same_float(float x, float y) { return memcmp(&x, &y, sizeof(float)) == 0; }
+
+/* Scales with every exponent from tiny to large, so the float products are checked across
+ * the range. */
+static float rand_scale(void) { return ldexpf(0.5f + 0.5f * fabsf(rand_f()), (int)(rng_next() % 40) - 30); }
+
+static void run_plan(const w8_gemm_plan *g, int split, int64_t Np)
+{
+    w8_task_begin(g->ops);
+    if (split) {
+        const int64_t ms = g->M / 2, ns = Np / 32 * 16;
+        w8_gemm_range(g, 0, ms, 0, ns);
+        w8_gemm_range(g, 0, ms, ns, g->N);
+        w8_gemm_range(g, ms, g->M, 0, ns);
+        w8_gemm_range(g, ms, g->M, ns, g->N);
+    } else {
+        w8_gemm_range(g, 0, g->M, 0, g->N);
+    }
+    w8_task_end(g->ops);
+}
+
 static void test_gemm_case(const w8_isa_ops *ops, int kind, int64_t M, int64_t N, int64_t K)
 {
     const int64_t Kp = round_up(K, W8_KPAD), Np = round_up(N, W8_NR);
+    const int64_t Mp = round_up(M, W8_A_ROW_PAD);
     const int64_t nch = Kp / W8_KPAD + 1, ldo = N + 1; /* one sentinel column per row */
     int8_t *qa = xmalloc((size_t)(M * K)), *qw = xmalloc((size_t)(N * K));
-    uint8_t *a = xmalloc((size_t)(M * Kp)), *b = xmalloc((size_t)(Np * Kp));
+    uint8_t *a = xmalloc((size_t)(Mp * Kp)), *b = xmalloc((size_t)(Np * Kp));
     int32_t *a_psum = xmalloc(sizeof(int32_t) * (size_t)(M * nch));
     int32_t *b_psum = xmalloc(sizeof(int32_t) * (size_t)(Np * nch));
     int64_t *ref = xmalloc(sizeof(int64_t) * (size_t)(M * N));
     int64_t *o64 = xmalloc(sizeof(int64_t) * (size_t)(M * ldo));
     int32_t *o32 = xmalloc(sizeof(int32_t) * (size_t)(M * ldo));
+    float *sa = xmalloc(sizeof(float) * (size_t)M), *sb = xmalloc(sizeof(float) * (size_t)N);
+    const int exact = Kp <= W8_EXACT_K;
 
     fill(kind, qa, M, qw, N, K);
     for (int64_t m = 0; m < M; m++)
@@ -165,13 +198,18 @@ static void test_gemm_case(const w8_isa_ops *ops, int kind, int64_t M, int64_t N
             for (int64_t k = 0; k < K; k++) s += (int64_t)qa[m * K + k] * qw[n * K + k];
             ref[m * N + n] = s;
         }
+    for (int64_t m = 0; m < M; m++) sa[m] = rand_scale();
+    for (int64_t n = 0; n < N; n++) sb[n] = rand_scale();
+    /* Rows past M hold garbage: a kernel may read them (AMX), never use them. */
+    for (int64_t i = M * Kp; i < Mp * Kp; i++) a[i] = (uint8_t)rng_next();
 
     for (int enc = 0; enc < 2; enc++) {
         pack_act(qa, M, K, Kp, ops->a_flip[enc], a, a_psum);
         pack_weight(qw, N, K, Np, Kp, enc, b, b_psum);
         for (int v = 0; v < NUM_VARIANTS; v++) {
             const gemm_variant *var = &variants[v];
-            w8_gemm_plan g = {ops, enc, M, N, Kp, a, Kp, a_psum, b, b_psum, NULL, NULL,
+            if (var->out_kind != W8_OUT_I64 && !exact) continue;
+            w8_gemm_plan g = {ops, enc, M, N, Kp, a, Kp, a_psum, b, b_psum, sa, sb,
                               var->out_kind, NULL, ldo, Kp, round_up(M, ops->mr), Np};
             if (var->fine) {
                 g.kc = W8_KPAD;
@@ -180,22 +218,25 @@ static void test_gemm_case(const w8_isa_ops *ops, int kind, int64_t M, int64_t N
             }
             g.out = var->out_kind == W8_OUT_I64 ? (void *)o64 : (void *)o32;
             for (int64_t i = 0; i < M * ldo; i++) o64[i] = o32[i] = (int32_t)SENTINEL;
-            if (var->split) {
-                const int64_t ms = M / 2, ns = Np / 32 * 16;
-                w8_gemm_range(&g, 0, ms, 0, ns);
-                w8_gemm_range(&g, 0, ms, ns, N);
-                w8_gemm_range(&g, ms, M, 0, ns);
-                w8_gemm_range(&g, ms, M, ns, N);
-            } else {
-                w8_gemm_range(&g, 0, M, 0, N);
-            }
-            /* Column N holds the sentinel: nothing may be written past the last column. */
+            run_plan(&g, var->split, Np);
+            /* Column N holds the sentinel: nothing may be written past the last column.
+             * The float result must be the epilogue's formula on the exact sum, bit for bit
+             * (the sum fits in int32 within W8_EXACT_K). */
             int64_t bad_m = -1, bad_n = -1;
             for (int64_t m = 0; m < M && bad_m < 0; m++)
                 for (int64_t n = 0; n <= N; n++) {
-                    const int64_t got = var->out_kind == W8_OUT_I64 ? o64[m * ldo + n]
-                                                                     : o32[m * ldo + n];
-                    if (got != (n < N ? ref[m * N + n] : SENTINEL)) {
+                    int ok;
+                    if (var->out_kind == W8_OUT_I64) {
+                        ok = o64[m * ldo + n] == (n < N ? ref[m * N + n] : SENTINEL);
+                    } else if (var->out_kind == W8_OUT_I32 || n == N) {
+                        ok = o32[m * ldo + n] == (n < N ? ref[m * N + n] : SENTINEL);
+                    } else {
+                        const float want = (float)(int32_t)ref[m * N + n] * (sa[m] * sb[n]);
+                        float got;
+                        memcpy(&got, &o32[m * ldo + n], sizeof(float));
+                        ok = same_float(got, want);
+                    }
+                    if (!ok) {
                         bad_m = m, bad_n = n;
                         break;
                     }
@@ -208,7 +249,7 @@ static void test_gemm_case(const w8_isa_ops *ops, int kind, int64_t M, int64_t N
         }
     }
     free(qa), free(qw), free(a), free(b), free(a_psum), free(b_psum), free(ref), free(o64),
-        free(o32);
+        free(o32), free(sa), free(sb);
 }
 
 /* The smallest sizes, and sizes just below, at and just above multiples of 16 (panel), 64
@@ -224,6 +265,11 @@ static const int64_t sizes[] = {1,  2,  3,  4,   5,   15,  16,  17,
 
 static void test_gemm(const w8_isa_ops *ops)
 {
+    /* Past W8_EXACT_K: per-range int32 sums added in int64.  The extremes make every
+     * range's raw u8 x s8 sum wrap around int32 on the +128 paths, and the total exceed
+     * it (140000 * 127 * 127 > 2^31). */
+    for (int kind = DATA_RANDOM; kind <= DATA_NEG; kind++)
+        test_gemm_case(ops, kind, 3, 17, W8_EXACT_K + 8928);
     for (int i = 0; i < NUM_SIZES; i++)
         for (int j = 0; j < NUM_SIZES; j++)
             for (int l = 0; l < NUM_SIZES; l++) {
@@ -244,8 +290,6 @@ static void test_gemm(const w8_isa_ops *ops)
 }
 
 /* ------------------------------------------------------------ quantizer --------------- */
-
-static int same_float(float x, float y) { return memcmp(&x, &y, sizeof(float)) == 0; }
 
 static void compare_quantize(const w8_isa_ops *ops, const float *x, int64_t n, float inv,
                              const char *what)
@@ -283,7 +327,7 @@ static void compare_quantize_row(const w8_isa_ops *ops, const float *x, int64_t 
         float s0 = -1.0f, s1 = -1.0f;
         memset(q0, 0xEE, (size_t)Kp), memset(q1, 0xEE, (size_t)Kp);
         memset(p0, 0, psize), memset(p1, 0, psize);
-        const int r0 = w8_quantize_row(&w8_scalar_ops, x, K, Kp, flip, q0, &s0, p0);
+        const int r0 = w8_quantize_row(w8_isa_lookup("scalar"), x, K, Kp, flip, q0, &s0, p0);
         const int r1 = w8_quantize_row(ops, x, K, Kp, flip, q1, &s1, p1);
         check(r0 == r1 && same_float(s0, s1) && memcmp(q0, q1, (size_t)Kp) == 0 &&
                   memcmp(p0, p1, psize) == 0,
@@ -403,26 +447,65 @@ static void test_fwht(const fwht_case *cases, int ncases)
     free(x), free(y), free(z), free(ref);
 }
 
+/* ------------------------------------------------------------- epilogue --------------- */
+
+/* Every path's epilogue against the scalar one, bit for bit: random and extreme sums and
+ * corrections (their differences wrap around int32 as the kernels' do), every width from
+ * a partial vector to a full tile, in place (out over the sums) as the loop nest runs it. */
+static void test_epilogue(const w8_isa_ops *ops)
+{
+    enum { ROWS = 5, LD = 70 };
+    const w8_isa_ops *scalar = w8_isa_lookup("scalar");
+    int32_t acc[ROWS * LD], rc[ROWS], cc[64];
+    float sa[ROWS], sb[64], want[ROWS * LD], got[ROWS * LD];
+    for (int rep = 0; rep < 40; rep++)
+        for (int cols = 1; cols <= 64; cols += rep % 2 ? 1 : 7) {
+            for (int i = 0; i < ROWS * LD; i++) {
+                const uint32_t r = (uint32_t)rng_next();
+                acc[i] = rep % 4 == 0 ? (int32_t)r : (int32_t)(r % 4000001) - 2000000;
+            }
+            for (int r = 0; r < ROWS; r++) {
+                rc[r] = rep % 3 ? (int32_t)(rng_next() % 100001) - 50000 : (int32_t)rng_next();
+                sa[r] = rand_scale();
+            }
+            for (int j = 0; j < 64; j++) {
+                cc[j] = (int32_t)(rng_next() % 100001) - 50000;
+                sb[j] = rand_scale();
+            }
+            for (int corr = 0; corr < 3; corr++) {
+                const int32_t *r = corr == 1 ? rc : NULL, *c = corr == 2 ? cc : NULL;
+                scalar->epilogue(acc, LD, ROWS, cols, r, c, sa, sb, want, LD);
+                memcpy(got, acc, sizeof(acc));
+                ops->epilogue((const int32_t *)(void *)got, LD, ROWS, cols, r, c, sa, sb,
+                              got, LD);
+                int ok = 1;
+                for (int rr = 0; rr < ROWS; rr++)
+                    for (int j = 0; j < cols; j++)
+                        ok &= same_float(got[rr * LD + j], want[rr * LD + j]);
+                check(ok, "%s epilogue cols=%d corr=%d rep=%d", ops->name, cols, corr, rep);
+            }
+        }
+}
+
 /* ----------------------------------------------------------------- main --------------- */
 
 int main(int argc, char **argv)
 {
     const char *expect = NULL;
+    int all = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--expect") == 0 && i + 1 < argc) {
             expect = argv[++i];
+        } else if (strcmp(argv[i], "--all") == 0) {
+            all = 1;
         } else {
-            printf("usage: %s [--expect NAME]\n", argv[0]);
+            printf("usage: %s [--expect NAME] [--all]\n", argv[0]);
             return 2;
         }
     }
     w8_cpu_features f;
     w8_cpu_detect(&f);
-    const char *chosen = NULL;
-    for (int i = 0; i < W8_NUM_ISAS; i++)
-        if (!chosen && w8_isa_lookup(w8_isa_names[i]) &&
-            w8_isa_supported(&f, w8_isa_names[i]))
-            chosen = w8_isa_names[i];
+    const char *chosen = w8_isa_best(&f)->name;
     printf("dispatch: %s\n", chosen);
     if (expect)
         check(strcmp(chosen, expect) == 0, "dispatcher picked %s, expected %s", chosen,
@@ -431,20 +514,26 @@ int main(int argc, char **argv)
     fwht_case fwht[W8_NUM_ISAS + 1];
     int nfwht = 0;
     for (int i = 0; i < W8_NUM_ISAS; i++) {
-        const char *name = w8_isa_names[i];
-        const w8_isa_ops *ops = w8_isa_lookup(name);
-        if (!ops || !w8_isa_supported(&f, name)) {
-            if (ops) printf("skip %s: not supported by this CPU\n", name);
+        const w8_isa_ops *ops = &w8_isas[i];
+        if (!all && !ops->supported(&f)) {
+            printf("skip %s: not supported by this CPU\n", ops->name);
             continue;
         }
         const long before = n_passed + n_failed;
         test_gemm(ops);
-        if (ops != &w8_scalar_ops) test_quantizer(ops);
-        printf("tested %s: %ld checks\n", name, n_passed + n_failed - before);
-        fwht[nfwht++] = (fwht_case){name, w8_fwht_for(name)};
+        if (strcmp(ops->name, "scalar") != 0) {
+            test_quantizer(ops);
+            test_epilogue(ops);
+        }
+#if defined(W8_HAVE_AMX)
+        if (strcmp(ops->name, "amx") == 0)
+            check(w8_amx_config_roundtrip() == 1, "amx tile configuration read back differs");
+#endif
+        printf("tested %s: %ld checks\n", ops->name, n_passed + n_failed - before);
+        fwht[nfwht++] = (fwht_case){ops->name, ops->fwht};
     }
 #if defined(W8_ARM64)
-    /* Directly as well: w8_fwht_for may not hand it out. */
+    /* Directly as well, whichever paths use it. */
     fwht[nfwht++] = (fwht_case){"w8_fwht_neon", w8_fwht_neon};
 #endif
     const long before = n_passed + n_failed;

@@ -1,0 +1,92 @@
+"""The registry of instruction-set paths (``_simd/dispatch.h``): every compiled path is
+reachable, the Python lists come from it, and the README's path table names the same paths.
+
+The kernels of the paths this CPU lacks run in the emulated C build
+(test_c_kernels.py::test_every_x86_path_emulated)."""
+import os
+import platform
+import re
+import subprocess
+import sys
+
+import pytest
+
+import pyw8a8
+from pyw8a8 import _kernels
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FEATURES = pyw8a8.cpu_features()
+X86 = platform.machine().lower() in ("x86_64", "amd64")
+
+
+def _cpu_supports(name):
+    """What the CPU features say about a path, independently of the registry's predicates
+    (the amx permission request aside, which only the OS can answer)."""
+    f = FEATURES
+    avx2 = f["avx2"] and f["fma"]
+    avx512 = avx2 and f["avx512f"] and f["avx512bw"] and f["avx512vl"] and f["avx512_vnni"]
+    return {
+        "amx": avx512 and f["amx_tile"] and f["amx_int8"],
+        "avx512vnni": avx512,
+        "avxvnni": avx2 and f["avx_vnni"],
+        "avx2": avx2,
+        "neondot": f["asimd"] and f["asimddp"],
+        "neon": f["asimd"],
+        "scalar": True,
+        "scalar_u8s8": True,
+    }[name]
+
+
+def test_every_path_this_cpu_supports_is_available():
+    available = pyw8a8.available_isas()
+    missing = [name for name in pyw8a8.compiled_isas()
+               if _cpu_supports(name) and name not in available]
+    assert not missing, (f"compiled paths this CPU supports but pyw8a8 cannot use: "
+                         f"{missing} (features: {FEATURES})")
+    extra = [name for name in available if not _cpu_supports(name)]
+    assert not extra, f"paths offered although the CPU lacks them: {extra}"
+
+
+def test_the_registry_lists_each_architecture_s_paths():
+    expected = (["amx", "avx512vnni", "avxvnni", "avx2"] if X86 else
+                ["neondot", "neon"] if platform.machine().lower() in ("aarch64", "arm64")
+                else [])
+    assert pyw8a8.compiled_isas() == expected + ["scalar", "scalar_u8s8"]
+
+
+def test_the_default_is_the_first_available_path_that_is_not_test_only():
+    default = next(i for i in pyw8a8.available_isas() if not _kernels.isa_explicit_only(i))
+    code = "import pyw8a8; print(pyw8a8.isa())"
+    env = {k: v for k, v in os.environ.items() if k != "PYW8A8_ISA"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, check=True).stdout.strip()
+    assert out == default
+    assert _kernels.isa_explicit_only("scalar_u8s8")
+
+
+def test_each_path_s_ops_come_from_its_entry(any_isa):
+    ops = _kernels.IsaOps(any_isa)
+    assert pyw8a8.compiled_isas()[ops.index] == any_isa
+    assert ops.auto_encoding == ("signed" if any_isa.startswith("neon") else "biased")
+    with pytest.raises(ValueError, match="unknown instruction-set path"):
+        _kernels.IsaOps("avx9000")
+
+
+def test_amx_tile_configuration_reads_back_whole():
+    """The configuration must reach ldtilecfg whole: GCC 12 declares the intrinsic's operand
+    as 8 bytes, and a compiler that drops the other stores makes the tiles fault."""
+    if "amx" not in pyw8a8.available_isas():
+        pytest.skip("needs a CPU with AMX-INT8 (and the tile permission)")
+    assert _kernels.amx_config_roundtrip() is True
+
+
+def test_readme_path_table_names_the_registry():
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    section = readme.split("## Instruction-set paths", 1)[1].split("\n## ", 1)[0]
+    names = re.findall(r"^\| `(\w+)` \|", section, flags=re.M)
+    arch_paths = {"x86": ["amx", "avx512vnni", "avxvnni", "avx2"],
+                  "arm": ["neondot", "neon"]}
+    assert names == arch_paths["x86"] + arch_paths["arm"] + ["scalar", "scalar_u8s8"]
+    compiled = pyw8a8.compiled_isas()
+    assert [n for n in names if n in compiled] == compiled
