@@ -123,29 +123,37 @@ def measure(contenders, rounds, min_time):
     return {name: statistics.median(s) for name, s in samples.items()}
 
 
-def int8_peak_gops(isa, nthreads, seconds=0.3):
-    """Instruction peak of path `isa`: its microkernel's inner instruction sequence in
-    independent register chains on every thread (GOPS, 1 MAC = 2 ops). `isa` may also be
-    one of `fp32_peak_name()`'s float32 FMA loops."""
-    from . import _kernels
+def _gops_of(run, seconds):
+    """GOPS (1 MAC = 2 ops) of a peak loop `run(iters)` that returns its MACs, timed for
+    at least `seconds`."""
     iters = 100_000
     while True:
         t0 = time.perf_counter()
-        macs = _kernels.peak_macs(isa, iters, nthreads)
+        macs = run(iters)
         elapsed = time.perf_counter() - t0
         if elapsed >= seconds:
             return 2 * macs / elapsed / 1e9
         iters *= 2 if elapsed > seconds / 10 else 8
 
 
-def fp32_peak_name():
-    """The float32 FMA loop matching numpy's BLAS on this CPU (None off x86)."""
+def int8_peak_gops(isa, nthreads, seconds=0.3):
+    """Instruction peak of path `isa` (which this CPU must run): its microkernel's inner
+    instruction sequence in independent register chains on every thread (GOPS)."""
+    from . import _kernels
+    ops = _cpu.checked_ops(isa, "isa")
+    return _gops_of(lambda iters: _kernels.peak_macs(ops, iters, nthreads), seconds)
+
+
+def fp32_peak_gops(nthreads, seconds=0.3):
+    """The float32 FMA peak (the instruction numpy's BLAS multiplies with) in GOPS, with
+    the loop's vector width; None off x86."""
+    from . import _kernels
     features = _cpu.cpu_features()
-    if features.get("avx512f"):
-        return "fp32-avx512"
-    if features.get("avx2") and features.get("fma"):
-        return "fp32-avx2"
-    return None
+    if not (features.get("avx2") and features.get("fma")):
+        return None, None
+    zmm = bool(features.get("avx512f"))
+    gops = _gops_of(lambda iters: _kernels.fp32_peak_macs(zmm, iters, nthreads), seconds)
+    return gops, "avx512" if zmm else "avx2"
 
 
 def read_bandwidth_gbs(nthreads, nbytes=1 << 30, rounds=5):
@@ -285,19 +293,18 @@ def run_table(shapes, isas, rounds, min_time, peers=True):
 
 
 def format_table(header, rows, isas, peaks=None, bandwidth=None, fp32_peak=None):
-    """Markdown table: GOPS per contender, ratios to numpy and to the best peer, the
-    fraction of the int8 instruction peak reached (and numpy's of the float32 FMA peak)
-    and, at M = 1, the weight-read GB/s."""
+    """Markdown table: GOPS per contender, ratios of the fastest pyw8a8 path to numpy and
+    to the best peer, each path's fraction of its own int8 instruction peak (and numpy's
+    of the float32 FMA peak) and, at M = 1, the weight-read GB/s."""
     ours_names = [f"pyw8a8 {i}" for i in isas]
     peer_names = [h for h in header[4:] if h not in ours_names]
     cols = header + ["vs numpy"] + (["vs best peer"] if peer_names else [])
-    cols += ["% int8 peak"] if peaks else []
+    cols += [f"% peak {i}" for i in isas] if peaks else []
     cols += ["numpy % fp32 peak"] if fp32_peak else []
     cols += ["M=1 weight GB/s (% of DRAM)"] if bandwidth else []
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for (m, k, n), gops in rows:
-        best = max(ours_names, key=lambda name: gops[name])
-        ours = gops[best]
+        ours = max(gops[name] for name in ours_names)
         cells = [str(m), str(k), str(n)]
         cells += [f"{gops[h]:.0f}" if h in gops else "-" for h in header[3:]]
         cells.append(f"{ours / gops['numpy f32']:.1f}x")
@@ -305,7 +312,7 @@ def format_table(header, rows, isas, peaks=None, bandwidth=None, fp32_peak=None)
             best_peer = max((gops[p] for p in peer_names if p in gops), default=None)
             cells.append(f"{ours / best_peer:.2f}x" if best_peer else "-")
         if peaks:
-            cells.append(f"{100 * ours / peaks[best.split()[1]]:.0f}%")
+            cells += [f"{100 * gops[f'pyw8a8 {i}'] / peaks[i]:.0f}%" for i in isas]
         if fp32_peak:
             cells.append(f"{100 * gops['numpy f32'] / fp32_peak:.0f}%")
         if bandwidth:
@@ -331,21 +338,37 @@ def main(argv=None, quick=False):
     parser.add_argument("--no-peers", action="store_true",
                         help="only numpy float32 and pyw8a8")
     parser.add_argument("--shapes", help="M,K,N;M,K,N;... (default: the standard grid)")
+    parser.add_argument("--mca", action="store_true",
+                        help="only llvm-mca's cycles per iteration of each x86 microkernel "
+                             "against its dot instruction's bound (any x86 machine)")
+    parser.add_argument("--overhead", action="store_true",
+                        help="only the time around the kernels: matmul with a microkernel "
+                             "that does no arithmetic, against the product's time at VNNI "
+                             "and AMX speeds")
     args = parser.parse_args(argv)
+    if args.mca or args.overhead:
+        from . import proxies
+        shapes = args.shapes and [tuple(int(v) for v in s.split(","))
+                                  for s in args.shapes.split(";")]
+        return proxies.main(["--mca"] * args.mca + ["--overhead"] * args.overhead,
+                            args.rounds, args.min_time, shapes)
     for line in _machine_info():
         print(line)
-    isas = args.isa or [i for i in _cpu.available_isas()
-                        if not i.startswith("scalar")] or ["scalar"]
+    try:  # a path this CPU lacks would die on an illegal instruction: refuse it here
+        isas = [_cpu.checked_ops(i, "--isa").name for i in args.isa or []]
+    except (ValueError, RuntimeError) as exc:
+        parser.error(str(exc))
+    isas = isas or [i for i in _cpu.available_isas()
+                    if not i.startswith("scalar")] or ["scalar"]
     shapes = (QUICK_SHAPES if quick else SHAPES) if not args.shapes else [
         tuple(int(v) for v in s.split(",")) for s in args.shapes.split(";")]
     nthreads = _threads.get_num_threads()
     peaks = {isa: int8_peak_gops(isa, nthreads) for isa in isas}
     for isa, gops in peaks.items():
         print(f"int8 instruction peak of path {isa}: {gops:.0f} GOPS ({nthreads} threads)")
-    fp32_name = fp32_peak_name()
-    fp32_peak = int8_peak_gops(fp32_name, nthreads) if fp32_name else None
+    fp32_peak, fp32_width = fp32_peak_gops(nthreads)
     if fp32_peak:
-        print(f"float32 FMA peak ({fp32_name[5:]}, numpy's instruction): {fp32_peak:.0f} GOPS "
+        print(f"float32 FMA peak ({fp32_width}, numpy's instruction): {fp32_peak:.0f} GOPS "
               f"({nthreads} threads)")
     bandwidth = read_bandwidth_gbs(nthreads)
     print(f"memory read bandwidth (1 GiB buffer): {bandwidth:.1f} GB/s ({nthreads} threads)")

@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 
+import pyw8a8
 from pyw8a8 import bench
 
 
@@ -13,32 +14,48 @@ def test_aligned_empty_starts_on_a_cache_line(shape):
 
 
 def test_format_table_reports_peaks_and_ratios():
-    rows = [((64, 1024, 1024), {"numpy f32": 100.0, "pyw8a8 avx2": 150.0, "peer": 120.0}),
-            ((1, 1024, 1024), {"numpy f32": 10.0, "pyw8a8 avx2": 40.0, "peer": 20.0})]
-    header = ["M", "K", "N", "numpy f32", "pyw8a8 avx2", "peer"]
-    lines = bench.format_table(header, rows, ["avx2"], peaks={"avx2": 300.0}, bandwidth=40.0,
+    """Each path's GOPS is divided by its own peak, whichever path is fastest in the row."""
+    rows = [((64, 1024, 1024), {"numpy f32": 100.0, "pyw8a8 avx512vnni": 150.0,
+                                "pyw8a8 avx2": 60.0, "peer": 120.0}),
+            ((1, 1024, 1024), {"numpy f32": 10.0, "pyw8a8 avx512vnni": 20.0,
+                               "pyw8a8 avx2": 40.0, "peer": 20.0})]
+    header = ["M", "K", "N", "numpy f32", "pyw8a8 avx512vnni", "pyw8a8 avx2", "peer"]
+    lines = bench.format_table(header, rows, ["avx512vnni", "avx2"],
+                               peaks={"avx512vnni": 600.0, "avx2": 300.0}, bandwidth=40.0,
                                fp32_peak=200.0)
-    assert lines[0].split(" | ")[-3:] == ["% int8 peak", "numpy % fp32 peak",
+    assert lines[0].split(" | ")[-4:] == ["% peak avx512vnni", "% peak avx2",
+                                          "numpy % fp32 peak",
                                           "M=1 weight GB/s (% of DRAM) |"]
     first = [c.strip() for c in lines[2].strip("|").split("|")]
-    assert first[6:10] == ["1.5x", "1.25x", "50%", "50%"]
+    assert first[7:12] == ["1.5x", "1.25x", "25%", "20%", "50%"]
     second = [c.strip() for c in lines[3].strip("|").split("|")]
-    assert second[6:] == ["4.0x", "2.00x", "13%", "5%", "20.0 (50%)"]
+    assert second[7:] == ["4.0x", "2.00x", "3%", "13%", "5%", "20.0 (50%)"]
 
 
-def test_peak_loops_dispatch_by_name_and_count_their_work():
-    """Each name reaches its own loop: the work per iteration is chains x lanes (12 chains;
-    an unknown name would fall back to the scalar loop's 16)."""
+def test_peak_loops_count_their_work():
+    """Each path reaches its own loop (the registry's): the work per iteration is chains x
+    lanes (12 chains) or the scalar loop's 16."""
     from pyw8a8 import _cpu, _kernels
-    per_iter = {"scalar": 16}
-    if _cpu.cpu_features()["avx2"]:
-        per_iter.update({"avx2": 12 * 32, "fp32-avx2": 12 * 8})
-    if _cpu.cpu_features()["avx512f"]:
-        per_iter["fp32-avx512"] = 12 * 16
-    for name, macs in per_iter.items():
-        assert _kernels.peak_macs(name, 10, 2) == 2 * 10 * macs, name
-    assert bench.fp32_peak_name() in per_iter or bench.fp32_peak_name() is None
+    per_iter = {"scalar": 16, "avx2": 12 * 32, "avxvnni": 12 * 32, "avx512vnni": 12 * 64,
+                "amx": 4 * 16 * 16 * 64}
+    for name in pyw8a8.available_isas():
+        macs = per_iter.get(name, 16)
+        assert _kernels.peak_macs(_cpu.checked_ops(name, "isa"), 10, 2) == 2 * 10 * macs, name
+    features = _cpu.cpu_features()
+    if features["avx2"]:
+        lanes = 16 if features["avx512f"] else 8
+        assert _kernels.fp32_peak_macs(features["avx512f"], 10, 2) == 2 * 10 * 12 * lanes
     assert bench.int8_peak_gops("scalar", 1, seconds=0.01) > 0
+
+
+def test_bench_refuses_a_path_this_cpu_lacks(capsys):
+    """An unsupported path would die on an illegal instruction (and amx would run without
+    the tile permission): the command refuses it with a clear message instead."""
+    missing = [i for i in pyw8a8.compiled_isas() if i not in pyw8a8.available_isas()]
+    for name in missing + ["no-such-path"]:
+        with pytest.raises(SystemExit):
+            bench.main(["--isa", name, "--no-peers"])
+        assert name in capsys.readouterr().err
 
 
 def test_fwht_vs_copy_measures_both_contenders():

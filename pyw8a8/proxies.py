@@ -1,0 +1,218 @@
+"""Speed proxies that any machine can measure, for the paths it may not have.
+
+* ``mca_report``: llvm-mca's predicted cycles per iteration of each x86 microkernel's inner
+  loop, as compiled here with setup.py's flags, against the bound of its dot-product
+  instruction (the same tool on as many of the path's dot steps in independent registers,
+  nothing else).  A ratio near 1 means the loop issues its dot instructions at the port
+  bound: no spills, no copies, loads and broadcasts hidden.
+* ``overhead_report``: the time of ``matmul`` with the microkernel replaced by one that
+  does no arithmetic, i.e. everything around the kernels (the Python call, quantization,
+  rotation, the epilogue, threading), against the time the product itself would take at a
+  given kernel speed.
+
+Both run from ``python -m pyw8a8 bench --mca`` and ``--overhead``; neither is a test, as
+speed is never asserted.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+
+import numpy as np
+
+from . import _cpu, _kernels, _threads
+
+# One dot step of each path in registers, as the microkernel issues it: accumulator i,
+# operands from two fixed registers (the AVX2 step through a temporary of its own).
+_DOT_STEPS = {
+    "avx512vnni": lambda i: [f"vpdpbusd %zmm30, %zmm31, %zmm{i}"],
+    "avxvnni": lambda i: [f"{{vex}} vpdpbusd %ymm14, %ymm15, %ymm{i}"],
+    "avx2": lambda i: [f"vpsignb %ymm15, %ymm14, %ymm{8 + i % 4}",
+                       f"vpmaddubsw %ymm{8 + i % 4}, %ymm13, %ymm{8 + i % 4}",
+                       f"vpmaddwd %ymm12, %ymm{8 + i % 4}, %ymm{8 + i % 4}",
+                       f"vpaddd %ymm{8 + i % 4}, %ymm{i % 8}, %ymm{i % 8}"],
+}
+
+# Paths whose inner loops llvm-mca can model: (registry name, C prefix, dot mnemonic,
+# llvm-mca CPU).  icelake-server models zmm vpdpbusd as measured on Sapphire Rapids (2 per
+# cycle); it has no AVX-VNNI, whose VEX form alderlake models.  AMX tile instructions are
+# not modelled by llvm-mca at all (see the README for their arithmetic).
+MCA_PATHS = [("avx512vnni", "w8_avx512", "vpdpbusd", "icelake-server"),
+             ("avxvnni", "w8_avxvnni", "vpdpbusd", "alderlake"),
+             ("avx2", "w8_avx2", "vpmaddubsw", "icelake-server")]
+
+
+def _simd_dir():
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "_simd")
+
+
+def kernels_assembly(cc="cc"):
+    """The assembly of the C core, compiled as setup.py compiles it (-O3, no -march)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "core.c")
+        with open(src, "w") as f:
+            # The registry references every kernel, so every kernel is emitted.
+            f.write('#include "dispatch.h"\n'
+                    "const w8_isa_ops *w8_registry(void) { return w8_isas; }\n")
+        out = os.path.join(tmp, "core.s")
+        subprocess.run([cc, "-O3", "-std=c11", "-fno-strict-aliasing", "-ffp-contract=off",
+                        "-fno-asynchronous-unwind-tables", "-I", _simd_dir(), "-S", src,
+                        "-o", out], check=True, capture_output=True, text=True)
+        with open(out) as f:
+            return f.read()
+
+
+def function_lines(asm, name):
+    """The instruction and label lines of function `name` in GCC's assembly output."""
+    match = re.search(rf"^{re.escape(name)}:\n(.*?)^\s*\.size\s+{re.escape(name)},", asm,
+                      flags=re.M | re.S)
+    if match is None:
+        raise ValueError(f"no function {name} in the assembly")
+    return [line for line in match.group(1).splitlines()
+            if line.strip() and not line.lstrip().startswith((".p2align", ".cfi", "#"))]
+
+
+def innermost_loops(lines):
+    """Straight-line loops: a label, then instructions up to a jump back to that label,
+    with no other label in between.  Returns the lists of instruction lines."""
+    loops, label, body = [], None, []
+    for line in lines:
+        m = re.match(r"^(\.L\w+):", line)
+        if m:
+            label, body = m.group(1), []
+            continue
+        if label is None:
+            continue
+        body.append(line)
+        jump = re.match(r"^\s*j\w+\s+(\.L\w+)", line)
+        if jump:
+            if jump.group(1) == label:
+                loops.append(body)
+            label = None
+    return loops
+
+
+def count_mnemonic(body, mnemonic):
+    return sum(1 for line in body if re.match(rf"^\s*(\{{vex\}}\s*)?{mnemonic}\b", line))
+
+
+def dot_loop(asm, function, mnemonic):
+    """The innermost loop of `function` with the most dot instructions (a microkernel holds
+    one loop per tile shape; the largest is the full register tile)."""
+    loops = innermost_loops(function_lines(asm, function))
+    if not loops:
+        raise ValueError(f"no loop in {function}")
+    return max(loops, key=lambda body: count_mnemonic(body, mnemonic))
+
+
+def mca_cycles(body, mcpu, llvm_mca="llvm-mca"):
+    """llvm-mca's block reciprocal throughput (cycles per iteration) of a loop body."""
+    run = subprocess.run([llvm_mca, "-mtriple=x86_64-linux-gnu", f"-mcpu={mcpu}",
+                          "-iterations=200"], input="\n".join(body) + "\n",
+                         capture_output=True, text=True)
+    if run.returncode != 0:
+        raise RuntimeError(f"llvm-mca -mcpu={mcpu} failed: {run.stderr.strip()[:300]}")
+    match = re.search(r"Block RThroughput:\s*([\d.]+)", run.stdout)
+    if match is None:
+        raise RuntimeError("llvm-mca printed no block throughput")
+    return float(match.group(1))
+
+
+def find_llvm_mca():
+    for name in ["llvm-mca"] + [f"llvm-mca-{v}" for v in range(20, 13, -1)]:
+        if shutil.which(name):
+            return name
+    return None
+
+
+def mca_report(cc="cc"):
+    """Per x86 microkernel: (path, mcpu, dots per iteration, predicted cycles per
+    iteration, the dot bound in cycles for as many dots, ratio)."""
+    llvm_mca = find_llvm_mca()
+    if llvm_mca is None:
+        raise RuntimeError("llvm-mca not found (Debian: apt-get install llvm)")
+    asm = kernels_assembly(cc)
+    rows = []
+    for path, prefix, mnemonic, mcpu in MCA_PATHS:
+        loop = dot_loop(asm, f"{prefix}_ukernel_biased", mnemonic)
+        dots = count_mnemonic(loop, mnemonic)
+        cycles = mca_cycles(loop, mcpu, llvm_mca)
+        bound = mca_cycles([line for i in range(dots) for line in _DOT_STEPS[path](i)],
+                           mcpu, llvm_mca)
+        rows.append((path, mcpu, dots, cycles, bound, cycles / bound))
+    return rows
+
+
+def print_mca(cc="cc"):
+    print("llvm-mca: predicted cycles per iteration of each microkernel's inner loop "
+          "(the full register tile), against its dot instruction's bound")
+    print("| path | -mcpu | dots / iteration | cycles / iteration | dot bound | ratio |")
+    print("|---|---|---|---|---|---|")
+    for path, mcpu, dots, cycles, bound, ratio in mca_report(cc):
+        print(f"| {path} | {mcpu} | {dots} | {cycles:.2f} | {bound:.2f} | {ratio:.2f} |")
+
+
+# Per-core kernel speeds the overhead is weighed against: the AVX-512 VNNI instruction peak
+# and a round AMX figure on Sapphire Rapids (docs: performance notes).
+BUDGETS = (("VNNI", 650e9, 0.10), ("AMX", 4000e9, 0.25))
+OVERHEAD_SHAPES = [(64, 1152, 6912), (256, 1152, 6912), (1024, 2048, 640),
+                   (64, 4096, 4096), (64, 2048, 640)]
+
+
+def overhead_report(shapes, rounds, min_time, rotate=False):
+    """Per shape: (shape, real seconds, no-op-kernel seconds) on the active path."""
+    from .bench import measure
+    from .matmul import matmul
+    from .packing import pack_weight
+    rng = np.random.default_rng(0)
+    path = _cpu.isa()
+    noop = _kernels.IsaOps(path, noop_kernel=True)
+    rows = []
+    for m, k, n in shapes:
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        packed = pack_weight(rng.standard_normal((n, k)).astype(np.float32), rotate=rotate)
+
+        def without_kernel():
+            with _cpu.use_ops(noop):
+                return matmul(x, packed)
+        times = measure({"real": lambda: matmul(x, packed), "noop": without_kernel},
+                        rounds, min_time)
+        rows.append(((m, k, n), times["real"], times["noop"]))
+    return rows
+
+
+def print_overhead(shapes, rounds, min_time):
+    nthreads = _threads.get_num_threads()
+    print(f"\nOverhead around the kernels (path {_cpu.isa()}, {nthreads} threads): matmul "
+          "with a microkernel that does no arithmetic, against the product's time at the "
+          "kernel speeds below (budgets: <= 10% at 650 GOPS/core, <= 25% at 4 TOPS/core)")
+    cols = ["M", "K", "N", "rotation", "overhead us", "% of this run's matmul"]
+    cols += [f"% of {name} time" for name, _, _ in BUDGETS]
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "---|" * len(cols))
+    for rotate in (False, True):
+        for (m, k, n), real, noop in overhead_report(shapes, rounds, min_time, rotate):
+            cells = [str(m), str(k), str(n), "on" if rotate else "off", f"{noop * 1e6:.0f}",
+                     f"{100 * noop / real:.0f}%"]
+            for _, rate, budget in BUDGETS:
+                ideal = 2 * m * n * k / (rate * nthreads)
+                share = noop / ideal
+                cells.append(f"{100 * share:.0f}%{'' if share <= budget else ' (over)'}")
+            print("| " + " | ".join(cells) + " |")
+
+
+def main(argv, rounds, min_time, shapes=None):
+    """Entry of ``bench --mca`` / ``bench --overhead`` (argv: the flags given)."""
+    if "--mca" in argv:
+        cc = os.environ.get("CC") or sysconfig.get_config_var("CC").split()[0] or "cc"
+        try:
+            print_mca(cc)
+        except (RuntimeError, subprocess.CalledProcessError, ValueError) as exc:
+            print(f"pyw8a8 bench --mca: {exc}", file=sys.stderr)
+            return 1
+    if "--overhead" in argv:
+        print_overhead(shapes or OVERHEAD_SHAPES, rounds, min_time)
+    return 0
