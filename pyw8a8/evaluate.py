@@ -79,7 +79,7 @@ def parse_config(name: str):
     ValueError
         For an unknown name.
     """
-    from .model import RouterConfig
+    from .router import RouterConfig
 
     m = _CONFIG_RE.fullmatch(name) if isinstance(name, str) else None
     if not m:
@@ -404,7 +404,7 @@ def _build_model(rcfg, weights, config):
 
     if rcfg is None:
         return Gemma3(weights, config=config), None
-    from .model import Router, WeightCache
+    from .router import Router, WeightCache
 
     router = Router(rcfg, cache=WeightCache(0))  # one model: nothing to share
     return Gemma3(weights, config=config, linear=router), router

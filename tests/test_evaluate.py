@@ -29,7 +29,7 @@ import pytest
 
 from pyw8a8 import evaluate as ev
 from pyw8a8.metrics import kl_divergence, option_kl
-from pyw8a8.model import RouterConfig
+from pyw8a8.router import RouterConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = Path(os.path.join(REPO_ROOT, "..", "shared", "data", "mmlu_gemmacpp.json"))

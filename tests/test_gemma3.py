@@ -307,7 +307,7 @@ def test_incremental_decode_matches_reprefill(real):
 
 def test_w8a8_router_close_to_float(real):
     from pyw8a8.metrics import kl_divergence
-    from pyw8a8.model import Router, RouterConfig, WeightCache
+    from pyw8a8.router import Router, RouterConfig, WeightCache
     from pyw8a8.models.gemma3 import load_weights
 
     model, tok = real

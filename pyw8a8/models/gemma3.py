@@ -10,7 +10,7 @@ nothing derived from it is ever committed.
 
 Every weight matmul of the model goes through one pluggable factory, so the
 same forward pass runs as the float control (`FloatLinear`, the default) or
-with W8A8 matmuls (``pyw8a8.model.Router``)::
+with W8A8 matmuls (``pyw8a8.router.Router``)::
 
     weights = load_weights()
     model = Gemma3(weights)                         # float32 control
