@@ -57,21 +57,12 @@ class Router:
 
     def decide(self, name: str, shape) -> bool:
         """True if tensor `name` of shape ``(N, K)`` should use W8A8."""
+        return self._float_reason(name, shape) is None
+
+    def _float_reason(self, name, shape):
+        """Why tensor `name` of shape ``(N, K)`` stays float, or None if it uses W8A8."""
         if len(shape) != 2:
             raise ValueError(f"{name}: expected a 2-D (N, K) shape, got {tuple(shape)}")
-        n, k = int(shape[0]), int(shape[1])
-        c = self.config
-        if c.include and not any(fnmatch.fnmatchcase(name, p) for p in c.include):
-            return False
-        if any(fnmatch.fnmatchcase(name, p) for p in c.exclude):
-            return False
-        if k < c.min_k:
-            return False
-        if c.skip_rows is not None and n >= c.skip_rows:
-            return False
-        return True
-
-    def _reason(self, name, shape):
         n, k = int(shape[0]), int(shape[1])
         c = self.config
         if c.include and not any(fnmatch.fnmatchcase(name, p) for p in c.include):
@@ -82,7 +73,7 @@ class Router:
             return f"K={k} < min_k={c.min_k}"
         if c.skip_rows is not None and n >= c.skip_rows:
             return f"N={n} >= skip_rows={c.skip_rows}"
-        return "w8a8"
+        return None
 
     # -- factories ---------------------------------------------------------
 
@@ -101,10 +92,11 @@ class Router:
 
     def _make(self, name, w):
         w = check_weight(w, name)
-        use = self.decide(name, w.shape)
+        reason = self._float_reason(name, w.shape)
+        use = reason is None
         if self.config.verbose:
             logger.info("pyw8a8: route %s %s -> %s (%s)", name, tuple(w.shape),
-                        "W8A8" if use else "float", self._reason(name, w.shape))
+                        "W8A8" if use else "float", reason or "w8a8")
         if use and name in self.prepacked:
             layer = Linear.from_packed(self.prepacked[name], name=name, backend=self.backend)
             if tuple(layer.shape) != tuple(w.shape):
