@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from pyw8a8.router import (
-    FloatLayer,
+    FloatLinear,
     Linear,
     LinearPair,
     Router,
@@ -190,7 +190,7 @@ def test_router_factory_kinds_and_laziness(fake):
     r = Router(RouterConfig(exclude=["*attn_k*"]), cache=WeightCache(None), backend=fake)
     q = r("blk.0.attn_q.weight", rand(8, 4))
     k = r("blk.0.attn_k.weight", rand(2, 4))
-    assert isinstance(q, Linear) and isinstance(k, FloatLayer)
+    assert isinstance(q, Linear) and isinstance(k, FloatLinear)
     assert fake.packs == [] and not q.is_packed  # nothing packed at construction
     pair = r.pair("blk.0.ffn_gate.weight", rand(6, 4, seed=1), "blk.0.ffn_up.weight", rand(6, 4, seed=2))
     assert isinstance(pair, LinearPair)

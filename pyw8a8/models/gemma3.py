@@ -9,7 +9,7 @@ under the Gemma terms of use: the cache lives outside the repository and
 nothing derived from it is ever committed.
 
 Every weight matmul of the model goes through one pluggable factory, so the
-same forward pass runs as the float control (`FloatLinear`, the default) or
+same forward pass runs as the float control (``pyw8a8.router.float_linear``, the default) or
 with W8A8 matmuls (``pyw8a8.router.Router``)::
 
     weights = load_weights()
@@ -30,13 +30,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ..router import SeparatePair, float_linear
+
 __all__ = [
     "Gemma3",
     "Gemma3Config",
     "KVCache",
     "Tokenizer",
-    "FloatLinear",
-    "FloatLinearPair",
     "OUTPUT_NAME",
     "EMBEDDING_NAME",
     "cache_root",
@@ -483,70 +483,6 @@ class Gemma3Config:
 
 
 # ---------------------------------------------------------------------------
-# Pluggable float layers (the control)
-# ---------------------------------------------------------------------------
-
-
-class FloatLinear:
-    """Float32 ``y = x @ w.T``; usable directly as the model's ``linear`` factory.
-
-    Parameters
-    ----------
-    name : str
-        Tensor name (kept for repr/logging only).
-    w : numpy.ndarray
-        Weight of shape ``(N, K)``.
-    """
-
-    def __init__(self, name: str, w: np.ndarray):
-        w = np.asarray(w)
-        if w.ndim != 2:
-            raise ValueError(f"{name}: weight must be 2-D (N, K), got shape {w.shape}")
-        if w.dtype != np.float32:
-            w = w.astype(np.float32)
-        self.name = name
-        self.w = w
-        self.shape = w.shape
-
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        x = np.asarray(x, dtype=np.float32)
-        return x @ self.w.T
-
-    def __repr__(self):
-        return f"FloatLinear({self.name!r}, shape={self.shape})"
-
-
-class FloatLinearPair:
-    """Float32 gate/up pair: ``layer(x) -> (x @ w_gate.T, x @ w_up.T)``."""
-
-    def __init__(self, name_gate: str, w_gate: np.ndarray, name_up: str, w_up: np.ndarray):
-        self.gate = FloatLinear(name_gate, w_gate)
-        self.up = FloatLinear(name_up, w_up)
-        if self.gate.shape[1] != self.up.shape[1]:
-            raise ValueError(
-                f"gate/up weights must share K, got {self.gate.shape} and {self.up.shape}"
-            )
-
-    def __call__(self, x: np.ndarray):
-        x = np.asarray(x, dtype=np.float32)
-        return self.gate(x), self.up(x)
-
-    def __repr__(self):
-        return f"FloatLinearPair({self.gate.name!r}, {self.up.name!r})"
-
-
-class _SeparatePair:
-    """Gate/up pair built from two independent layers of a ``linear`` factory."""
-
-    def __init__(self, gate, up):
-        self.gate = gate
-        self.up = up
-
-    def __call__(self, x):
-        return self.gate(x), self.up(x)
-
-
-# ---------------------------------------------------------------------------
 # Model
 # ---------------------------------------------------------------------------
 
@@ -649,12 +585,11 @@ class Gemma3:
     linear : callable, optional
         ``linear(name, w) -> layer`` with ``layer(x: (M, K)) -> (M, N)``.
         Called once per weight matrix at construction (layers may pack
-        lazily).  Default `FloatLinear`.
+        lazily).  Default ``pyw8a8.router.float_linear`` (the float control).
     linear_pair : callable, optional
         ``linear_pair(name_gate, w_gate, name_up, w_up) -> layer`` with
         ``layer(x) -> (gate_out, up_out)``.  Default: ``linear.pair`` if the
-        factory has one, `FloatLinearPair` for the float default, otherwise
-        two separate ``linear`` layers.
+        factory has one, otherwise two separate ``linear`` layers.
     max_tokens_per_step : int
         Longer inputs are processed in consecutive chunks of this many
         tokens through the KV cache (bounds activation memory).
@@ -697,15 +632,12 @@ class Gemma3:
         self.attn_block = max(1, int(attn_block))
 
         if linear is None:
-            linear = FloatLinear
+            linear = float_linear
         if linear_pair is None:
             linear_pair = getattr(linear, "pair", None)
             if linear_pair is None:
-                if linear is FloatLinear:
-                    linear_pair = FloatLinearPair
-                else:
-                    def linear_pair(ng, wg, nu, wu):
-                        return _SeparatePair(linear(ng, wg), linear(nu, wu))
+                def linear_pair(ng, wg, nu, wu):
+                    return SeparatePair(linear(ng, wg), linear(nu, wu))
         self.linear = linear
 
         def get(name, shape):

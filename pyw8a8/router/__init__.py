@@ -9,7 +9,7 @@ A numpy model that builds its weight matmuls through a factory
     model = Gemma3(weights, linear=router)   # router.pair handles gate/up
 
 The router decides per tensor (by name and shape) whether the matmul uses
-W8A8 (`Linear`) or stays float (`FloatLayer`).  W8A8 layers pack their weight
+W8A8 (`Linear`) or stays float (`FloatLinear`).  W8A8 layers pack their weight
 lazily, on first use, and then drop the float reference: the packed int8
 weight replaces the float one.  ``RouterConfig.from_env()`` reads the same
 settings from ``PYW8A8_*`` environment variables.
@@ -22,7 +22,7 @@ loading packed weights).
 
 from .cache import WeightCache, default_cache
 from .config import RouterConfig
-from .layers import FloatLayer, Linear, LinearPair
+from .layers import FloatLinear, Linear, LinearPair, SeparatePair, float_linear
 from .packed_file import PACKED_FORMAT_VERSION, load_packed, save_packed
 from .routing import Router
 
@@ -31,7 +31,9 @@ __all__ = [
     "Router",
     "Linear",
     "LinearPair",
-    "FloatLayer",
+    "FloatLinear",
+    "SeparatePair",
+    "float_linear",
     "WeightCache",
     "default_cache",
     "save_packed",

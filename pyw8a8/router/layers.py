@@ -1,4 +1,4 @@
-"""The layers a router hands to a model: W8A8 `Linear` and `LinearPair`, float `FloatLayer`.
+"""The layers a router hands to a model: W8A8 `Linear` and `LinearPair`, float32 `FloatLinear`.
 
 A W8A8 layer packs its weight lazily, on first use, and then drops the float reference:
 the packed int8 weight replaces the float one.  The kernels come from a backend, by default
@@ -19,7 +19,7 @@ from ..matmul import matmul, matmul_pair
 from ..packing import pack_weight
 from ..scaling import equalize_ffn
 
-__all__ = ["COMPILED_KERNELS", "FloatLayer", "Linear", "LinearPair"]
+__all__ = ["COMPILED_KERNELS", "FloatLinear", "Linear", "LinearPair", "SeparatePair", "float_linear"]
 
 logger = logging.getLogger("pyw8a8")
 
@@ -238,8 +238,19 @@ class LinearPair:
         return f"LinearPair({self.first!r}, {self.second!r})"
 
 
-class FloatLayer:
-    """Float32 ``x @ w.T`` (the layers the router keeps in float)."""
+class FloatLinear:
+    """A float32 linear layer: ``layer(x) = x @ w.T``.
+
+    The layers a router keeps in float, and every layer of a float control model (see
+    `float_linear`).
+
+    Parameters
+    ----------
+    w : numpy.ndarray
+        Weight of shape ``(N, K)`` (converted to float32 if needed).
+    name : str, optional
+        Used in error messages and the repr.
+    """
 
     def __init__(self, w, name=None, _source=None):
         if _source is None:
@@ -263,11 +274,28 @@ class FloatLayer:
 
     def __call__(self, x):
         w = self.weight
-        x = _as_input(x, self.shape[1], self.name or "FloatLayer")
+        x = _as_input(x, self.shape[1], self.name or "FloatLinear")
         return x @ w.T
 
     def __repr__(self):
-        return f"FloatLayer({self.name!r}, shape={self.shape})"
+        return f"FloatLinear({self.name!r}, shape={self.shape})"
+
+
+def float_linear(name, w):
+    """The float32 ``linear(name, w)`` factory: every weight matmul of a model stays float.
+
+    Parameters
+    ----------
+    name : str
+        Tensor name.
+    w : numpy.ndarray
+        Weight of shape ``(N, K)``.
+
+    Returns
+    -------
+    FloatLinear
+    """
+    return FloatLinear(w, name=name)
 
 
 class SeparatePair:
@@ -281,4 +309,4 @@ class SeparatePair:
         return self.first(x), self.second(x)
 
     def __repr__(self):
-        return f"Pair({self.first!r}, {self.second!r})"
+        return f"SeparatePair({self.first!r}, {self.second!r})"

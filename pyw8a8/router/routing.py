@@ -9,7 +9,7 @@ import threading
 from .cache import WeightCache, default_cache
 from .config import RouterConfig
 from .ffn import FfnGroup, ffn_role
-from .layers import COMPILED_KERNELS, FloatLayer, Linear, LinearPair, SeparatePair, WeightSource, check_weight
+from .layers import COMPILED_KERNELS, FloatLinear, Linear, LinearPair, SeparatePair, WeightSource, check_weight
 
 __all__ = ["Router"]
 
@@ -35,7 +35,7 @@ class Router:
 
     Notes
     -----
-    ``router(name, w)`` returns a `Linear` or a `FloatLayer`;
+    ``router(name, w)`` returns a `Linear` or a `FloatLinear`;
     ``router.pair(name_gate, w_gate, name_up, w_up)`` returns a layer giving
     ``(gate_out, up_out)``, a `LinearPair` (``pyw8a8.matmul_pair``) when both
     go W8A8.  ``router.layers`` maps names to the layers created.
@@ -116,7 +116,7 @@ class Router:
                            name=name, cache=self.cache, verbose=c.verbose, backend=self.backend,
                            _source=self._source(name, w))
         else:
-            layer = FloatLayer(w, name=name, _source=self._source(name, w))
+            layer = FloatLinear(w, name=name, _source=self._source(name, w))
         self.layers[name] = layer
         return layer
 
