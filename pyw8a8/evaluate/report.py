@@ -20,7 +20,7 @@ def build_comparison(results: dict, labels, meta: dict, speed=None) -> dict:
         entry = {k: r.get(k) for k in (
             "n", "correct", "accuracy", "wall_time_s", "load_time_s", "build_time_s",
             "eval_time_s", "mean_question_s", "median_question_s", "peak_rss_mib", "isa",
-            "kernel_threads", "router", "router_config", "error", "core_error")}
+            "kernel_threads", "router", "router_config", "error")}
         entry = {k: v for k, v in entry.items() if v is not None}
         if "error" not in r:
             entry["choices"] = r["choices"]

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from .. import get_num_threads, isa, set_num_threads
 from ..metrics import kl_divergence, option_kl
 from ..models import gemma3
 from .configs import build_model, parse_config
@@ -47,20 +48,9 @@ def run_config(spec: dict) -> dict:
     t0 = time.perf_counter()
     name = spec["name"]
     threads = spec.get("threads")
-    result = {"name": name}
-    core_info = {}
-    try:
-        import pyw8a8
-
-        if threads and hasattr(pyw8a8, "set_num_threads"):
-            pyw8a8.set_num_threads(int(threads))
-        if hasattr(pyw8a8, "isa"):
-            core_info["isa"] = str(pyw8a8.isa())
-        if hasattr(pyw8a8, "get_num_threads"):
-            core_info["kernel_threads"] = int(pyw8a8.get_num_threads())
-    except Exception as exc:  # the core is optional for the control
-        core_info["core_error"] = f"{type(exc).__name__}: {exc}"
-    result.update(core_info)
+    if threads:
+        set_num_threads(int(threads))
+    result = {"name": name, "isa": isa(), "kernel_threads": get_num_threads()}
 
     weights = gemma3.load_weights()
     tok = gemma3.load_tokenizer()
