@@ -78,17 +78,6 @@ def _import_gguf():
     return gguf
 
 
-def _field_value(field):
-    """Python value of a GGUF metadata field (gguf >= 0.10 has ``contents``)."""
-    try:
-        return field.contents()
-    except AttributeError:  # pragma: no cover - very old gguf
-        if len(field.data) == 1:
-            part = field.parts[field.data[0]]
-            return part.tolist()[0] if part.dtype != np.uint8 else bytes(part).decode("utf-8")
-        return [field.parts[i].tolist() for i in field.data]
-
-
 def _tensor_file(name: str) -> str:
     return name + ".npy"
 
@@ -163,7 +152,7 @@ def ensure_cache(directory=None, gguf_path=None, progress: bool = False) -> Path
         ):
             continue
         try:
-            value = _field_value(field)
+            value = field.contents()
         except Exception:  # pragma: no cover - exotic field types
             continue
         if isinstance(value, (str, int, float, bool)):
@@ -181,9 +170,9 @@ def ensure_cache(directory=None, gguf_path=None, progress: bool = False) -> Path
         del arr
 
     tok = Tokenizer.from_vocab(
-        tokens=_field_value(reader.fields["tokenizer.ggml.tokens"]),
-        scores=_field_value(reader.fields["tokenizer.ggml.scores"]),
-        token_types=_field_value(reader.fields["tokenizer.ggml.token_type"]),
+        tokens=reader.fields["tokenizer.ggml.tokens"].contents(),
+        scores=reader.fields["tokenizer.ggml.scores"].contents(),
+        token_types=reader.fields["tokenizer.ggml.token_type"].contents(),
         bos_id=int(metadata.get("tokenizer.ggml.bos_token_id", 2)),
         eos_id=int(metadata.get("tokenizer.ggml.eos_token_id", 1)),
         unk_id=int(metadata.get("tokenizer.ggml.unknown_token_id", 3)),
