@@ -10,7 +10,10 @@ from ..packing import PackedWeight
 
 __all__ = ["PACKED_FORMAT_VERSION", "load_packed", "save_packed"]
 
-#: Version of the ``.npz`` layout written by `save_packed`.
+#: Version of the container layout written by `save_packed` (the name list and the
+#: ``"<index>/<key>"`` entries).  It is not the packed weight's own layout version: each
+#: weight's `PackedWeight.to_dict` arrays carry that one (set in `pyw8a8.packing`), and
+#: `PackedWeight.from_dict` checks it, so either layout can change without the other.
 PACKED_FORMAT_VERSION = 1
 
 _FORMAT_KEY = "__pyw8a8_packed_format__"
