@@ -1,4 +1,4 @@
-"""``python -m pyw8a8 eval``: parse the options, run every configuration and the speed check, write the reports."""
+"""``python -m pyw8a8 eval``: the options, every configuration and the speed check run in turn, the reports."""
 
 from __future__ import annotations
 

@@ -9,7 +9,15 @@ import threading
 from .cache import WeightCache, default_cache
 from .config import RouterConfig
 from .ffn import FfnGroup, ffn_role
-from .layers import COMPILED_KERNELS, FloatLinear, Linear, LinearPair, SeparatePair, WeightSource, check_weight
+from .layers import (
+    COMPILED_KERNELS,
+    FloatLinear,
+    Linear,
+    LinearPair,
+    SeparatePair,
+    WeightSource,
+    check_weight,
+)
 
 __all__ = ["Router"]
 
