@@ -12,8 +12,7 @@
 PYTHON ?= python
 CC ?= gcc
 SANITIZE_TESTS ?= tests/test_properties.py tests/test_hostile.py tests/test_threads_memory.py \
-	$(wildcard tests/test_int8_matmul.py tests/test_matmul.py tests/test_quantize.py \
-	           tests/test_packing.py tests/test_rotation.py)
+	tests/test_int8_matmul.py tests/test_matmul.py tests/test_quantize.py tests/test_rotation.py
 SANITIZE_PYTEST_ARGS ?= -q -m "not slow" -p no:cacheprovider --capture=sys
 
 .PHONY: sanitize arm-tools

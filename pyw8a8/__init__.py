@@ -12,7 +12,7 @@ from .quantize import quantize_per_channel, quantize_per_token
 from .rotation import fwht, rotate, unrotate
 from .scaling import equalize_ffn, smooth
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place the version is set (pyproject.toml reads it)
 
 __all__ = [
     "PackedWeight",

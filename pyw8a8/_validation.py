@@ -24,11 +24,6 @@ def float_array(x, name, ndim=None):
     return arr if arr.flags.aligned else arr.copy()
 
 
-def c_matrix(arr):
-    """A C-contiguous 2-D copy or view (Fortran, strided and negative-stride views copied)."""
-    return np.ascontiguousarray(arr)
-
-
 def int8_matrix(x, name):
     arr = np.asarray(x)
     if arr.dtype != np.int8:

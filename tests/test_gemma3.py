@@ -14,11 +14,10 @@ import pytest
 from pyw8a8.models.gemma3 import (
     EMBEDDING_NAME,
     OUTPUT_NAME,
-    FloatLinear,
-    FloatLinearPair,
     Gemma3,
     Gemma3Config,
 )
+from pyw8a8.router import FloatLinear, SeparatePair
 
 # ---------------------------------------------------------------------------
 # Tiny random model vs an independent, deliberately naive reference
@@ -189,13 +188,13 @@ def test_linear_factory_sees_every_weight_matmul(tiny):
 
     def factory(name, weight):
         seen[name] = weight.shape
-        return FloatLinear(name, weight)
+        return FloatLinear(weight, name=name)
 
     pairs = []
 
     def pair_factory(ng, wg, nu, wu):
         pairs.append((ng, nu))
-        return FloatLinearPair(ng, wg, nu, wu)
+        return SeparatePair(FloatLinear(wg, name=ng), FloatLinear(wu, name=nu))
 
     model = Gemma3(w, config=TINY, linear=factory, linear_pair=pair_factory)
     np.testing.assert_allclose(model.forward(ids), ref[-1], atol=2e-4, rtol=1e-4)
@@ -307,7 +306,7 @@ def test_incremental_decode_matches_reprefill(real):
 
 def test_w8a8_router_close_to_float(real):
     from pyw8a8.metrics import kl_divergence
-    from pyw8a8.model import Router, RouterConfig, WeightCache
+    from pyw8a8.router import Router, RouterConfig, WeightCache
     from pyw8a8.models.gemma3 import load_weights
 
     model, tok = real

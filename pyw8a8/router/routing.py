@@ -1,0 +1,167 @@
+"""`Router`: the ``linear(name, w)`` factory that sends each weight matmul of a model to W8A8 or float."""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import threading
+
+from .cache import WeightCache, default_cache
+from .config import RouterConfig
+from .ffn import FfnGroup, ffn_role
+from .layers import (
+    COMPILED_KERNELS,
+    FloatLinear,
+    Linear,
+    LinearPair,
+    SeparatePair,
+    WeightSource,
+    check_weight,
+)
+
+__all__ = ["Router"]
+
+logger = logging.getLogger("pyw8a8")
+
+
+class Router:
+    """Linear-layer factory that routes each weight matmul to W8A8 or float.
+
+    Parameters
+    ----------
+    config : RouterConfig, optional
+        Default ``RouterConfig()``.
+    cache : WeightCache, optional
+        Packed-weight cache; default the process-wide `default_cache()`.
+    packed : dict[str, PackedWeight], optional
+        Pre-packed weights by tensor name (e.g. from `load_packed`); such
+        tensors use them instead of packing.
+    backend : object, optional
+        The kernels every W8A8 layer and FFN group calls (``pack_weight``,
+        ``matmul``, ``matmul_pair``, ``equalize_ffn``); default
+        `~pyw8a8.router.layers.COMPILED_KERNELS`.
+
+    Notes
+    -----
+    ``router(name, w)`` returns a `Linear` or a `FloatLinear`;
+    ``router.pair(name_gate, w_gate, name_up, w_up)`` returns a layer giving
+    ``(gate_out, up_out)``, a `LinearPair` (``pyw8a8.matmul_pair``) when both
+    go W8A8.  ``router.layers`` maps names to the layers created.
+    """
+
+    def __init__(self, config: RouterConfig | None = None, cache: WeightCache | None = None,
+                 packed: dict | None = None, backend=None):
+        self.config = config if config is not None else RouterConfig()
+        self.cache = cache if cache is not None else default_cache()
+        self.prepacked = dict(packed) if packed else {}
+        self.backend = backend if backend is not None else COMPILED_KERNELS
+        self.layers = {}
+        self._groups = {}
+        self._lock = threading.Lock()
+        if self.config.verbose:
+            _enable_verbose_logging()
+
+    # -- decisions ---------------------------------------------------------
+
+    def decide(self, name: str, shape) -> bool:
+        """True if tensor `name` of shape ``(N, K)`` should use W8A8."""
+        return self._float_reason(name, shape) is None
+
+    def _float_reason(self, name, shape):
+        """Why tensor `name` of shape ``(N, K)`` stays float, or None if it uses W8A8."""
+        if len(shape) != 2:
+            raise ValueError(f"{name}: expected a 2-D (N, K) shape, got {tuple(shape)}")
+        n, k = int(shape[0]), int(shape[1])
+        c = self.config
+        if c.include and not any(fnmatch.fnmatchcase(name, p) for p in c.include):
+            return "not included"
+        if any(fnmatch.fnmatchcase(name, p) for p in c.exclude):
+            return "excluded"
+        if k < c.min_k:
+            return f"K={k} < min_k={c.min_k}"
+        if c.skip_rows is not None and n >= c.skip_rows:
+            return f"N={n} >= skip_rows={c.skip_rows}"
+        return None
+
+    # -- factories ---------------------------------------------------------
+
+    def _source(self, name, w):
+        if not self.config.scaling:
+            return WeightSource(w)
+        key, role = ffn_role(name)
+        if key is None:
+            return WeightSource(w)
+        with self._lock:
+            group = self._groups.get(key)
+            if group is None or group.done is not None or role in group.raw:
+                group = self._groups[key] = FfnGroup(key, self.backend)
+            group.raw[role] = w
+        return WeightSource(None, group, role)
+
+    def _make(self, name, w):
+        w = check_weight(w, name)
+        reason = self._float_reason(name, w.shape)
+        use = reason is None
+        if self.config.verbose:
+            logger.info("pyw8a8: route %s %s -> %s (%s)", name, tuple(w.shape),
+                        "W8A8" if use else "float", reason or "w8a8")
+        if use and name in self.prepacked:
+            layer = Linear.from_packed(self.prepacked[name], name=name, backend=self.backend)
+            if tuple(layer.shape) != tuple(w.shape):
+                raise ValueError(
+                    f"{name}: pre-packed weight has shape {layer.shape}, model expects {w.shape}"
+                )
+        elif use:
+            c = self.config
+            rotate = c.rotate
+            if rotate and w.shape[1] % c.block:
+                # The rotation needs whole blocks; such a matrix is quantized unrotated.
+                rotate = False
+                logger.log(logging.INFO if c.verbose else logging.DEBUG,
+                           "pyw8a8: %s: K=%d not a multiple of block=%d, packing unrotated",
+                           name, w.shape[1], c.block)
+            layer = Linear(w, rotate=rotate, block=c.block, seed=c.seed, encoding=c.encoding,
+                           name=name, cache=self.cache, verbose=c.verbose, backend=self.backend,
+                           _source=self._source(name, w))
+        else:
+            layer = FloatLinear(w, name=name, _source=self._source(name, w))
+        self.layers[name] = layer
+        return layer
+
+    def __call__(self, name: str, w):
+        """``linear(name, w) -> layer`` factory."""
+        return self._make(name, w)
+
+    def pair(self, name_gate: str, w_gate, name_up: str, w_up):
+        """Gate/up pair factory; shares one quantized activation when both are W8A8."""
+        g = self._make(name_gate, w_gate)
+        u = self._make(name_up, w_up)
+        if isinstance(g, Linear) and isinstance(u, Linear):
+            return LinearPair(g, u)
+        return SeparatePair(g, u)
+
+    # -- utilities ---------------------------------------------------------
+
+    def pack_all(self) -> dict:
+        """Pack every W8A8 layer now; returns ``{name: PackedWeight}`` (for `save_packed`)."""
+        return {name: layer.pack() for name, layer in self.layers.items() if isinstance(layer, Linear)}
+
+    def stats(self) -> dict:
+        """Counts, packed bytes and total pack time of the layers created so far."""
+        w8 = [l for l in self.layers.values() if isinstance(l, Linear)]
+        return {
+            "w8a8_layers": len(w8),
+            "float_layers": len(self.layers) - len(w8),
+            "packed_bytes": int(sum(l.nbytes for l in w8)),
+            "pack_time_s": float(sum(l.pack_time or 0.0 for l in w8)),
+        }
+
+
+def _enable_verbose_logging():
+    if logger.level == logging.NOTSET or logger.level > logging.INFO:
+        logger.setLevel(logging.INFO)
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+
