@@ -54,11 +54,22 @@ def fwht_blocks(str isa, cnp.ndarray x, int64_t block, int nthreads):
 
 def rotate_rows(str isa, const float[:, ::1] x, float[:, ::1] out, int64_t block,
                 uint32_t seed, bint inverse, int nthreads):
-    """out = the block rotation of each row of x, or its inverse (out may be x)."""
+    """out = the block rotation of each row of x, or its inverse (out may be x when the
+    lengths agree).
+
+    Forward, out has K rounded up to a multiple of block columns (a last partial block of x
+    is zero-padded); the inverse needs K a multiple of block and out as wide as x (checked
+    here too, so a wrong call raises instead of writing out of bounds).
+    """
     cdef bytes name = isa.encode()
     cdef w8_fwht_fn fwht = w8_fwht_for(name)
     cdef w8_sign_scale_fn sign_scale = w8_sign_scale_for(name)
     cdef int64_t M = x.shape[0], K = x.shape[1], i
+    if (block < 1 or out.shape[0] != M or
+            out.shape[1] != (K if inverse else (K + block - 1) // block * block) or
+            (inverse and K % block)):
+        raise ValueError("rotate_rows: out must have x's rows and K (inverse: K a multiple "
+                         "of block) or, forward, K rounded up to block columns")
     if M == 0 or K == 0:
         return
     with nogil:

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import _cpu, _kernels, _threads
 from ._validation import check_finite_row, float_array
-from .rotation import check_rotation
+from .rotation import check_rotation, rotated_length
 
 
 def quantize_rows(x2d, kp, flip=0, psum=False, name="x", shape=None, block=0, seed=0,
@@ -24,7 +24,9 @@ def quantize_rows(x2d, kp, flip=0, psum=False, name="x", shape=None, block=0, se
     `row_offset` is the index of x2d's first row in it (x2d may be a block of rows).
     With a `workspace` (see :class:`Workspace`) the results are views of its reused
     buffers, valid until the workspace's next use.
-    block > 0 quantizes ``rotation.rotate(x2d, block, seed)`` instead, fused (bit-identical).
+    block > 0 quantizes ``rotation.rotate(x2d, block, seed, pad=True)`` instead, fused
+    (bit-identical): a last partial block is zero-padded in a per-thread scratch row, never
+    in a copy of x2d, so kp must cover K rounded up to block.
 
     Returns (q uint8 (M, kp), scale float32 (M,), psum int32 (M, kp/64 + 1) or (0, 1)).
     """
@@ -39,7 +41,11 @@ def quantize_rows(x2d, kp, flip=0, psum=False, name="x", shape=None, block=0, se
         sums.fill(0)
         return q, scale, sums
     if block:
-        block, seed = check_rotation(k, block, seed, name)
+        block, seed = check_rotation(k, block, seed, name, pad=True)
+        if rotated_length(k, block) > kp:
+            raise ValueError(f"{name} has K={k} features: rotated in blocks of "
+                             f"block={block} it needs {rotated_length(k, block)} columns, "
+                             f"more than kp={kp}")
     bad = _kernels.quantize_rows(_cpu.active_ops(), x2d, q, scale, sums, flip,
                                  _threads.threads_for(m * k * 16), block, seed)
     if block and bad >= 0 and np.all(np.isfinite(x2d[bad])):

@@ -363,7 +363,7 @@ static w8_sign_scale_fn w8_sign_scale_for(const char *isa_name)
 }
 
 /* ---------------------------------------------------------------------------------------
- * Row transforms; K is a multiple of block, a power of two. */
+ * Row transforms; block is a power of two. */
 
 /* 1/sqrt(block), the one value every path multiplies by. */
 static inline float w8_rotation_norm(int64_t block)
@@ -371,13 +371,21 @@ static inline float w8_rotation_norm(int64_t block)
     return (float)(1.0 / sqrt((double)block));
 }
 
-/* y = H (c D x) per block (see the top of this file); y may be x. */
+/* y = H (c D x) per block (see the top of this file).  x holds K values and y the K
+ * rounded up to a multiple of block: a last partial block is zero-padded (the rotation of
+ * x with zeros appended), so y may be x only when block divides K. */
 static void w8_rotate_row(w8_fwht_fn fwht, w8_sign_scale_fn sign_scale, const float *x,
                           float *y, int64_t K, int64_t block, uint32_t seed)
 {
     const float c = w8_rotation_norm(block);
-    for (int64_t k = 0; k < K; k += block) {
+    int64_t k = 0;
+    for (; k + block <= K; k += block) {
         sign_scale(x + k, y + k, block, (uint32_t)k, seed, c);
+        fwht(y + k, block);
+    }
+    if (k < K) {
+        sign_scale(x + k, y + k, K - k, (uint32_t)k, seed, c);
+        memset(y + K, 0, (size_t)(k + block - K) * sizeof(float));
         fwht(y + k, block);
     }
 }
