@@ -5,6 +5,10 @@ multiple of 16 (Np); the bytes form Np/16 panels of Kp/4 quad rows, each quad ro
 4 consecutive K values of 16 output channels (64 bytes: one zmm, two ymm, one AMX tile row).
 A rotated weight whose block does not divide K holds its rotated rows, K rounded up to the
 block (Kr), and Kp covers Kr.
+
+A :class:`PackedWeight` pickles as its packed bytes, scales, sums and settings (no float
+copy) and works on every instruction-set path whatever its encoding, so it can be sent to
+another process or machine (a process pool, a dask cluster: see :mod:`pyw8a8.dask`).
 """
 import numpy as np
 
@@ -12,7 +16,7 @@ from . import _kernels
 from ._validation import float_array, positive_int
 
 ENCODINGS = ("biased", "signed")
-# Format of to_dict(): 1, or 2 for a rotation whose last block is
+# Format of to_dict() and of pickles: 1, or 2 for a rotation whose last block is
 # zero-padded (which format 1 readers cannot use). Weights are written with the lowest
 # format that holds them, so files of unpadded weights stay readable by older versions.
 _FORMAT_VERSION = 2
@@ -112,6 +116,10 @@ class PackedWeight:
         Features of the stored (rotated) rows: K, or when rotated and `block` does not
         divide K, K rounded up to `block` (the last block zero-padded before rotating;
         :func:`pyw8a8.matmul` pads the activations the same way, fused, without a copy).
+
+    A PackedWeight pickles (and ``copy.deepcopy``-s) as its packed bytes, scales, sums,
+    settings and format version, with no float copy; its `encoding` works on every
+    instruction-set path, so it can be unpickled on a CPU whose paths differ.
     """
 
     __slots__ = ("shape", "encoding", "scales", "rotate", "block", "seed", "panels", "psum")
@@ -190,6 +198,12 @@ class PackedWeight:
                         "(last block zero-padded)")
         return (f"PackedWeight(shape={self.shape}, encoding={self.encoding!r}{rot}, "
                 f"nbytes={self.nbytes})")
+
+    def __reduce__(self):
+        # Packed bytes, sums, scales and settings only (no float copy); numpy pickles the
+        # arrays as raw buffers (out of band with protocol 5, as dask sends them).
+        return (_unpickle, (self._format_version(), self.shape, self.encoding, self.rotate,
+                            self.block, self.seed, self.panels, self.psum, self.scales))
 
     def _format_version(self):
         return 2 if self.rotated_k != self.shape[1] else 1
@@ -300,6 +314,25 @@ def _checked(cls, version, shape, encoding, rotate, block, seed, panels, psum, s
     weight = cls(shape, encoding, panels, psum, scales, bool(rotate), block, seed)
     weight.check_layout()
     return weight
+
+
+def _unpickle(version, shape, encoding, rotate, block, seed, panels, psum, scales):
+    """Rebuild a pickled PackedWeight, checking its format, settings and layout.
+
+    The contents are not re-validated (unlike :meth:`PackedWeight.from_dict`, which reads
+    files): a pickle is trusted code anyway, and unpickling stays O(1) beyond the copy of
+    the bytes. The encoding is kept: every path runs both encodings exactly.
+    """
+    try:
+        version = int(version)
+    except (TypeError, ValueError):
+        raise ValueError(f"not a pickled packed weight: format {version!r}") from None
+    if version not in _FORMAT_VERSIONS:
+        raise ValueError(f"packed weight format {version} is not supported (pickled by a "
+                         f"newer pyw8a8? this one reads "
+                         f"{', '.join(map(str, _FORMAT_VERSIONS))})")
+    return _checked(PackedWeight, version, shape, encoding, rotate, block, seed, panels,
+                    psum, scales)
 
 
 def pack_int8(q, scales, encoding="auto", rotate=False, block=128, seed=0):
