@@ -85,6 +85,32 @@ def test_errors():
         y.compute(scheduler="sync")
 
 
+def test_bench_dask_command(capsys):
+    """A tiny `python -m pyw8a8 bench --dask`: in-process and clusters of 1 and 2 workers
+    (timings are not asserted: speed is shown by running it)."""
+    from pyw8a8.__main__ import main
+    assert main(["bench", "--dask", "--dask-shape", "96,64,32", "--dask-chunk", "32"]) == 0
+    out = capsys.readouterr().out
+    assert "M=96 x K=64 x N=32 in chunks of 32 rows (3 chunks)" in out
+    table = [line for line in out.splitlines() if line.startswith("| ")]
+    assert table[0].startswith("| run | processes x threads | time (s) | rows/s | GOPS")
+    assert [line.split(" | ")[1] for line in table[1:]][-2:] == ["1 x 1", "2 x 1"]
+    assert table[-2].endswith("| 100% |")
+
+
+def test_bench_format_rows():
+    from pyw8a8 import _dask_bench
+    rows = [dict(name="in", workers=0, threads=2, seconds=2.0),
+            dict(name="one", workers=1, threads=1, seconds=3.0),
+            dict(name="two", workers=2, threads=1, seconds=1.5)]
+    for r in rows:
+        r["gops"], r["rows_per_s"] = 10 / r["seconds"], 1000 / r["seconds"]
+    lines = _dask_bench.format_rows(rows)
+    assert lines[2] == "| in | 1 x 2 | 2.00 | 500 | 5 | 1.00x |  |"
+    assert lines[3] == "| one | 1 x 1 | 3.00 | 333 | 3 | 0.67x | 100% |"
+    assert lines[4] == "| two | 2 x 1 | 1.50 | 667 | 7 | 1.33x | 100% |"
+
+
 # --- on a LocalCluster ------------------------------------------------------------------
 
 
