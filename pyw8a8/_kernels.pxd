@@ -72,6 +72,12 @@ cdef extern from "_simd/dispatch.h" nogil:
     void w8_gemm_range(const w8_gemm_plan *g, int64_t m0, int64_t m1, int64_t n0,
                        int64_t n1)
     int w8_amx_config_roundtrip()
+    # The rotation (fwht.h): the sign hash and the row transforms.
+    uint32_t w8_sign_bit(uint32_t pos, uint32_t seed)
+    void w8_rotate_row(w8_fwht_fn fwht, w8_sign_scale_fn sign_scale, const float *x,
+                       float *y, int64_t K, int64_t block, uint32_t seed)
+    void w8_unrotate_row(w8_fwht_fn fwht, w8_sign_scale_fn sign_scale, const float *y,
+                         float *x, int64_t K, int64_t block, uint32_t seed)
     void w8_task_begin(const w8_isa_ops *ops)
     void w8_task_end(const w8_isa_ops *ops)
 

@@ -102,7 +102,8 @@ def quantize_rows(IsaOps isa, int enc, const float[:, ::1] x, uint8_t[:, ::1] q,
 
     psum is (M, Kp/64 + 1) or has zero rows when prefix sums are not needed.
     block > 0 rotates each row first (block Hadamard with signs from `seed`, fused with
-    the quantization; block is a power of two dividing K).
+    the quantization; block is a power of two, a last partial block zero-padded: the
+    caller makes Kp cover K rounded up to block).
     Returns the index of the first row holding NaN/Inf, or -1.
     """
     cdef int64_t M = x.shape[0], K = x.shape[1], Kp = q.shape[1], i
@@ -126,7 +127,7 @@ def quantize_rows(IsaOps isa, int enc, const float[:, ::1] x, uint8_t[:, ::1] q,
         # One scratch row per thread: the rotated row is quantized from it, so the
         # activation matrix is never copied whole.
         with nogil, parallel(num_threads=nthreads):
-            scratch = <float *>malloc(K * sizeof(float))
+            scratch = <float *>malloc(Kp * sizeof(float))  # Kp >= K padded to block
             for i in prange(M, schedule="static"):
                 if scratch == NULL:
                     st[i] = 2

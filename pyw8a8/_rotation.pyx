@@ -2,8 +2,9 @@
 """Compiled block Hadamard rotation: typed entry points around ``_simd/fwht.h``.
 
 Callers (``pyw8a8.rotation``) validate every argument first: arrays are C-contiguous
-float32, block sizes are powers of two dividing the row length, `isa` names the active
-path (its index in the registry, ``IsaOps.index``). Loops release the GIL and run rows (blocks, in `fwht_blocks`) in OpenMP ``prange``.
+float32, block sizes are powers of two, `isa` is the active path's index in the registry
+(``IsaOps.index``). Loops release the GIL and run rows (blocks, in `fwht_blocks`) in
+OpenMP ``prange``.
 """
 from cython.parallel cimport prange
 from libc.stdint cimport int64_t, uint32_t
@@ -11,18 +12,10 @@ cimport numpy as cnp
 
 import numpy as np
 
+from pyw8a8._kernels cimport (W8_NUM_ISAS, w8_fwht_fn, w8_isas, w8_rotate_row,
+                              w8_sign_bit, w8_sign_scale_fn, w8_unrotate_row)
+
 cnp.import_array()
-
-
-from pyw8a8._kernels cimport W8_NUM_ISAS, w8_fwht_fn, w8_isas, w8_sign_scale_fn
-
-
-cdef extern from "_simd/fwht.h" nogil:
-    uint32_t w8_sign_bit(uint32_t pos, uint32_t seed)
-    void w8_rotate_row(w8_fwht_fn fwht, w8_sign_scale_fn sign_scale, const float *x,
-                       float *y, int64_t K, int64_t block, uint32_t seed)
-    void w8_unrotate_row(w8_fwht_fn fwht, w8_sign_scale_fn sign_scale, const float *y,
-                         float *x, int64_t K, int64_t block, uint32_t seed)
 
 
 cdef inline int _checked(int isa) except -1:
@@ -57,10 +50,21 @@ def fwht_blocks(int isa, cnp.ndarray x, int64_t block, int nthreads):
 
 def rotate_rows(int isa, const float[:, ::1] x, float[:, ::1] out, int64_t block,
                 uint32_t seed, bint inverse, int nthreads):
-    """out = the block rotation of each row of x, or its inverse (out may be x)."""
+    """out = the block rotation of each row of x, or its inverse (out may be x when the
+    lengths agree).
+
+    Forward, out has K rounded up to a multiple of block columns (a last partial block of x
+    is zero-padded); the inverse needs K a multiple of block and out as wide as x (checked
+    here too, so a wrong call raises instead of writing out of bounds).
+    """
     cdef w8_fwht_fn fwht = w8_isas[_checked(isa)].fwht
     cdef w8_sign_scale_fn sign_scale = w8_isas[isa].sign_scale
     cdef int64_t M = x.shape[0], K = x.shape[1], i
+    if (block < 1 or out.shape[0] != M or
+            out.shape[1] != (K if inverse else (K + block - 1) // block * block) or
+            (inverse and K % block)):
+        raise ValueError("rotate_rows: out must have x's rows and K (inverse: K a multiple "
+                         "of block) or, forward, K rounded up to block columns")
     if M == 0 or K == 0:
         return
     with nogil:

@@ -345,7 +345,18 @@ def main(argv=None, quick=False):
                         help="only the time around the kernels: matmul with a microkernel "
                              "that does no arithmetic, against the product's time at VNNI "
                              "and AMX speeds")
+    parser.add_argument("--dask", action="store_true",
+                        help="instead: a large M on local dask clusters of 1 and 2 worker "
+                             "processes against the in-process call (needs the dask extra)")
+    parser.add_argument("--dask-shape", default="32768,1152,6912",
+                        help="M,K,N of --dask (default: 32768,1152,6912)")
+    parser.add_argument("--dask-large", action="store_true",
+                        help="--dask with M = 2**20 (1048576 x 1152 x 6912)")
+    parser.add_argument("--dask-chunk", type=int, default=4096,
+                        help="rows per chunk of --dask (default 4096)")
     args = parser.parse_args(argv)
+    if args.dask or args.dask_large:
+        return _dask_main(args, quick)
     if args.mca or args.overhead:
         from . import proxies
         shapes = args.shapes and [tuple(int(v) for v in s.split(","))
@@ -380,4 +391,19 @@ def main(argv=None, quick=False):
         print(line)
     with _cpu.use_isa(isas[0]):
         print_rotation(isas[0], args.rounds, args.min_time)
+    return 0
+
+
+def _dask_main(args, quick):
+    from . import _dask_bench
+    m, k, n = (int(v) for v in args.dask_shape.split(","))
+    if args.dask_large:
+        m = 2**20
+    for line in _machine_info():
+        print(line)
+    rows = _dask_bench.run(m, k, n, args.dask_chunk, rounds=1 if args.dask_large else 3)
+    print(f"\nGOPS = 2*M*N*K / median time (activation draw, rotation, quantization and "
+          f"row sums included); efficiency = T(1 worker) / (workers * T)")
+    for line in _dask_bench.format_rows(rows):
+        print(line)
     return 0

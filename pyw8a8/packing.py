@@ -3,6 +3,12 @@
 Layout (see ``_simd/common.h``): K is zero-padded to a multiple of 64 (Kp) and N to a
 multiple of 16 (Np); the bytes form Np/16 panels of Kp/4 quad rows, each quad row holding
 4 consecutive K values of 16 output channels (64 bytes: one zmm, two ymm, one AMX tile row).
+A rotated weight whose block does not divide K holds its rotated rows, K rounded up to the
+block (Kr), and Kp covers Kr.
+
+A :class:`PackedWeight` pickles as its packed bytes, scales, sums and settings (no float
+copy) and works on every instruction-set path whatever its encoding, so it can be sent to
+another process or machine (a process pool, a dask cluster: see :mod:`pyw8a8.dask`).
 """
 import numpy as np
 
@@ -10,7 +16,11 @@ from . import _cpu, _kernels
 from ._validation import float_array, positive_int
 
 ENCODINGS = ("biased", "signed")
-_FORMAT_VERSION = 1
+# Format of to_dict() and of pickles: 1, or 2 for a rotation whose last block is
+# zero-padded (which format 1 readers cannot use). Weights are written with the lowest
+# format that holds them, so files of unpadded weights stay readable by older versions.
+_FORMAT_VERSION = 2
+_FORMAT_VERSIONS = (1, 2)
 
 
 def resolve_encoding(encoding):
@@ -41,9 +51,16 @@ def prefix_sums(q, kp, out):
         axis=2, dtype=np.int32), axis=1, out=out[:, 1:])
 
 
-def _layout(n, k, encoding):
-    """(dtype, shape) of the panels, psum and scales arrays of an (N, K) weight."""
-    np_, kp = padded(n, _kernels.W8_NR), padded(k, _kernels.W8_KPAD)
+def _kp(k, rotate, block):
+    """Packed K of a weight of K = `k` features: its rotated length (K rounded up to the
+    rotation block) rounded up to a multiple of 64."""
+    return padded(padded(k, block) if rotate else k, _kernels.W8_KPAD)
+
+
+def _layout(n, kp, encoding):
+    """(dtype, shape) of the panels, psum and scales arrays of an (N, K) weight packed
+    into Kp columns."""
+    np_ = padded(n, _kernels.W8_NR)
     return ((_U8, (np_ // _kernels.W8_NR, kp // 4, 4 * _kernels.W8_NR)),
             (_I32, (np_ if encoding == "signed" else 0, kp // _kernels.W8_KPAD + 1)),
             (_F32, (n,)))
@@ -52,9 +69,9 @@ def _layout(n, k, encoding):
 _U8, _I32, _F32 = np.dtype(np.uint8), np.dtype(np.int32), np.dtype(np.float32)
 
 
-def _empty_arrays(n, k, encoding):
-    """Uninitialized panels and compensation sums of an (N, K) weight."""
-    (_, panels_shape), (_, psum_shape), _ = _layout(n, k, encoding)
+def _empty_arrays(n, kp, encoding):
+    """Uninitialized panels and compensation sums of an (N, K) weight packed into Kp."""
+    (_, panels_shape), (_, psum_shape), _ = _layout(n, kp, encoding)
     return np.empty(panels_shape, dtype=np.uint8), np.empty(psum_shape, dtype=np.int32)
 
 
@@ -102,6 +119,14 @@ class PackedWeight:
         Whether rows were rotated (block Walsh-Hadamard) before quantization.
     block, seed : int
         The rotation's block size and seed.
+    rotated_k : int
+        Features of the stored (rotated) rows: K, or when rotated and `block` does not
+        divide K, K rounded up to `block` (the last block zero-padded before rotating;
+        :func:`pyw8a8.matmul` pads the activations the same way, fused, without a copy).
+
+    A PackedWeight pickles (and ``copy.deepcopy``-s) as its packed bytes, scales, sums,
+    settings and format version, with no float copy; its `encoding` works on every
+    instruction-set path, so it can be unpickled on a CPU whose paths differ.
     """
 
     __slots__ = ("shape", "encoding", "scales", "rotate", "block", "seed", "panels", "psum")
@@ -128,7 +153,7 @@ class PackedWeight:
         altered weight is checked before every product)."""
         try:  # the fast path of every product: a few attribute comparisons
             n, k = self.shape
-            (d1, s1), (d2, s2), (d3, s3) = _layout(n, k, self.encoding)
+            (d1, s1), (d2, s2), (d3, s3) = _layout(n, self.kp, self.encoding)
             p, c, s = self.panels, self.psum, self.scales
             if (n >= 0 and k >= 0 and self.encoding in ENCODINGS and
                     isinstance(p, np.ndarray) and isinstance(c, np.ndarray) and
@@ -137,15 +162,18 @@ class PackedWeight:
                     p.flags.c_contiguous and c.flags.c_contiguous and s.flags.c_contiguous
                     and c.flags.aligned and s.flags.aligned):
                 return
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, ZeroDivisionError):
             pass
         if self.encoding not in ENCODINGS:
             raise ValueError(f"packed weight encoding {self.encoding!r} is not one of "
                              f"{ENCODINGS}")
         if min(self.shape) < 0:
             raise ValueError(f"packed weight shape {self.shape} is negative")
+        if self.rotate and not (isinstance(self.block, int) and self.block > 0):
+            raise ValueError(f"packed weight rotation block {self.block!r} is not a "
+                             "positive int")
         for name, (dtype, shape) in zip(("panels", "psum", "scales"),
-                                        _layout(*self.shape, self.encoding)):
+                                        _layout(self.shape[0], self.kp, self.encoding)):
             arr = getattr(self, name)
             if not (isinstance(arr, np.ndarray) and arr.dtype == dtype and
                     arr.shape == shape and arr.flags.c_contiguous and arr.flags.aligned):
@@ -161,25 +189,45 @@ class PackedWeight:
 
     @property
     def kp(self):
-        return padded(self.shape[1], _kernels.W8_KPAD)
+        """Packed K: `rotated_k` rounded up to a multiple of 64."""
+        return _kp(self.shape[1], self.rotate, self.block)
+
+    @property
+    def rotated_k(self):
+        return padded(self.shape[1], self.block) if self.rotate else self.shape[1]
 
     def __repr__(self):
-        rot = f", rotate=True, block={self.block}, seed={self.seed}" if self.rotate else ""
+        rot = ""
+        if self.rotate:
+            rot = f", rotate=True, block={self.block}, seed={self.seed}"
+            if self.rotated_k != self.shape[1]:
+                rot += (f", padded K={self.shape[1]} to {self.rotated_k} "
+                        "(last block zero-padded)")
         return (f"PackedWeight(shape={self.shape}, encoding={self.encoding!r}{rot}, "
                 f"nbytes={self.nbytes})")
+
+    def __reduce__(self):
+        # Packed bytes, sums, scales and settings only (no float copy); numpy pickles the
+        # arrays as raw buffers (out of band with protocol 5, as dask sends them).
+        return (_unpickle, (self._format_version(), self.shape, self.encoding, self.rotate,
+                            self.block, self.seed, self.panels, self.psum, self.scales))
+
+    def _format_version(self):
+        return 2 if self.rotated_k != self.shape[1] else 1
 
     def int8(self):
         """The quantized weights.
 
         Returns
         -------
-        ndarray of int8, shape (N, K)
-            In the rotated basis when `rotate` is True.
+        ndarray of int8, shape (N, rotated_k)
+            In the rotated basis when `rotate` is True (then `rotated_k` columns: K, or K
+            rounded up to `block` when the last block was zero-padded); else (N, K).
         """
-        n, k = self.shape
+        n = self.shape[0]
         panels = self.panels.shape[0]  # explicit sizes: -1 is ambiguous when K == 0
         raw = self.panels.reshape(panels, self.kp // 4, _kernels.W8_NR, 4).transpose(0, 2, 1, 3)
-        raw = raw.reshape(panels * _kernels.W8_NR, self.kp)[:n, :k]
+        raw = raw.reshape(panels * _kernels.W8_NR, self.kp)[:n, :self.rotated_k]
         if self.encoding == "biased":
             raw = raw ^ np.uint8(0x80)
         return np.ascontiguousarray(raw).view(np.int8)
@@ -195,13 +243,13 @@ class PackedWeight:
         w = self.int8().astype(np.float32) * self.scales[:, None]
         if self.rotate and w.size:
             from .rotation import unrotate
-            w = unrotate(w, block=self.block, seed=self.seed)
-        return w
+            w = unrotate(w, block=self.block, seed=self.seed)[:, :self.shape[1]]
+        return np.ascontiguousarray(w)
 
     def to_dict(self):
         """Arrays describing this weight, for ``np.savez`` (see :meth:`from_dict`)."""
         return {
-            "format_version": np.array(_FORMAT_VERSION, dtype=np.int64),
+            "format_version": np.array(self._format_version(), dtype=np.int64),
             "shape": np.array(self.shape, dtype=np.int64),
             "encoding": np.array(ENCODINGS.index(self.encoding), dtype=np.int64),
             "rotation": np.array([int(self.rotate), self.block, self.seed], dtype=np.int64),
@@ -237,20 +285,8 @@ class PackedWeight:
         except (KeyError, ValueError, IndexError, TypeError, EOFError, OSError,
                 zipfile.BadZipFile, zlib.error) as exc:
             raise ValueError(f"not a packed weight: {exc!r}") from None
-        if version != _FORMAT_VERSION:
-            raise ValueError(f"packed weight format {version} is not supported "
-                             f"(expected {_FORMAT_VERSION})")
-        if rotate:
-            from .rotation import check_rotation
-            try:
-                check_rotation(k, block, seed, "w")
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"packed weight rotation: {exc}") from None
-        panels, psum, scales = (np.require(a, requirements=["C", "A"])
-                                if isinstance(a, np.ndarray) else a
-                                for a in (panels, psum, scales))
-        weight = cls((n, k), encoding, panels, psum, scales, bool(rotate), block, seed)
-        weight.check_layout()
+        weight = _checked(cls, version, (n, k), encoding, rotate, block, seed, panels, psum,
+                          scales)
         if not np.all(np.isfinite(scales)) or np.any(scales < 0):
             raise ValueError("packed weight array 'scales' holds negative or non-finite "
                              "values")
@@ -267,12 +303,51 @@ class PackedWeight:
         return weight
 
 
+def _checked(cls, version, shape, encoding, rotate, block, seed, panels, psum, scales):
+    """A weight of these settings and arrays, its version, settings and layout checked
+    (O(1); not its contents)."""
+    if version not in _FORMAT_VERSIONS:
+        raise ValueError(f"packed weight format {version} is not supported "
+                         f"(this pyw8a8 reads {', '.join(map(str, _FORMAT_VERSIONS))})")
+    if rotate:
+        from .rotation import check_rotation
+        try:  # format 1 predates the zero-padded last block
+            check_rotation(shape[1], block, seed, "w", pad=version >= 2)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"packed weight rotation: {exc}") from None
+    panels, psum, scales = (np.require(a, requirements=["C", "A"])
+                            if isinstance(a, np.ndarray) else a
+                            for a in (panels, psum, scales))
+    weight = cls(shape, encoding, panels, psum, scales, bool(rotate), block, seed)
+    weight.check_layout()
+    return weight
+
+
+def _unpickle(version, shape, encoding, rotate, block, seed, panels, psum, scales):
+    """Rebuild a pickled PackedWeight, checking its format, settings and layout.
+
+    The contents are not re-validated (unlike :meth:`PackedWeight.from_dict`, which reads
+    files): a pickle is trusted code anyway, and unpickling stays O(1) beyond the copy of
+    the bytes. The encoding is kept: every path runs both encodings exactly.
+    """
+    try:
+        version = int(version)
+    except (TypeError, ValueError):
+        raise ValueError(f"not a pickled packed weight: format {version!r}") from None
+    if version not in _FORMAT_VERSIONS:
+        raise ValueError(f"packed weight format {version} is not supported (pickled by a "
+                         f"newer pyw8a8? this one reads "
+                         f"{', '.join(map(str, _FORMAT_VERSIONS))})")
+    return _checked(PackedWeight, version, shape, encoding, rotate, block, seed, panels,
+                    psum, scales)
+
+
 def pack_int8(q, scales, encoding="auto", rotate=False, block=128, seed=0):
     """Pack already-quantized weights (internal; q (N, K) int8 in [-127, 127])."""
     encoding = resolve_encoding(encoding)
     n, k = q.shape
     kp = padded(k, _kernels.W8_KPAD)
-    panels, psum = _empty_arrays(n, k, encoding)
+    panels, psum = _empty_arrays(n, kp, encoding)
     for r0 in range(0, n, _PACK_ROWS):
         block_rows = q[r0:r0 + _PACK_ROWS]
         chunk = np.zeros((block_rows.shape[0], kp), dtype=np.int8)
@@ -284,7 +359,7 @@ def pack_int8(q, scales, encoding="auto", rotate=False, block=128, seed=0):
                         np.ascontiguousarray(scales, dtype=np.float32), rotate, block, seed)
 
 
-def pack_weight(w, *, encoding="auto", rotate=True, block=128, seed=0):
+def pack_weight(w, *, encoding="auto", rotate=True, block="auto", seed=0, pad=None):
     """Quantize a weight matrix once and store it in the kernels' layout.
 
     Parameters
@@ -300,10 +375,19 @@ def pack_weight(w, *, encoding="auto", rotate=True, block=128, seed=0):
         (activations are then rotated by :func:`matmul` with the same transform, fused
         with their quantization). On by default: it spreads outlier features, which
         otherwise set a coarse per-row scale (see :mod:`pyw8a8.rotation`).
-    block : int
-        Rotation block size, a power of two from 16 to 4096 dividing K.
+    block : int or 'auto'
+        Rotation block size, a power of two from 16 to 4096. 'auto' (the default) takes
+        128, or for K below 128 the smallest power of two from 16 that covers K, and
+        zero-pads the last block, so every K packs; the repr says which block and padding.
     seed : int
         Seed of the rotation's random signs, in [0, 2**32 - 1].
+    pad : bool, optional
+        Zero-pad the last block when `block` does not divide K: the weight's rows are
+        rotated as if K were rounded up to `block` with zeros (``rotated_k`` features),
+        and :func:`matmul` pads the activations in the same way inside its fused
+        quantizer (no copy of x). The rotation stays orthonormal on the padded space and
+        the zeros add nothing to the product. Default: True for ``block='auto'``, False
+        for an explicit block, which then has to divide K.
 
     Returns
     -------
@@ -316,21 +400,31 @@ def pack_weight(w, *, encoding="auto", rotate=True, block=128, seed=0):
         If w is not a float32/float64 array.
     ValueError
         If w is not 2-D, holds NaN/Inf (the message names the row), or `encoding`,
-        `block`, `seed` are invalid, or (when rotating) K is not a multiple of `block`:
-        the message suggests a smaller block; ``rotate=False`` packs any K.
+        `block`, `seed` are invalid, or (when rotating) an explicit `block` does not divide
+        K and `pad` is not set: the message names ``pad=True`` and suggests a block that
+        divides K, if any; ``rotate=False`` packs any K too.
     """
     from .quantize import quantize_rows
 
+    from .rotation import auto_block
+
     arr = float_array(w, "w", ndim=2)
     encoding = resolve_encoding(encoding)
+    n, k = arr.shape
+    if isinstance(block, str):
+        if block != "auto":
+            raise ValueError(f"block must be a power of two or 'auto', got {block!r}")
+        block = auto_block(k)
+        pad = True if pad is None else pad
     block = positive_int(block, "block")
     seed = positive_int(seed, "seed", minimum=0)
-    n, k = arr.shape
+    if pad not in (None, True, False):
+        raise TypeError(f"pad must be True, False or None, got {pad!r}")
     if rotate:
         from .rotation import check_rotation
-        block, seed = check_rotation(k, block, seed, name="w")
-    kp = padded(k, _kernels.W8_KPAD)
-    panels, psum = _empty_arrays(n, k, encoding)
+        block, seed = check_rotation(k, block, seed, name="w", pad=bool(pad))
+    kp = _kp(k, rotate, block)
+    panels, psum = _empty_arrays(n, kp, encoding)
     scales = np.empty(n, dtype=np.float32)
     # Block by block, rotation fused with quantization: no float copy of the whole weight.
     for r0 in range(0, n, _PACK_ROWS):

@@ -14,7 +14,7 @@ import numpy as np
 from . import _cpu, _kernels, _threads
 from ._validation import check_finite_row, float_array
 from .packing import padded
-from .rotation import check_rotation
+from .rotation import check_rotation, rotated_length
 
 
 def quantize_rows(x2d, kp, ops=None, enc=_kernels.W8_ENC_BIASED, name="x", shape=None,
@@ -26,7 +26,9 @@ def quantize_rows(x2d, kp, ops=None, enc=_kernels.W8_ENC_BIASED, name="x", shape
     `row_offset` is the index of x2d's first row in it (x2d may be a block of rows).
     With a `workspace` (see :class:`Workspace`) the results are views of its reused
     buffers, valid until the workspace's next use.
-    block > 0 quantizes ``rotation.rotate(x2d, block, seed)`` instead, fused (bit-identical).
+    block > 0 quantizes ``rotation.rotate(x2d, block, seed, pad=True)`` instead, fused
+    (bit-identical): a last partial block is zero-padded in a per-thread scratch row, never
+    in a copy of x2d, so kp must cover K rounded up to block.
     For enc = W8_ENC_BIASED the bytes are the plain int8 values on every path.
 
     Returns (q uint8 (Mp, kp), scale float32 (M,), psum int32 (M, kp/64 + 1) or (0, 1)):
@@ -44,7 +46,11 @@ def quantize_rows(x2d, kp, ops=None, enc=_kernels.W8_ENC_BIASED, name="x", shape
         sums.fill(0)
         return q, scale, sums
     if block:
-        block, seed = check_rotation(k, block, seed, name)
+        block, seed = check_rotation(k, block, seed, name, pad=True)
+        if rotated_length(k, block) > kp:
+            raise ValueError(f"{name} has K={k} features: rotated in blocks of "
+                             f"block={block} it needs {rotated_length(k, block)} columns, "
+                             f"more than kp={kp}")
     bad = _kernels.quantize_rows(ops, enc, x2d, q, scale, sums,
                                  _threads.threads_for(m * k * 16), block, seed)
     if block and bad >= 0 and np.all(np.isfinite(x2d[bad])):

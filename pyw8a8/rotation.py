@@ -1,7 +1,9 @@
 """Block randomized Walsh-Hadamard rotation: spreads outliers before int8 quantization.
 
-The rotation of a vector of K = nb * block features acts on each block of `block`
-consecutive features independently: ``y_b = H (D_b x_b) / sqrt(block)``, with ``H`` the
+The rotation of a vector of K features acts on each block of `block` consecutive features
+independently (with ``pad=True`` a last partial block is zero-padded, so the rotated vector
+has K rounded up to a multiple of `block` features; the zeros add nothing to a dot product
+and the rotation stays orthonormal on the padded space): ``y_b = H (D_b x_b) / sqrt(block)``, with ``H`` the
 Sylvester Hadamard matrix (natural order, ``scipy.linalg.hadamard``) and ``D_b`` the
 diagonal of random signs of the block's absolute positions. It is orthonormal, so rotating
 both operands of a dot product leaves it unchanged: ``rotate(a) . rotate(b) == a . b``, and
@@ -31,7 +33,18 @@ def _is_power_of_two(n):
     return n >= 1 and n & (n - 1) == 0
 
 
-def check_rotation(k, block, seed, name="x"):
+def rotated_length(k, block):
+    """K rounded up to a multiple of `block`: the length of a zero-padded rotated row."""
+    return -(-k // block) * block
+
+
+def auto_block(k):
+    """The block ``pack_weight(block='auto')`` uses for K = `k` features: 128, or for K
+    below 128 the smallest power of two from 16 that covers K (one zero-padded block)."""
+    return min(128, max(MIN_BLOCK, 1 << max(int(k) - 1, 0).bit_length()))
+
+
+def check_rotation(k, block, seed, name="x", pad=False):
     """Validate a rotation of K = `k` features; returns (block, seed) as ints.
 
     Raises
@@ -40,7 +53,8 @@ def check_rotation(k, block, seed, name="x"):
         If block or seed is not an int.
     ValueError
         If block is not a power of two in [16, 4096], seed is outside [0, 2**32 - 1], or
-        block does not divide K (the message suggests a block that does, if any).
+        block does not divide K and `pad` is false (the message names ``pad=True``, which
+        zero-pads the last block, and suggests a block that divides K, if any).
     """
     try:
         block = operator.index(block)
@@ -53,13 +67,15 @@ def check_rotation(k, block, seed, name="x"):
                          f"got {block}")
     if not 0 <= seed <= _MAX_SEED:
         raise ValueError(f"seed must be in [0, 2**32 - 1], got {seed}")
-    if k % block:
+    if k % block and not pad:
         fits = [b for b in (2**i for i in range(4, 13)) if b < block and k % b == 0]
         hint = (f"use block={fits[-1]} (the largest power of two >= {MIN_BLOCK} dividing "
-                f"K)" if fits else f"K is not a multiple of {MIN_BLOCK}, so no block fits: "
-                "pad the features or do not rotate (rotate=False)")
+                f"K)" if fits else f"K is not a multiple of {MIN_BLOCK}, so no block fits "
+                "whole")
         raise ValueError(f"{name} has K={k} features, not a multiple of block={block}; "
-                         f"{hint}")
+                         f"{hint}, or pass pad=True to zero-pad the last block to "
+                         f"{rotated_length(k, block)} features (what pack_weight's default "
+                         "block='auto' does), or do not rotate (rotate=False)")
     return block, seed
 
 
@@ -129,24 +145,28 @@ def fwht(x, out=None):
     return result
 
 
-def rotate(x, block=128, seed=0):
+def rotate(x, block=128, seed=0, pad=False):
     """Block randomized Hadamard rotation of the last axis (orthonormal).
 
     Parameters
     ----------
     x : array_like of float32 or float64, shape (..., K)
-        K a multiple of `block`.
+        K a multiple of `block`, unless `pad`.
     block : int
         Block size, a power of two from 16 to 4096.
     seed : int
         Seed of the random signs, in [0, 2**32 - 1].
+    pad : bool
+        Zero-pad a last partial block: the result has ``Kr = ceil(K / block) * block``
+        features, the rotation of x with ``Kr - K`` zeros appended.
 
     Returns
     -------
-    ndarray of float32, shape (..., K)
+    ndarray of float32, shape (..., Kr)
         Per block b of each row: ``hadamard(block) @ (d_b * x_b) / sqrt(block)``, with
         d_b the +-1 signs of the block's positions. The same floats that
         :func:`pyw8a8.matmul` quantizes for a weight packed with this rotation.
+        ``Kr == K`` when block divides K.
 
     Raises
     ------
@@ -154,9 +174,10 @@ def rotate(x, block=128, seed=0):
         If x is not float32/float64, or block/seed are not ints.
     ValueError
         If block is not a power of two in [16, 4096], seed is out of range, or K is not
-        a multiple of block (the message suggests a block that fits).
+        a multiple of block and `pad` is false (the message names ``pad=True`` and
+        suggests a block that fits).
     """
-    return _rotate(x, "x", block, seed, inverse=False)
+    return _rotate(x, "x", block, seed, inverse=False, pad=pad)
 
 
 def unrotate(y, block=128, seed=0):
@@ -179,16 +200,18 @@ def unrotate(y, block=128, seed=0):
     Raises
     ------
     TypeError, ValueError
-        As :func:`rotate`.
+        As :func:`rotate`. (The inverse of a zero-padded rotation takes the padded
+        vector, a multiple of `block`, and returns it whole: keep its first K features.)
     """
     return _rotate(y, "y", block, seed, inverse=True)
 
 
-def _rotate(x, name, block, seed, inverse):
+def _rotate(x, name, block, seed, inverse, pad=False):
     """The block rotation (or its inverse) of the last axis of x, as float32."""
     x2d, shape = _rows(x, name)
-    block, seed = check_rotation(shape[-1], block, seed, name=name)
-    out = np.empty(x2d.shape, dtype=np.float32)
+    block, seed = check_rotation(shape[-1], block, seed, name=name, pad=pad)
+    kr = rotated_length(shape[-1], block)
+    out = np.empty((x2d.shape[0], kr), dtype=np.float32)
     _rotation.rotate_rows(_cpu.active_ops().index, x2d, out, block, seed, inverse,
                           _threads_for(out.size, block))
-    return out.reshape(shape)
+    return out.reshape(shape[:-1] + (kr,))

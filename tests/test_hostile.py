@@ -288,7 +288,7 @@ def _corruptions(d):
 
     for key in d:
         variant(f"missing {key}", **{key: None})
-    variant("format 2", format_version=np.array(2))
+    variant("format 3", format_version=np.array(3))
     variant("shape 3 values", shape=np.array([5, 70, 1]))
     variant("shape wrong K", shape=np.array([5, 700]))
     variant("shape wrong N", shape=np.array([17, 70]))

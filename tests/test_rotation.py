@@ -213,7 +213,8 @@ def test_sign_hash_looks_random():
 def test_sign_hash_same_on_every_path():
     ref = 1.0 - 2.0 * _rotation.sign_bits(65536 - 37, 200001, 99).astype(np.float32)
     for name in ISAS:
-        np.testing.assert_array_equal(_rotation.signs(_kernels.IsaOps(name).index, 65536 - 37, 200001, 99), ref)
+        signs = _rotation.signs(_kernels.IsaOps(name).index, 65536 - 37, 200001, 99)
+        np.testing.assert_array_equal(signs, ref)
 
 
 @pytest.mark.parametrize("block", [16, 32, 64, 128, 512])
@@ -252,8 +253,9 @@ def test_fused_quantization_threads_and_errors():
     y[3] = 1e38 * _rotation.signs(_kernels.IsaOps("scalar").index, 0, 256, 0)
     with pytest.raises(ValueError, match="row 3 is finite but too large to rotate"):
         quantize_rows(y, 256, block=64)
-    with pytest.raises(ValueError, match="block=128"):
-        quantize_rows(np.ones((2, 96), np.float32), 128, block=128)
+    # A last partial block is zero-padded, so kp must hold K rounded up to the block.
+    with pytest.raises(ValueError, match=r"block=256 it needs 256 columns, more than kp=128"):
+        quantize_rows(np.ones((2, 96), np.float32), 128, block=256)
 
 
 def quantized_reference(x, packed):
@@ -294,11 +296,15 @@ def test_pack_weight_rotates_by_default():
     # Rounding errors (at most scale / 2, RMS scale / sqrt(12)) keep their RMS unrotated.
     rms = np.sqrt(np.mean((packed.dequantize() - w) ** 2, axis=1))
     assert np.all(rms <= 0.35 * packed.scales)
-    with pytest.raises(ValueError, match=r"w has K=100 .*rotate=False"):
-        pyw8a8.pack_weight(np.ones((4, 100)))
-    with pytest.raises(ValueError, match=r"w has K=96 .* use block=32"):
-        pyw8a8.pack_weight(np.ones((4, 96)))
+    # An explicit block that does not divide K raises, naming the padding and its switch.
+    with pytest.raises(ValueError, match=r"w has K=100 .*pad=True to zero-pad the last "
+                       r"block to 128 features .*rotate=False"):
+        pyw8a8.pack_weight(np.ones((4, 100)), block=128)
+    with pytest.raises(ValueError, match=r"w has K=96 .* use block=32 .*pad=True"):
+        pyw8a8.pack_weight(np.ones((4, 96)), block=128)
     assert not pyw8a8.pack_weight(np.ones((4, 100)), rotate=False).rotate
+    # The defaults pack every K (see test_padding.py).
+    assert pyw8a8.pack_weight(np.ones((4, 96))).rotated_k == 128
 
 
 def test_fwht_blocks_rejects_what_it_cannot_transform():

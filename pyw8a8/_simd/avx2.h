@@ -9,6 +9,7 @@
 #ifndef PYW8A8_SIMD_AVX2_H
 #define PYW8A8_SIMD_AVX2_H
 
+#include "fwht.h"
 #include "scalar.h"
 #if defined(W8_X86)
 
@@ -80,6 +81,139 @@ W8_AVX2 static void w8_avx2_epilogue(const int32_t *acc, int64_t ldacc, int rows
         w8_scalar_epilogue(t + j, ldacc, 1, cols - j, row_corr ? &rc : NULL,
                            col_corr ? col_corr + j : NULL, a_scale + r, b_scale + j, o + j,
                            ldo);
+    }
+}
+
+/* ---- FWHT (the network of fwht.h): 8 floats per ymm. ---- */
+
+/* The three stages inside one register (h = 1, 2, 4): p holds each lane's partner; lanes
+ * whose h bit is set take p - v, the others v + p. */
+W8_AVX2 W8_INLINE __m256 w8_fwht8_avx2(__m256 v)
+{
+    const __m256 s1 = _mm256_setr_ps(1, -1, 1, -1, 1, -1, 1, -1);
+    const __m256 s2 = _mm256_setr_ps(1, 1, -1, -1, 1, 1, -1, -1);
+    const __m256 s4 = _mm256_setr_ps(1, 1, 1, 1, -1, -1, -1, -1);
+    v = _mm256_fmadd_ps(v, s1, _mm256_permute_ps(v, 0xB1));          /* swap pairs */
+    v = _mm256_fmadd_ps(v, s2, _mm256_permute_ps(v, 0x4E));          /* swap pairs of 2 */
+    v = _mm256_fmadd_ps(v, s4, _mm256_permute2f128_ps(v, v, 0x01));  /* swap halves */
+    return v;
+}
+
+/* Whole transform of 8 * nreg contiguous floats (nreg <= 8) in registers. */
+W8_AVX2 W8_INLINE void w8_fwht_avx2_regs(float *x, int nreg)
+{
+    __m256 r[8];
+    for (int i = 0; i < nreg; i++) r[i] = w8_fwht8_avx2(_mm256_loadu_ps(x + 8 * i));
+    W8_FWHT_REG_STAGES(__m256, r, nreg, _mm256_add_ps, _mm256_sub_ps)
+    for (int i = 0; i < nreg; i++) _mm256_storeu_ps(x + 8 * i, r[i]);
+}
+
+/* A 128-block with fewer stores than two full passes (the transform is store-bound): the
+ * first half's six inner stages are stored once, and the last stage (h = 64) combines
+ * them, reloaded from L1, with the second half still in registers.  The same butterflies
+ * in the same order as every other path, so the same bits. */
+W8_AVX2 W8_INLINE void w8_fwht_avx2_128(float *x)
+{
+    w8_fwht_avx2_regs(x, 8);
+    __m256 r[8];
+    for (int i = 0; i < 8; i++) r[i] = w8_fwht8_avx2(_mm256_loadu_ps(x + 64 + 8 * i));
+    W8_FWHT_REG_STAGES(__m256, r, 8, _mm256_add_ps, _mm256_sub_ps)
+    for (int i = 0; i < 8; i++) {
+        const __m256 a = _mm256_loadu_ps(x + 8 * i);
+        _mm256_storeu_ps(x + 8 * i, _mm256_add_ps(a, r[i]));
+        _mm256_storeu_ps(x + 64 + 8 * i, _mm256_sub_ps(a, r[i]));
+    }
+}
+
+/* `stages` consecutive stages h, 2h, ... (h >= 8) in one pass over memory: each group of
+ * 2^stages vectors at stride h stays in registers for all of them. */
+W8_AVX2 W8_INLINE void w8_fwht_avx2_pass(float *x, int64_t n, int64_t h, int stages)
+{
+    const int nreg = 1 << stages;
+    for (int64_t base = 0; base < n; base += h * nreg)
+        for (int64_t j = base; j < base + h; j += 8) {
+            __m256 r[8];
+            for (int i = 0; i < nreg; i++) r[i] = _mm256_loadu_ps(x + j + i * h);
+            W8_FWHT_REG_STAGES(__m256, r, nreg, _mm256_add_ps, _mm256_sub_ps)
+            for (int i = 0; i < nreg; i++) _mm256_storeu_ps(x + j + i * h, r[i]);
+        }
+}
+
+W8_AVX2 static void w8_fwht_avx2(float *x, int64_t n)
+{
+    if (n < 8) {
+        w8_fwht_scalar(x, n);
+        return;
+    }
+    /* Stages h < 128 in chunks of up to 128 floats, then the rest three at a time.  nreg
+     * and stages are literal in each call so the register arrays unroll. */
+    const int64_t chunk = n < 128 ? n : 128;
+    for (int64_t i = 0; i < n; i += chunk) {
+        switch (chunk) {
+        case 128: w8_fwht_avx2_128(x + i); break;
+        case 64: w8_fwht_avx2_regs(x + i, 8); break;
+        case 32: w8_fwht_avx2_regs(x + i, 4); break;
+        case 16: w8_fwht_avx2_regs(x + i, 2); break;
+        default: w8_fwht_avx2_regs(x + i, 1); break;
+        }
+    }
+    for (int64_t h = chunk; h < n;) {
+        if (8 * h <= n) {
+            w8_fwht_avx2_pass(x, n, h, 3);
+            h *= 8;
+        } else if (4 * h <= n) {
+            w8_fwht_avx2_pass(x, n, h, 2);
+            h *= 4;
+        } else {
+            w8_fwht_avx2_pass(x, n, h, 1);
+            h *= 2;
+        }
+    }
+}
+
+/* Sign hash of 16 positions per 16-bit-lane register (vpmullw, not the slow 32-bit
+ * vpmulld).  Lanes hold positions in the order 0-3, 8-11 | 4-7, 12-15, which is the order
+ * that vpunpcklwd / vpunpckhwd (interleaving within 128-bit halves) turn into the float
+ * sign masks of positions 0-7 and 8-15. */
+W8_AVX2 static void w8_sign_scale_avx2(const float *x, float *y, int64_t n,
+                                            uint32_t pos, uint32_t seed, float c)
+{
+    const __m256i m1 = _mm256_set1_epi16((short)W8_SIGN_M1),
+                  m2 = _mm256_set1_epi16((short)W8_SIGN_M2),
+                  m3 = _mm256_set1_epi16((short)W8_SIGN_M3),
+                  step = _mm256_set1_epi16(16), top = _mm256_set1_epi16((short)0x8000),
+                  order = _mm256_setr_epi16(0, 1, 2, 3, 8, 9, 10, 11,
+                                            4, 5, 6, 7, 12, 13, 14, 15),
+                  zero = _mm256_setzero_si256();
+    const __m256 vc = _mm256_set1_ps(c);
+    while (n > 0) {
+        /* Positions [pos, pos + len) share one window and so one key. */
+        const int64_t room = 0x10000 - (int64_t)(pos & 0xFFFFu);
+        const int64_t len = n < room ? n : room;
+        const uint32_t key = w8_sign_key(pos >> 16, seed);
+        const __m256i k0 = _mm256_set1_epi16((short)(key & 0xFFFFu)),
+                      k1 = _mm256_set1_epi16((short)(key >> 16));
+        __m256i lo = _mm256_add_epi16(_mm256_set1_epi16((short)(pos & 0xFFFFu)), order);
+        int64_t i = 0;
+        for (; i + 16 <= len; i += 16) {
+            __m256i h = _mm256_mullo_epi16(_mm256_xor_si256(lo, k0), m1);
+            h = _mm256_xor_si256(h, _mm256_srli_epi16(h, 8));
+            h = _mm256_add_epi16(_mm256_mullo_epi16(h, m2), k1);
+            h = _mm256_xor_si256(h, _mm256_srli_epi16(h, 7));
+            h = _mm256_and_si256(_mm256_mullo_epi16(h, m3), top);
+            const __m256 s0 = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, h)),
+                         s1 = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, h));
+            _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(x + i),
+                                                  _mm256_xor_ps(vc, s0)));
+            _mm256_storeu_ps(y + i + 8, _mm256_mul_ps(_mm256_loadu_ps(x + i + 8),
+                                                      _mm256_xor_ps(vc, s1)));
+            lo = _mm256_add_epi16(lo, step);
+        }
+        w8_sign_scale_scalar(x + i, y + i, len - i, pos + (uint32_t)i, seed, c);
+        x += len;
+        y += len;
+        pos += (uint32_t)len;
+        n -= len;
     }
 }
 

@@ -104,6 +104,77 @@ W8_AVX512 static void w8_avx512_quantize(const float *x, int64_t n, float inv, u
     w8_avx2_quantize(x + i, n - i, inv, flip, q + i);
 }
 
+/* ---- FWHT (the network of fwht.h): 16 floats per zmm, structured as the AVX2 one. ---- */
+
+/* The four stages inside one register (h = 1, 2, 4, 8); the last two swap 128-bit lanes. */
+W8_AVX512 W8_INLINE __m512 w8_fwht16_avx512(__m512 v)
+{
+    const __m512 s1 = _mm512_setr_ps(1, -1, 1, -1, 1, -1, 1, -1,
+                                     1, -1, 1, -1, 1, -1, 1, -1);
+    const __m512 s2 = _mm512_setr_ps(1, 1, -1, -1, 1, 1, -1, -1,
+                                     1, 1, -1, -1, 1, 1, -1, -1);
+    const __m512 s4 = _mm512_setr_ps(1, 1, 1, 1, -1, -1, -1, -1,
+                                     1, 1, 1, 1, -1, -1, -1, -1);
+    const __m512 s8 = _mm512_setr_ps(1, 1, 1, 1, 1, 1, 1, 1,
+                                     -1, -1, -1, -1, -1, -1, -1, -1);
+    v = _mm512_fmadd_ps(v, s1, _mm512_permute_ps(v, 0xB1));       /* swap pairs */
+    v = _mm512_fmadd_ps(v, s2, _mm512_permute_ps(v, 0x4E));       /* swap pairs of 2 */
+    v = _mm512_fmadd_ps(v, s4, _mm512_shuffle_f32x4(v, v, 0xB1)); /* lanes 1, 0, 3, 2 */
+    v = _mm512_fmadd_ps(v, s8, _mm512_shuffle_f32x4(v, v, 0x4E)); /* lanes 2, 3, 0, 1 */
+    return v;
+}
+
+W8_AVX512 W8_INLINE void w8_fwht_avx512_regs(float *x, int nreg)
+{
+    __m512 r[8];
+    for (int i = 0; i < nreg; i++) r[i] = w8_fwht16_avx512(_mm512_loadu_ps(x + 16 * i));
+    W8_FWHT_REG_STAGES(__m512, r, nreg, _mm512_add_ps, _mm512_sub_ps)
+    for (int i = 0; i < nreg; i++) _mm512_storeu_ps(x + 16 * i, r[i]);
+}
+
+/* As w8_fwht_avx2_pass, for h >= 16. */
+W8_AVX512 W8_INLINE void w8_fwht_avx512_pass(float *x, int64_t n, int64_t h,
+                                                  int stages)
+{
+    const int nreg = 1 << stages;
+    for (int64_t base = 0; base < n; base += h * nreg)
+        for (int64_t j = base; j < base + h; j += 16) {
+            __m512 r[8];
+            for (int i = 0; i < nreg; i++) r[i] = _mm512_loadu_ps(x + j + i * h);
+            W8_FWHT_REG_STAGES(__m512, r, nreg, _mm512_add_ps, _mm512_sub_ps)
+            for (int i = 0; i < nreg; i++) _mm512_storeu_ps(x + j + i * h, r[i]);
+        }
+}
+
+W8_AVX512 static void w8_fwht_avx512(float *x, int64_t n)
+{
+    if (n < 16) {
+        w8_fwht_avx2(x, n);
+        return;
+    }
+    const int64_t chunk = n < 128 ? n : 128;
+    for (int64_t i = 0; i < n; i += chunk) {
+        switch (chunk) {
+        case 128: w8_fwht_avx512_regs(x + i, 8); break;
+        case 64: w8_fwht_avx512_regs(x + i, 4); break;
+        case 32: w8_fwht_avx512_regs(x + i, 2); break;
+        default: w8_fwht_avx512_regs(x + i, 1); break;
+        }
+    }
+    for (int64_t h = chunk; h < n;) {
+        if (8 * h <= n) {
+            w8_fwht_avx512_pass(x, n, h, 3);
+            h *= 8;
+        } else if (4 * h <= n) {
+            w8_fwht_avx512_pass(x, n, h, 2);
+            h *= 4;
+        } else {
+            w8_fwht_avx512_pass(x, n, h, 1);
+            h *= 2;
+        }
+    }
+}
+
 W8_AVX512 static int64_t w8_avx512_peak(int64_t iters, int32_t *sink)
 {
     const __m512i a = _mm512_set1_epi8((char)(*sink | 3)), b = _mm512_set1_epi8(5);

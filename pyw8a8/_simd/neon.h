@@ -14,6 +14,7 @@
 #ifndef PYW8A8_SIMD_NEON_H
 #define PYW8A8_SIMD_NEON_H
 
+#include "fwht.h"
 #include "scalar.h"
 #if defined(W8_ARM64)
 #include <arm_neon.h>

@@ -48,14 +48,17 @@ static inline int w8_quantize_row(const w8_isa_ops *ops, const float *x, int64_t
  * w8_rotate_row returns, so the result equals rotating then quantizing, bit for bit.
  * NaN/Inf in x reach the rotated block (adds and subtracts never make them finite), so
  * such rows still return 1; so does a finite row whose rotation overflows float32, which
- * needs max|x| above FLT_MAX / sqrt(block).  K is a multiple of block, a power of two. */
+ * needs max|x| above FLT_MAX / sqrt(block).  block is a power of two; when it does not
+ * divide K the last block is zero-padded: the rotated row has Kr = K rounded up to block
+ * values (Kr <= Kp), and only `scratch` (Kr floats) holds the padding, never x. */
 static inline int w8_quantize_row_rotated(const w8_isa_ops *ops, const float *x, int64_t K,
-                                   int64_t Kp, uint8_t flip, uint8_t *q, float *scale,
-                                   int32_t *psum, int64_t block, uint32_t seed,
-                                   float *scratch)
+                                          int64_t Kp, uint8_t flip, uint8_t *q,
+                                          float *scale, int32_t *psum, int64_t block,
+                                          uint32_t seed, float *scratch)
 {
+    const int64_t Kr = (K + block - 1) / block * block;
     w8_rotate_row(ops->fwht, ops->sign_scale, x, scratch, K, block, seed);
-    return w8_quantize_row(ops, scratch, K, Kp, flip, q, scale, psum);
+    return w8_quantize_row(ops, scratch, Kr, Kp, flip, q, scale, psum);
 }
 
 #endif
