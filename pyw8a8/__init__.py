@@ -4,6 +4,11 @@ int8 weights (one scale per output channel, packed once) times int8 activations 
 per token, quantized per call), exact int32 accumulation, float output; by default with a
 block randomized Walsh-Hadamard rotation that spreads outliers before quantizing.
 """
+from . import _thread_policy
+
+with _thread_policy.openmp_wait_policy():
+    from . import _kernels  # noqa: F401  (loads libgomp, which reads its spin count now)
+
 from ._cpu import available_isas, compiled_isas, cpu_features, isa, set_isa, use_isa
 from ._threads import get_num_threads, set_num_threads
 from .matmul import int8_matmul, matmul, matmul_pair
@@ -11,6 +16,9 @@ from .packing import PackedWeight, pack_weight
 from .quantize import quantize_per_channel, quantize_per_token
 from .rotation import fwht, rotate, unrotate
 from .scaling import equalize_ffn, smooth
+from ._thread_policy import thread_policy
+
+_thread_policy.share_blas_cores()  # numpy's BLAS is loaded by now
 
 __version__ = "0.1.0"  # the one place the version is set (pyproject.toml reads it)
 
@@ -33,6 +41,7 @@ __all__ = [
     "set_isa",
     "set_num_threads",
     "smooth",
+    "thread_policy",
     "unrotate",
     "use_isa",
 ]

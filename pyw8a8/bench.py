@@ -338,6 +338,10 @@ def main(argv=None, quick=False):
     parser.add_argument("--no-peers", action="store_true",
                         help="only numpy float32 and pyw8a8")
     parser.add_argument("--shapes", help="M,K,N;M,K,N;... (default: the standard grid)")
+    parser.add_argument("--mixed", action="store_true",
+                        help="only a small numpy transformer (attention in numpy) with its "
+                             "linear layers in float32 numpy and in pyw8a8, default "
+                             "thread settings, taking turns")
     parser.add_argument("--mca", action="store_true",
                         help="only llvm-mca's cycles per iteration of each x86 microkernel "
                              "against its dot instruction's bound (any x86 machine)")
@@ -357,6 +361,8 @@ def main(argv=None, quick=False):
     args = parser.parse_args(argv)
     if args.dask or args.dask_large:
         return _dask_main(args, quick)
+    if args.mixed:
+        return _mixed_main(args.rounds)
     if args.mca or args.overhead:
         from . import proxies
         shapes = args.shapes and [tuple(int(v) for v in s.split(","))
@@ -402,8 +408,26 @@ def _dask_main(args, quick):
     for line in _machine_info():
         print(line)
     rows = _dask_bench.run(m, k, n, args.dask_chunk, rounds=1 if args.dask_large else 3)
-    print(f"\nGOPS = 2*M*N*K / median time (activation draw, rotation, quantization and "
-          f"row sums included); efficiency = T(1 worker) / (workers * T)")
+    print("\nGOPS = 2*M*N*K / median time (activation draw, rotation, quantization and "
+          "row sums included); efficiency = T(1 worker) / (workers * T)")
     for line in _dask_bench.format_rows(rows):
         print(line)
+    return 0
+
+
+def _mixed_main(rounds):
+    from . import toy_transformer
+    from ._thread_policy import thread_policy
+    for line in _machine_info():
+        print(line)
+    print(f"thread policy: {thread_policy()}")
+    best = toy_transformer.best_times(rounds=rounds)
+    t = toy_transformer
+    print(f"\nSmall numpy transformer ({t.LAYERS} layers, D={t.D}, F={t.F}, {t.TOKENS} "
+          f"tokens; numpy attention), best of {rounds} forwards each, taking turns:")
+    print("| linear layers | forward ms | speedup |")
+    print("|---|---|---|")
+    for name in ("float", "w8a8"):
+        print(f"| {'numpy float32' if name == 'float' else 'pyw8a8.matmul'} | "
+              f"{best[name] * 1e3:.1f} | {best['float'] / best[name]:.2f}x |")
     return 0

@@ -5,8 +5,6 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
-
 from .. import set_num_threads
 from ..models import gemma3
 from .configs import build_model, parse_config
@@ -32,7 +30,8 @@ def run_speed(spec: dict) -> dict:
     The per-configuration runs are serial, so on a shared machine their wall times drift
     with the neighbours' load; here each question is answered by every configuration in
     turn (the order rotating from question to question), so a slow spell slows them alike.
-    Each W8A8 model limits BLAS to one thread, as in its own run.
+    Every model runs with default thread settings (numpy's BLAS as loaded, pyw8a8's thread
+    policy: see ``pyw8a8.thread_policy``).
     """
     threads = spec.get("threads")
     if threads:
@@ -40,21 +39,13 @@ def run_speed(spec: dict) -> dict:
     weights = gemma3.load_weights()
     tok = gemma3.load_tokenizer()
     config = gemma3.load_config()
-    models, float_names = {}, set()
-    for name in spec["configs"]:
-        models[name], router = build_model(parse_config(name), weights, config)
-        if router is None:
-            float_names.add(name)
+    models = {name: build_model(parse_config(name), weights, config)[0]
+              for name in spec["configs"]}
     del weights
-    blas = ThreadpoolController()
     prompts = [tok.encode(s["prompt"]) for s in spec["samples"]]
 
     def forward(name, tokens):
-        if name in float_names:
-            models[name].forward(tokens)
-        else:
-            with blas.limit(limits=1, user_api="blas"):
-                models[name].forward(tokens)
+        models[name].forward(tokens)
 
     names = list(models)
     shortest = min(prompts, key=len)

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from .. import get_num_threads, isa, set_num_threads
 from ..metrics import kl_divergence, option_kl
@@ -61,12 +60,6 @@ def run_config(spec: dict) -> dict:
     model, router = build_model(rcfg, weights, config)
     if router is not None:
         result["router_config"] = {k: v for k, v in vars(rcfg).items()}
-        # Only attention is left to numpy's BLAS here. OpenBLAS threads busy-wait after
-        # each call and, on a machine with few cores, starve pyw8a8's OpenMP team (measured
-        # on 2 cores: a W8A8 forward 2x slower). One BLAS thread for those small products
-        # removes the contention; the control keeps all BLAS threads, its fastest setting.
-        threadpool_limits(1, user_api="blas")
-        result["blas_threads"] = 1
     del weights  # the model keeps what it needs
     t_built = time.perf_counter()
 

@@ -1,0 +1,126 @@
+"""How pyw8a8's OpenMP threads and numpy's BLAS threads share the cores.
+
+A model that alternates numpy BLAS calls with pyw8a8 calls runs two thread pools, and both
+busy-wait after each call: libgomp's threads spin for a while before they sleep (hundreds
+of thousands of pause loops by default), and OpenBLAS's threads for 2^28 cycles (about
+0.1 s). On a machine with a few cores each pool then steals the other's cores, and a
+W8A8 model measured slower than its float version (2 cores: 196-271 ms against 134 ms for
+a small numpy transformer).  Environment variables would fix both, but the libraries read
+them when they load, before the user's code runs, so pyw8a8 sets the policy itself:
+
+* libgomp (pyw8a8's own pool): ``GOMP_SPINCOUNT`` is set to ``OPENMP_SPINCOUNT`` while the
+  compiled module loads libgomp, then removed again, unless the user chose a wait policy
+  (``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT``) or libgomp was already loaded.
+* OpenBLAS (numpy's BLAS, found with threadpoolctl): its worker threads are restarted with
+  a spin of 2^``BLAS_THREAD_TIMEOUT`` cycles (about 0.1 ms) instead of 2^28, unless the user
+  set ``OPENBLAS_THREAD_TIMEOUT``.  Nothing else about the BLAS changes: the same number of
+  threads, the same kernels; a BLAS call that follows another within 0.1 ms still finds
+  its threads awake.  MKL and other BLAS libraries are left alone (reported as such).
+
+``PYW8A8_THREAD_POLICY=leave`` turns both off.  :func:`thread_policy` reports what was done.
+"""
+import contextlib
+import ctypes
+import os
+
+ENV_POLICY = "PYW8A8_THREAD_POLICY"
+OPENMP_SPINCOUNT = "10000"
+BLAS_THREAD_TIMEOUT = 18  # OpenBLAS spins for 2 ** this many cycles after a call
+
+_report = {"policy": "share", "openmp": "not loaded yet", "blas": []}
+
+
+def _enabled():
+    value = os.environ.get(ENV_POLICY, "share").strip().lower()
+    if value not in ("share", "leave"):
+        raise ValueError(f"{ENV_POLICY}={value!r}: expected 'share' or 'leave'")
+    _report["policy"] = value
+    return value == "share"
+
+
+def _libgomp_loaded():
+    try:
+        with open("/proc/self/maps") as f:
+            return "libgomp" in f.read()
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def openmp_wait_policy():
+    """Context for importing the compiled module: libgomp reads its spin count as it loads."""
+    if not _enabled():
+        _report["openmp"] = "left alone (PYW8A8_THREAD_POLICY=leave)"
+        yield
+        return
+    if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
+        _report["openmp"] = "left alone (the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT)"
+        yield
+        return
+    if _libgomp_loaded():
+        _report["openmp"] = "left alone (libgomp was loaded before pyw8a8)"
+        yield
+        return
+    os.environ["GOMP_SPINCOUNT"] = OPENMP_SPINCOUNT
+    try:
+        yield
+    finally:
+        del os.environ["GOMP_SPINCOUNT"]
+    _report["openmp"] = f"GOMP_SPINCOUNT={OPENMP_SPINCOUNT}"
+
+
+def _calm_openblas(path):
+    """Restart one OpenBLAS's worker threads with a short spin; returns what was done."""
+    lib = ctypes.CDLL(path)
+    needed = ("openblas_read_env", "openblas_thread_timeout", "blas_thread_shutdown_")
+    if not all(hasattr(lib, name) for name in needed):
+        return "left alone (this OpenBLAS has no thread-timeout entry points)"
+    lib.openblas_thread_timeout.restype = ctypes.c_uint
+    if lib.openblas_thread_timeout() != 0:
+        return "left alone (OPENBLAS_THREAD_TIMEOUT was set)"
+    # OpenBLAS re-reads its variables here, and its threads take the new timeout when the
+    # next BLAS call starts them again.
+    os.environ["OPENBLAS_THREAD_TIMEOUT"] = str(BLAS_THREAD_TIMEOUT)
+    try:
+        lib.openblas_read_env()
+    finally:
+        del os.environ["OPENBLAS_THREAD_TIMEOUT"]
+    lib.blas_thread_shutdown_()
+    return f"worker spin 2^{BLAS_THREAD_TIMEOUT} cycles (OPENBLAS_THREAD_TIMEOUT={BLAS_THREAD_TIMEOUT})"
+
+
+def share_blas_cores():
+    """Apply the BLAS half of the policy to every BLAS library loaded in the process (once,
+    at import: numpy has loaded its BLAS by then)."""
+    if not _enabled():
+        return
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return
+    for pool in threadpool_info():
+        if pool.get("user_api") != "blas":
+            continue
+        entry = {"library": pool["filepath"], "internal_api": pool.get("internal_api")}
+        if os.environ.get("OPENBLAS_THREAD_TIMEOUT"):
+            entry["action"] = "left alone (the user set OPENBLAS_THREAD_TIMEOUT)"
+        elif pool.get("internal_api") == "openblas" and \
+                pool.get("threading_layer") == "pthreads":
+            entry["action"] = _calm_openblas(pool["filepath"])
+        else:
+            entry["action"] = "left alone (not a pthreads OpenBLAS)"
+        _report["blas"].append(entry)
+
+
+def thread_policy():
+    """What pyw8a8 did, at import, to the busy-waiting of its threads and of the BLAS's.
+
+    Returns
+    -------
+    dict
+        ``policy`` ('share', or 'leave' with ``PYW8A8_THREAD_POLICY=leave``), ``openmp``
+        (pyw8a8's OpenMP spin setting) and ``blas`` (one entry per BLAS library: its path
+        and what was changed).
+    """
+    return {"policy": _report["policy"], "openmp": _report["openmp"],
+            "blas": [dict(e) for e in _report["blas"]]}

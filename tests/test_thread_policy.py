@@ -1,0 +1,83 @@
+"""The thread policy (pyw8a8/_thread_policy.py), each case in a fresh process: what pyw8a8
+does at import to its own OpenMP spin and to numpy's OpenBLAS, what it leaves to the
+user, and the effect a user sees — a numpy model with pyw8a8 in its linear layers runs
+faster than its float version with no thread settings at all."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+THREAD_VARS = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPENBLAS_NUM_THREADS",
+               "OPENBLAS_THREAD_TIMEOUT", "MKL_NUM_THREADS", "PYW8A8_THREAD_POLICY",
+               "PYW8A8_ISA")
+
+
+def run(code, **env):
+    """stdout of `code` in a fresh interpreter whose thread settings are the defaults plus
+    `env`."""
+    clean = {k: v for k, v in os.environ.items() if k not in THREAD_VARS}
+    clean.update(env)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=clean, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+REPORT = ("import json, os, numpy, pyw8a8; "
+          "print(json.dumps([pyw8a8.thread_policy(), os.environ.get('GOMP_SPINCOUNT'), "
+          "os.environ.get('OPENBLAS_THREAD_TIMEOUT')]))")
+
+
+def openblas_entries(report):
+    return [b for b in report["blas"] if b["internal_api"] == "openblas"]
+
+
+def test_default_policy_shortens_both_spins_and_leaves_the_environment_as_it_was():
+    report, gomp, openblas = json.loads(run(REPORT))
+    assert report["policy"] == "share"
+    assert report["openmp"] == "GOMP_SPINCOUNT=10000"
+    assert gomp is None and openblas is None  # set only while the libraries read them
+    for entry in openblas_entries(report):
+        assert "2^18" in entry["action"], entry
+
+
+def test_the_user_s_settings_win():
+    report, gomp, _ = json.loads(run(REPORT, OMP_WAIT_POLICY="passive",
+                                     OPENBLAS_THREAD_TIMEOUT="6"))
+    assert "left alone (the user set" in report["openmp"]
+    assert gomp is None
+    for entry in openblas_entries(report):
+        assert entry["action"] == "left alone (the user set OPENBLAS_THREAD_TIMEOUT)"
+
+
+def test_leave_turns_the_policy_off():
+    report, gomp, _ = json.loads(run(REPORT, PYW8A8_THREAD_POLICY="leave"))
+    assert report["policy"] == "leave" and gomp is None
+    assert report["openmp"].startswith("left alone")
+    assert report["blas"] == []
+
+
+def test_a_bad_policy_value_names_the_variable():
+    clean = {k: v for k, v in os.environ.items() if k not in THREAD_VARS}
+    out = subprocess.run([sys.executable, "-c", "import pyw8a8"], capture_output=True,
+                         text=True, env=dict(clean, PYW8A8_THREAD_POLICY="sometimes"))
+    assert out.returncode != 0
+    assert "PYW8A8_THREAD_POLICY='sometimes'" in out.stderr
+
+
+def test_numpy_still_computes_right_after_its_threads_restart():
+    code = ("import numpy as np, pyw8a8; a = np.random.default_rng(0).standard_normal("
+            "(300, 300)); print(float(np.abs(a @ np.linalg.inv(a) - np.eye(300)).max()))")
+    assert float(run(code)) < 1e-9
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores to share")
+def test_a_numpy_model_with_pyw8a8_beats_its_float_version_by_default():
+    """Timed, because this is what the policy is for: numpy attention between pyw8a8 linear
+    layers, both models taking turns in one process, best of several forwards each."""
+    code = ("import json; from pyw8a8 import toy_transformer as t; "
+            "print(json.dumps(t.best_times(rounds=9)))")
+    best = json.loads(run(code))
+    assert best["w8a8"] < best["float"], best
