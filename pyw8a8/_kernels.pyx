@@ -9,6 +9,7 @@ cimport openmp
 from openmp cimport omp_get_max_threads
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
+from posix.stdlib cimport posix_memalign
 from libc.string cimport memset
 
 cimport numpy as cnp
@@ -292,3 +293,160 @@ def read_bytes(const uint8_t[::1] buf, int nthreads):
         for t in prange(nthreads, schedule="static", num_threads=nthreads):
             o[t] = w8_read_bytes(&buf[t * chunk], chunk)
     return int(np.bitwise_xor.reduce(out))
+
+
+# ---- the compiled call path of matmul (one weight, float32 rows in, float32 rows out) ----
+
+cdef class WeightPlan:
+    """The per-weight half of a product, built once per packed weight: the kernel-ready
+    pointers of its arrays (which it keeps alive), its sizes, encoding and rotation."""
+    cdef readonly object panels, psum, scales, shape, encoding
+    cdef readonly dict blocking  # settled tuner choices, (path, M, threads) -> blocking
+    cdef const uint8_t *b
+    cdef const int32_t *b_psum
+    cdef const float *b_scale
+    cdef readonly int64_t N, K, Kp, block
+    cdef readonly int enc
+    cdef readonly uint32_t seed
+    cdef readonly bint rotate
+
+    def __cinit__(self, cnp.ndarray panels, cnp.ndarray psum, cnp.ndarray scales,
+                  tuple shape, str encoding, int64_t kp, bint rotate, int64_t block,
+                  uint32_t seed):
+        # The caller (PackedWeight.plan) has checked dtypes, shapes and contiguity.
+        self.panels, self.psum, self.scales = panels, psum, scales
+        self.shape, self.encoding = shape, encoding
+        self.b = <const uint8_t *>cnp.PyArray_DATA(panels)
+        self.b_psum = <const int32_t *>cnp.PyArray_DATA(psum) if psum.shape[0] else NULL
+        self.b_scale = <const float *>cnp.PyArray_DATA(scales)
+        self.N, self.K, self.Kp = shape[0], shape[1], kp
+        self.enc = W8_ENC_SIGNED if encoding == "signed" else W8_ENC_BIASED
+        self.rotate, self.block, self.seed = rotate, block, seed
+        self.blocking = {}
+
+    cpdef bint describes(self, panels, psum, scales, shape, encoding, bint rotate,
+                         block, seed):
+        """Whether this plan still describes a weight with these attributes (identity of
+        the arrays: a weight whose arrays were replaced gets a new, checked plan)."""
+        return (panels is self.panels and psum is self.psum and scales is self.scales and
+                shape == self.shape and encoding == self.encoding and
+                rotate == self.rotate and (not rotate or (block == self.block and
+                                                         seed == self.seed)))
+
+
+cdef class Scratch:
+    """A buffer reused by the calls of one thread (the quantized activations, their scales
+    and sums, the per-row status, the rotation's rows): growing it only when a call needs
+    more spares a large product the allocation and page faults of fresh memory."""
+    cdef char *data
+    cdef size_t size
+
+    cdef char *reserve(self, size_t n) except NULL:
+        cdef void *p = NULL
+        if n > self.size:
+            if posix_memalign(&p, 64, n) != 0:
+                raise MemoryError(f"no memory for {n} bytes of scratch")
+            free(self.data)
+            self.data = <char *>p
+            self.size = n
+        return self.data
+
+    def __dealloc__(self):
+        free(self.data)
+
+
+cdef inline size_t _aligned(size_t n) nogil:
+    return (n + 63) // 64 * 64
+
+
+def matmul_rows(IsaOps isa, WeightPlan w, cnp.ndarray x, cnp.ndarray out, Scratch scratch,
+                int nthreads, int64_t kc, int64_t mc, int64_t nc, int64_t m_step,
+                int64_t n_step):
+    """out = the W8A8 product of the rows of x with the weight `w`, in one call.
+
+    x: (M, K) C-contiguous float32 with K == w.K; out: (M, N) C-contiguous float32, not
+    overlapping x; w.Kp <= W8_EXACT_K; M >= 1.  Quantizes every row (rotated first when
+    the weight is) into `scratch`, then runs the blocked product with the given blocking,
+    the GIL released throughout.  Returns -1, or the index of the first row that holds
+    NaN/Inf or whose rotation overflows (out is then unspecified).
+    """
+    cdef int64_t M = x.shape[0], K = w.K, Kp = w.Kp, N = w.N
+    cdef int64_t Mp = (M + W8_A_ROW_PAD - 1) // W8_A_ROW_PAD * W8_A_ROW_PAD
+    cdef int64_t np1 = Kp // W8_KPAD + 1, i, t, ntasks, n_blocks
+    cdef const w8_isa_ops *ops = isa.ops
+    cdef uint8_t flip = ops.a_flip[w.enc]
+    cdef bint row_sums = ops.corr[w.enc] == W8_CORR_ROW
+    cdef int64_t kr = (K + w.block - 1) // w.block * w.block if w.rotate else K
+    cdef int nworkers = nthreads if nthreads > 1 else 1
+    # Layout of the scratch: q | scales | prefix sums | status | one rotation row a thread.
+    cdef size_t off_scale = _aligned(Mp * Kp)
+    cdef size_t off_psum = off_scale + _aligned(M * sizeof(float))
+    cdef size_t off_st = off_psum + _aligned(M * np1 * sizeof(int32_t) if row_sums else 0)
+    cdef size_t off_rot = off_st + _aligned(M)
+    cdef size_t rot_row = _aligned(kr * sizeof(float)) if w.rotate else 0
+    cdef char *base = scratch.reserve(off_rot + rot_row * nworkers)
+    cdef uint8_t *q = <uint8_t *>base
+    cdef float *a_scale = <float *>(base + off_scale)
+    cdef int32_t *a_psum = <int32_t *>(base + off_psum) if row_sums else NULL
+    cdef uint8_t *st = <uint8_t *>(base + off_st)
+    cdef const float *xp = <const float *>cnp.PyArray_DATA(x)
+    cdef int64_t block = w.block if w.rotate else 0
+    cdef uint32_t seed = w.seed
+    cdef w8_gemm_plan g
+    cdef int tid
+    with nogil:
+        if nworkers == 1:
+            for i in range(M):
+                st[i] = _quantize_one(ops, block, seed, xp + i * K, K, Kp, flip, q + i * Kp,
+                                      a_scale + i, a_psum + i * np1 if row_sums else NULL,
+                                      <float *>(base + off_rot))
+        else:
+            for i in prange(M, schedule="static", num_threads=nworkers):
+                tid = openmp.omp_get_thread_num()
+                st[i] = _quantize_one(ops, block, seed, xp + i * K, K, Kp, flip, q + i * Kp,
+                                      a_scale + i, a_psum + i * np1 if row_sums else NULL,
+                                      <float *>(base + off_rot + tid * rot_row))
+    for i in range(M):
+        if st[i]:
+            return i
+    g.ops = ops
+    g.enc = w.enc
+    g.M, g.N, g.Kp = M, N, Kp
+    g.a, g.lda, g.a_psum = q, Kp, a_psum
+    g.b, g.b_psum = w.b, w.b_psum
+    g.a_scale, g.b_scale = a_scale, w.b_scale
+    g.out_kind = W8_OUT_F32
+    g.out = cnp.PyArray_DATA(out)
+    g.ldo = N
+    g.kc, g.mc, g.nc = kc, mc, nc
+    n_blocks = (N + n_step - 1) // n_step
+    ntasks = ((M + m_step - 1) // m_step) * n_blocks
+    with nogil:
+        if nworkers == 1 or ntasks == 1:
+            w8_task_begin(ops)
+            for t in range(ntasks):
+                _run_block(&g, t, n_blocks, m_step, n_step)
+            w8_task_end(ops)
+        else:
+            with parallel(num_threads=nworkers):
+                w8_task_begin(ops)
+                for t in prange(ntasks, schedule="dynamic"):
+                    _run_block(&g, t, n_blocks, m_step, n_step)
+                w8_task_end(ops)
+    return -1
+
+
+cdef inline uint8_t _quantize_one(const w8_isa_ops *ops, int64_t block, uint32_t seed,
+                                  const float *x, int64_t K, int64_t Kp, uint8_t flip,
+                                  uint8_t *q, float *scale, int32_t *psum,
+                                  float *rot) noexcept nogil:
+    """One row as the kernels read it; block 0: no rotation."""
+    if block:
+        return w8_quantize_row_rotated(ops, x, K, Kp, flip, q, scale, psum, block, seed, rot)
+    return w8_quantize_row(ops, x, K, Kp, flip, q, scale, psum)
+
+
+cdef inline void _run_block(const w8_gemm_plan *g, int64_t t, int64_t n_blocks,
+                            int64_t m_step, int64_t n_step) noexcept nogil:
+    cdef int64_t m0 = (t // n_blocks) * m_step, n0 = (t % n_blocks) * n_step
+    w8_gemm_range(g, m0, min(m0 + m_step, g.M), n0, min(n0 + n_step, g.N))

@@ -7,6 +7,7 @@ exact int32 sums of 131072-wide K-ranges.  The result is the same on every path,
 count and blocking, bit for bit.
 """
 import math
+import threading
 import time
 
 import numpy as np
@@ -139,6 +140,11 @@ def matmul(x, packed, *, out=None, out_dtype=None):
         message), or `out` has the wrong shape, is read-only or overlaps x. Nothing is
         written to `out` when an error is raised.
     """
+    if (out is None and out_dtype is None and type(x) is np.ndarray and
+            x.dtype == _F32 and x.flags.c_contiguous and type(packed) is PackedWeight):
+        y = _compiled_product(x, packed)
+        if y is not None:
+            return y
     _check_packed(packed, "packed")
     n, k = packed.shape
     arr = _activations(x, k)
@@ -147,6 +153,50 @@ def matmul(x, packed, *, out=None, out_dtype=None):
     m = math.prod(lead)
     _run(arr.reshape(m, k), [(packed, result.reshape(m, n))], lead)
     return _finish(result, target)
+
+
+_F32 = np.dtype(np.float32)
+_SCRATCH = threading.local()
+# Settled blockings a weight remembers (one per path, M and thread count it met): spares
+# a call the tuner's lock and lookups.
+_SETTLED_PER_WEIGHT = 256
+
+
+def _compiled_product(x, packed):
+    """matmul of a C-contiguous float32 x (K,) or (M, K) through the one compiled entry
+    point (``_kernels.matmul_rows``), or None for every other case, which the general path
+    handles, errors included (a row holding NaN/Inf comes back here as None too)."""
+    try:
+        plan = packed.plan()
+    except ValueError:
+        return None
+    if x.ndim not in (1, 2) or x.shape[-1] != plan.K or plan.K == 0 or plan.N == 0 or \
+            plan.Kp > _kernels.W8_EXACT_K:
+        return None
+    m = x.shape[0] if x.ndim == 2 else 1
+    if m == 0:
+        return None
+    ops = _cpu.active_ops(m)
+    nthreads = _threads.threads_for(m * plan.K * plan.N)
+    settled = (ops.name, m, nthreads)
+    blocking = plan.blocking.get(settled)
+    index = None
+    if blocking is None:
+        key, index, blocking = TUNER.choose(ops, (plan.enc, 1), m, plan.N, plan.Kp, nthreads)
+        if index is None and len(plan.blocking) < _SETTLED_PER_WEIGHT:
+            plan.blocking[settled] = blocking
+    kc, mc, nc, m_step, n_step = blocking
+    scratch = getattr(_SCRATCH, "buffer", None)
+    if scratch is None:
+        scratch = _SCRATCH.buffer = _kernels.Scratch()
+    out = np.empty((m, plan.N), dtype=np.float32)
+    t0 = time.perf_counter()
+    if _kernels.matmul_rows(ops, plan, x if x.ndim == 2 else x.reshape(1, -1), out,
+                            scratch, nthreads, kc, mc, nc, m_step, n_step) >= 0:
+        return None
+    if index is not None:
+        TUNER.record(key, index, time.perf_counter() - t0)
+    return out if x.ndim == 2 else out.reshape(plan.N)
 
 
 def _run(x2d, pairs, lead):

@@ -129,7 +129,8 @@ class PackedWeight:
     instruction-set path, so it can be unpickled on a CPU whose paths differ.
     """
 
-    __slots__ = ("shape", "encoding", "scales", "rotate", "block", "seed", "panels", "psum")
+    __slots__ = ("shape", "encoding", "scales", "rotate", "block", "seed", "panels", "psum",
+                 "_plan")
 
     def __init__(self, shape, encoding, panels, psum, scales, rotate=False, block=128,
                  seed=0):
@@ -141,6 +142,20 @@ class PackedWeight:
         self.rotate = bool(rotate)
         self.block = int(block)
         self.seed = int(seed)
+        self._plan = None
+
+    def plan(self):
+        """The per-weight half of a product (a ``_kernels.WeightPlan``), built and checked
+        once; rebuilt (and checked again) only if an attribute has been replaced since."""
+        plan = self._plan
+        if plan is None or not plan.describes(self.panels, self.psum, self.scales,
+                                              self.shape, self.encoding, self.rotate,
+                                              self.block, self.seed):
+            self.check_layout()
+            plan = self._plan = _kernels.WeightPlan(
+                self.panels, self.psum, self.scales, self.shape, self.encoding, self.kp,
+                self.rotate, self.block, self.seed)
+        return plan
 
     @property
     def nbytes(self):

@@ -206,3 +206,33 @@ def test_thread_count_controls():
     assert pyw8a8.get_num_threads() == previous
     with pytest.raises(ValueError, match="at least 1"):
         pyw8a8.set_num_threads(0)
+
+
+@pytest.mark.parametrize("rotate", [False, True])
+@pytest.mark.parametrize("m", [1, 3, 40])
+def test_compiled_call_path_equals_the_general_path(any_isa, rotate, m):
+    """A C-contiguous float32 x without out= takes the one compiled entry point; anything
+    else the general path: the bits must not depend on which."""
+    x, w = realistic(np.random.default_rng(m), m, 200, 70)
+    packed = pyw8a8.pack_weight(w, rotate=rotate)
+    fast = pyw8a8.matmul(x, packed)
+    general = pyw8a8.matmul(np.asfortranarray(x), packed)
+    np.testing.assert_array_equal(fast, general)
+    np.testing.assert_array_equal(pyw8a8.matmul(x[0], packed), fast[0])
+    out = np.empty_like(fast)
+    np.testing.assert_array_equal(pyw8a8.matmul(x, packed, out=out), fast)
+
+
+def test_compiled_call_path_keeps_the_errors():
+    x, w = realistic(np.random.default_rng(0), 5, 64, 16)
+    packed = pyw8a8.pack_weight(w)
+    x[3, 7] = np.nan
+    with pytest.raises(ValueError, match="row 3"):
+        pyw8a8.matmul(x, packed)
+    with pytest.raises(ValueError, match="K=64"):
+        pyw8a8.matmul(x[:, :32].copy(), packed)
+    # A weight whose arrays were replaced is checked again, not trusted from before.
+    pyw8a8.matmul(np.ones((2, 64), np.float32), packed)
+    packed.scales = np.ones(3, np.float32)
+    with pytest.raises(ValueError, match="scales"):
+        pyw8a8.matmul(np.ones((2, 64), np.float32), packed)
