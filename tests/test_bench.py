@@ -21,15 +21,15 @@ def test_format_table_reports_peaks_and_ratios():
                                "pyw8a8 avx2": 40.0, "peer": 20.0})]
     header = ["M", "K", "N", "numpy f32", "pyw8a8 avx512vnni", "pyw8a8 avx2", "peer"]
     lines = bench.format_table(header, rows, ["avx512vnni", "avx2"],
-                               peaks={"avx512vnni": 600.0, "avx2": 300.0}, bandwidth=40.0,
-                               fp32_peak=200.0)
+                               peaks={"avx512vnni": 600.0, "avx2": 300.0},
+                               bandwidth={"L3": 40.0, "DRAM": 20.0}, fp32_peak=200.0)
     assert lines[0].split(" | ")[-4:] == ["% peak avx512vnni", "% peak avx2",
                                           "numpy % fp32 peak",
-                                          "M=1 weight GB/s (% of DRAM) |"]
+                                          "M=1 weight GB/s (% of L3 or DRAM read) |"]
     first = [c.strip() for c in lines[2].strip("|").split("|")]
     assert first[7:12] == ["1.5x", "1.25x", "25%", "20%", "50%"]
     second = [c.strip() for c in lines[3].strip("|").split("|")]
-    assert second[7:] == ["4.0x", "2.00x", "3%", "13%", "5%", "20.0 (50%)"]
+    assert second[7:] == ["4.0x", "2.00x", "3%", "13%", "5%", "20.0 (50% of L3)"]
 
 
 def test_peak_loops_count_their_work():
