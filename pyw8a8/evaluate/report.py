@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 
 from ..metrics import compare_answers, kl_summary
-from .speed import speed_summary
+from .configs import NOISE_FLOOR
+from .speed import decode_summary, speed_summary, time_split
 
 __all__ = ["build_comparison", "render_markdown"]
 
@@ -35,19 +36,51 @@ def build_comparison(results: dict, labels, meta: dict, speed=None) -> dict:
                         entry["kl_full_values"] = r["kl_full"]
                         entry["kl_options_values"] = r["kl_options"]
         out["configs"][name] = entry
+    floor = out["configs"].get(NOISE_FLOOR)
+    if floor is not None and "answers" in floor:
+        changed_by_floor = {i for i, (c, f) in enumerate(zip(control["choices"], floor["choices"]))
+                            if c != f}
+        for name, entry in out["configs"].items():
+            if "answers" in entry:
+                entry["changes_shared_with_noise_floor"] = sum(
+                    1 for i, (c, t) in enumerate(zip(control["choices"], entry["choices"]))
+                    if c != t and i in changed_by_floor)
     if speed is not None:
-        if "error" in speed:
-            out["speed"] = {"error": speed["error"]}
-        else:
-            out["speed"] = {"ids": speed["ids"], "n_tokens": speed["n_tokens"],
-                            "times_s": speed["times_s"], "summary": speed_summary(speed)}
+        out["speed"] = _speed_entry(speed)
     return out
+
+
+def _speed_entry(speed):
+    """The side-by-side check's part of the comparison: its raw times and their summaries."""
+    if "error" in speed:
+        return {"error": speed["error"]}
+    entry = {"routing": speed["routing"]}
+    if "times_s" in speed:
+        entry.update({k: speed[k] for k in ("ids", "n_tokens", "times_s", "linear_s")})
+        entry["summary"] = speed_summary(speed)
+        entry["split"] = {name: time_split(t, speed["linear_s"][name], len(t))
+                          for name, t in speed["times_s"].items()}
+    if "decode" in speed:
+        d = speed["decode"]
+        steps = (d["new_tokens"] - 1) * len(d["n_tokens"])
+        entry["decode"] = dict(d, summary=decode_summary(d), split={
+            name: {"prefill": time_split(r["prefill_s"], r["prefill_linear_s"], len(d["n_tokens"])),
+                   "decode": time_split(r["decode_s"], r["decode_linear_s"], steps,
+                                        r["decode_output_s"])}
+            for name, r in d["runs"].items()})
+    return entry
 
 
 def _fmt(v, spec="{:.3f}", none="-"):
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return none
     return spec.format(v)
+
+
+def _ratio(num, den, spec):
+    """num / den formatted, or "-" when den is not positive (a model without linear layers
+    to time, or a rest that rounds to nothing)."""
+    return spec.format(num / den) if den > 0 else "-"
 
 
 def _md_cell(text, limit=None) -> str:
@@ -57,6 +90,127 @@ def _md_cell(text, limit=None) -> str:
     if limit is not None and len(text) > limit:
         text = text[: limit - 3] + "..."
     return text.replace("|", "&#124;")
+
+
+def _noise_floor_lines(cfgs):
+    lines = ["", "## Answer changes against the noise floor", ""]
+    floor = cfgs.get(NOISE_FLOOR)
+    if floor is None or "answers" not in floor:
+        why = "failed" if floor is not None else "did not run (add it to --configs)"
+        return lines + [f"The noise floor ({NOISE_FLOOR}) {why}: no reference for the changes."]
+    fa, fkl = floor["answers"], floor.get("kl_full") or {}
+    lines += [
+        f"{NOISE_FLOOR}: the control's weight matrices (the output layer's included) rounded "
+        "to bfloat16 once, float32 arithmetic. Its answer changes are those that rounding "
+        "alone produces on this model's near-tied options: a configuration with about as "
+        "many changes as the noise floor changes no more answers than rounding does. "
+        "*Shared*: questions whose answer both this configuration and the noise floor change.",
+        "",
+        "| Configuration | Answer changes | Noise floor's changes | Shared with the noise floor "
+        "| Mean KL | Noise floor's mean KL |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, e in cfgs.items():
+        a = e.get("answers")
+        if not a:
+            continue
+        lines.append(
+            f"| {name} | {a['answer_changes']} | {fa['answer_changes']} "
+            f"| {e['changes_shared_with_noise_floor']} "
+            f"| {_fmt((e.get('kl_full') or {}).get('mean'), '{:.6f}')} "
+            f"| {_fmt(fkl.get('mean'), '{:.6f}')} |")
+    return lines
+
+
+def _routing_cell(routing):
+    if routing["output"] == "float" and not routing["w8a8_layers"]:
+        return "none (float)"
+    total = routing["w8a8_layers"] + routing["float_layers"]
+    return f"{routing['w8a8_layers']}/{total}, output layer {routing['output'].upper()}"
+
+
+def _speed_lines(sp):
+    lines = []
+    if "summary" in sp:
+        lines += [
+            f"{len(sp['ids'])} questions ({min(sp['n_tokens'])}-{max(sp['n_tokens'])} "
+            "tokens), every configuration in one process, taking turns on each question "
+            "(a pause before each pass): on a shared machine this is the speedup to "
+            "quote; the serial runs' wall times above also carry the load's drift.",
+            "",
+            "| Configuration | Median speedup | Total-time speedup | Mean time/question |",
+            "|---|---|---|---|",
+        ]
+        for name, e in sp["summary"].items():
+            lines.append(f"| {name} | {e['median_speedup']:.3f}x | {e['total_speedup']:.3f}x "
+                         f"| {e['mean_time_s']:.3f} s |")
+    d = sp.get("decode")
+    if d:
+        n = len(d["n_tokens"])
+        lines += [
+            "", "## Decode, side by side", "",
+            f"Greedy generation of {d['new_tokens']} new tokens after each of {n} prompts "
+            f"({min(d['n_tokens'])}-{max(d['n_tokens'])} tokens), every configuration in the "
+            "same process, taking turns on each prompt. Prefill: the prompt's forward pass, "
+            "up to the first new token; decode: the other "
+            f"{d['new_tokens'] - 1} tokens, one forward pass of one token each through the "
+            "KV cache. Tokens per second are summed tokens over summed times. Every W8A8 "
+            "configuration runs its linear layers as routed in the column *W8A8 layers*; "
+            "the default router settings (min_k=0, skip_rows=None, no include or exclude "
+            "patterns) put every one in W8A8, the output layer (the tied 262144 x 640 "
+            "embedding) included. *Same greedy tokens*: the tokens equal to the control's "
+            "up to the first difference, summed over the prompts.",
+            "",
+            "| Configuration | W8A8 layers | Prefill tokens/s | Prefill speedup "
+            "| Decode tokens/s | Decode speedup | Same greedy tokens |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for name, e in d["summary"].items():
+            lines.append(
+                f"| {name} | {_routing_cell(sp['routing'][name])} "
+                f"| {e['prefill_tokens_per_s']:.1f} | {e['prefill_speedup']:.3f}x "
+                f"| {e['decode_tokens_per_s']:.2f} | {e['decode_speedup']:.3f}x "
+                f"| {e['same_tokens']}/{e['generated_tokens']} |")
+    lines += _split_lines(sp)
+    return lines
+
+
+def _split_lines(sp):
+    """The time split table: each configuration's time inside linear layers and the rest."""
+    passes = []
+    if "split" in sp:
+        passes.append(("prefill, per question", sp["split"]))
+    if "decode" in sp:
+        splits = sp["decode"]["split"]
+        passes.append(("prefill, per decode prompt", {n: s["prefill"] for n, s in splits.items()}))
+        passes.append(("decode, per token", {n: s["decode"] for n, s in splits.items()}))
+    if not passes:
+        return []
+    lines = [
+        "", "## Where the time goes: linear layers and the rest", "",
+        "Time per forward pass (per question, per prompt) or per decoded token, split into the "
+        "time inside the model's linear layers (their calls timed, the output layer's "
+        "included) and the rest (embedding lookup, attention, norms, RoPE, GeGLU, residual "
+        "adds). *Linear speedup*: the control's linear time over this configuration's. "
+        "*Bound*: the speedup if this configuration's linear layers took no time and the "
+        "rest stayed; the end-to-end speedup is control total / (linear + rest).",
+        "",
+        "| Configuration | Pass | Total | Linear layers | Output layer | Rest | Linear share "
+        "| Linear speedup | Speedup | Bound |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for label, split in passes:
+        ctrl = split["control"]
+        for name, e in split.items():
+            output = f"{1e3 * e['output_s']:.2f} ms" if "output_s" in e else "-"
+            lines.append(
+                f"| {name} | {label} | {1e3 * e['total_s']:.2f} ms "
+                f"| {1e3 * e['linear_s']:.2f} ms | {output} "
+                f"| {1e3 * e['rest_s']:.2f} ms | {100 * e['linear_share']:.1f}% "
+                f"| {_ratio(ctrl['linear_s'], e['linear_s'], '{:.2f}x')} "
+                f"| {_ratio(ctrl['total_s'], e['total_s'], '{:.3f}x')} "
+                f"| {_ratio(ctrl['total_s'], e['rest_s'], '{:.2f}x')} |")
+    return lines
 
 
 def render_markdown(comp: dict) -> str:
@@ -101,24 +255,14 @@ def render_markdown(comp: dict) -> str:
             f"| {_fmt(kl.get('mean'), '{:.6f}')} | {_fmt(kl.get('p95'), '{:.6f}')} "
             f"| {_fmt(e.get('peak_rss_mib'), '{:.1f} MiB')} |"
         )
+    lines += _noise_floor_lines(cfgs)
     sp = comp.get("speed")
     if sp:
         lines += ["", "## Speed, side by side", ""]
         if "error" in sp:
             lines.append(f"The side-by-side check failed: {_md_cell(sp['error'], 200)}")
         else:
-            lines += [
-                f"{len(sp['ids'])} questions ({min(sp['n_tokens'])}-{max(sp['n_tokens'])} "
-                "tokens), every configuration in one process, taking turns on each question "
-                "(a pause before each pass): on a shared machine this is the speedup to "
-                "quote; the serial runs' wall times above also carry the load's drift.",
-                "",
-                "| Configuration | Median speedup | Total-time speedup | Mean time/question |",
-                "|---|---|---|---|",
-            ]
-            for name, e in sp["summary"].items():
-                lines.append(f"| {name} | {e['median_speedup']:.3f}x | {e['total_speedup']:.3f}x "
-                             f"| {e['mean_time_s']:.3f} s |")
+            lines += _speed_lines(sp)
     lines += [
         "",
         "## Flips and answer changes (vs control)",

@@ -1,19 +1,34 @@
-"""The side-by-side speed check: every configuration timed in turn on the same few questions."""
+"""The side-by-side speed check: every configuration timed in turn on the same few questions.
+
+Two measurements, both in one process with every configuration's model built once:
+
+* prefill: one forward pass of each chosen question (the answer position's logits only);
+* decode: greedy generation, a prefill of each chosen prompt and then one forward pass
+  per new token through the KV cache.
+
+Each forward pass also records the time spent inside the model's linear layers (their
+calls timed by `~pyw8a8.evaluate.timing.LinearTimer`), so the rest (attention, norms,
+elementwise work) is the difference.
+"""
 
 from __future__ import annotations
 
 import time
 
 import numpy as np
+
 from .. import set_num_threads
 from ..models import gemma3
-from .configs import build_model, parse_config
+from ..router import Linear
+from .configs import linear_factory, parse_config
+from .timing import LinearTimer
 from .worker import progress
 
-__all__ = ["SPEED_SETTLE_S", "run_speed", "speed_questions", "speed_summary"]
+__all__ = ["SPEED_SETTLE_S", "decode_summary", "run_speed", "speed_questions", "speed_summary",
+           "time_split"]
 
-#: Pause before each timed forward pass of the side-by-side speed check, so thread pools
-#: that spin after a call (OpenBLAS's, OpenMP's) have gone to sleep.
+#: Pause before each timed forward pass or generation of the side-by-side speed check, so
+#: thread pools that spin after a call (OpenBLAS's, OpenMP's) have gone to sleep.
 SPEED_SETTLE_S = 0.2
 
 
@@ -24,14 +39,44 @@ def speed_questions(n, count):
     return sorted({int(round(v)) for v in np.linspace(0, n - 1, min(count, n))})
 
 
+def _routing(router):
+    """How a model's weight matrices are routed: counts, and the output layer's kind."""
+    if router is None:
+        return {"w8a8_layers": 0, "output": "float"}
+    stats = router.stats()
+    output = router.layers.get(gemma3.OUTPUT_NAME)
+    return {"w8a8_layers": stats["w8a8_layers"], "float_layers": stats["float_layers"],
+            "output": "w8a8" if isinstance(output, Linear) else "float"}
+
+
+def _turns(names, i):
+    """The order of the configurations on the i-th question: rotated by one each time."""
+    k = i % len(names)
+    return names[k:] + names[:k]
+
+
 def run_speed(spec: dict) -> dict:
-    """Time every configuration on the same few questions in one process, interleaved.
+    """Time every configuration on the same questions in one process, interleaved.
 
     The per-configuration runs are serial, so on a shared machine their wall times drift
-    with the neighbours' load; here each question is answered by every configuration in
-    turn (the order rotating from question to question), so a slow spell slows them alike.
-    Every model runs with default thread settings (numpy's BLAS as loaded, pyw8a8's thread
-    policy: see ``pyw8a8.thread_policy``).
+    with the neighbours' load; here each question (prefill) or prompt (decode) is run by
+    every configuration in turn (the order rotating from one to the next), so a slow spell
+    slows them alike.  Every model runs with default thread settings (numpy's BLAS as
+    loaded, pyw8a8's thread policy: see ``pyw8a8.thread_policy``).
+
+    Parameters
+    ----------
+    spec : dict
+        ``configs`` (names), ``samples`` (questions of the prefill check, may be empty),
+        ``decode_samples`` (prompts of the decode check, may be empty), ``decode_tokens``
+        (new tokens per prompt, >= 2) and optionally ``threads``.
+
+    Returns
+    -------
+    dict
+        ``routing`` per configuration; for the prefill check ``ids``, ``n_tokens``,
+        ``times_s`` and ``linear_s`` (per configuration, per question); for the decode
+        check ``decode`` (see `_decode_check`).
     """
     threads = spec.get("threads")
     if threads:
@@ -39,27 +84,75 @@ def run_speed(spec: dict) -> dict:
     weights = gemma3.load_weights()
     tok = gemma3.load_tokenizer()
     config = gemma3.load_config()
-    models = {name: build_model(parse_config(name), weights, config)[0]
-              for name in spec["configs"]}
+    models, timers, routers = {}, {}, {}
+    for name in spec["configs"]:
+        factory, routers[name] = linear_factory(parse_config(name))
+        timers[name] = LinearTimer(factory)
+        models[name] = gemma3.Gemma3(weights, config=config, linear=timers[name])
     del weights
     prompts = [tok.encode(s["prompt"]) for s in spec["samples"]]
-
-    def forward(name, tokens):
-        models[name].forward(tokens)
-
+    decode_prompts = [tok.encode(s["prompt"]) for s in spec.get("decode_samples", [])]
     names = list(models)
-    shortest = min(prompts, key=len)
-    for name in names:  # packing and first-call costs stay out of the timings
-        forward(name, shortest)
-    times = {name: [] for name in names}
-    for i, tokens in enumerate(progress(prompts, len(prompts), "side by side")):
-        for name in names[i % len(names):] + names[: i % len(names)]:
+
+    # Packing, first-call costs and the settling of each shape's blocking (a prefill and a
+    # decode step) stay out of the timings.
+    shortest = min(prompts + decode_prompts, key=len)
+    for name in names:
+        list(models[name].generate(shortest, 2))
+    result = {"name": "speed", "routing": {n: _routing(routers[n]) for n in names}}
+
+    if prompts:
+        times = {name: [] for name in names}
+        linear = {name: [] for name in names}
+        for i, tokens in enumerate(progress(prompts, len(prompts), "side by side")):
+            for name in _turns(names, i):
+                time.sleep(SPEED_SETTLE_S)
+                timers[name].reset()
+                t0 = time.perf_counter()
+                models[name].forward(tokens)
+                times[name].append(time.perf_counter() - t0)
+                linear[name].append(timers[name].seconds())
+        result.update({"ids": [s["id"] for s in spec["samples"]],
+                       "n_tokens": [len(t) for t in prompts], "times_s": times,
+                       "linear_s": linear})
+    if decode_prompts:
+        result["decode"] = _decode_check(models, timers, decode_prompts,
+                                         int(spec["decode_tokens"]))
+        result["decode"]["ids"] = [s["id"] for s in spec["decode_samples"]]
+    return result
+
+
+def _decode_check(models, timers, prompts, new_tokens):
+    """Greedy generation of `new_tokens` after each prompt, every model in turn.
+
+    Returns, per configuration and per prompt: ``prefill_s`` and ``prefill_linear_s`` (up
+    to the first new token), ``decode_s``, ``decode_linear_s`` and ``decode_output_s``
+    (the ``new_tokens - 1`` forward passes of one token each; the output layer's share of
+    the linear time) and the generated ``tokens``.
+    """
+    names = list(models)
+    keys = ("prefill_s", "prefill_linear_s", "decode_s", "decode_linear_s", "decode_output_s",
+            "tokens")
+    per = {name: {k: [] for k in keys} for name in names}
+    for i, tokens in enumerate(progress(prompts, len(prompts), "decode side by side")):
+        for name in _turns(names, i):
+            rec, timer = per[name], timers[name]
             time.sleep(SPEED_SETTLE_S)
+            timer.reset()
+            steps = models[name].generate(tokens, new_tokens)
             t0 = time.perf_counter()
-            forward(name, tokens)
-            times[name].append(time.perf_counter() - t0)
-    return {"name": "speed", "ids": [s["id"] for s in spec["samples"]],
-            "n_tokens": [len(t) for t in prompts], "times_s": times}
+            first = next(steps)
+            t1 = time.perf_counter()
+            rec["prefill_linear_s"].append(timer.seconds())
+            timer.reset()
+            rest = list(steps)
+            t2 = time.perf_counter()
+            rec["prefill_s"].append(t1 - t0)
+            rec["decode_s"].append(t2 - t1)
+            rec["decode_linear_s"].append(timer.seconds())
+            rec["decode_output_s"].append(timer.output_seconds())
+            rec["tokens"].append([first] + rest)
+    return {"new_tokens": new_tokens, "n_tokens": [len(t) for t in prompts], "runs": per}
 
 
 def speed_summary(speed: dict) -> dict:
@@ -73,4 +166,62 @@ def speed_summary(speed: dict) -> dict:
         out[name] = {"median_speedup": float(np.median(control / t)),
                      "total_speedup": float(control.sum() / t.sum()),
                      "mean_time_s": float(t.mean())}
+    return out
+
+
+def _common_prefix(a, b):
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def decode_summary(decode: dict) -> dict:
+    """Per configuration: prefill and decode tokens per second (summed tokens over summed
+    times), their ratio to the control's, and how many of its greedy tokens equal the
+    control's (the common prefix of each prompt's generation, summed)."""
+    runs = decode["runs"]
+    prompt_tokens = float(sum(decode["n_tokens"]))
+    steps = float((decode["new_tokens"] - 1) * len(decode["n_tokens"]))
+    control = runs["control"]
+    out = {}
+    for name, r in runs.items():
+        prefill = prompt_tokens / float(np.sum(r["prefill_s"]))
+        dec = steps / float(np.sum(r["decode_s"]))
+        out[name] = {"prefill_tokens_per_s": prefill, "decode_tokens_per_s": dec,
+                     "same_tokens": sum(_common_prefix(a, b) for a, b in
+                                        zip(r["tokens"], control["tokens"])),
+                     "generated_tokens": sum(len(t) for t in r["tokens"])}
+    for e in out.values():
+        e["prefill_speedup"] = e["prefill_tokens_per_s"] / out["control"]["prefill_tokens_per_s"]
+        e["decode_speedup"] = e["decode_tokens_per_s"] / out["control"]["decode_tokens_per_s"]
+    return out
+
+
+def time_split(totals, linear, count, output=None) -> dict:
+    """Mean time per forward pass (or per token), inside the linear layers and the rest.
+
+    Parameters
+    ----------
+    totals, linear : sequence of float
+        Per measurement: the whole time and the part spent inside linear layers.
+    count : int
+        What the summed times are divided by: forward passes, or decoded tokens.
+    output : sequence of float, optional
+        Per measurement: the output layer's part of `linear`.
+
+    Returns
+    -------
+    dict
+        ``total_s``, ``linear_s``, ``rest_s`` (per pass or token), ``linear_share`` and,
+        with `output`, ``output_s``.
+    """
+    total = float(np.sum(totals)) / count
+    lin = float(np.sum(linear)) / count
+    out = {"total_s": total, "linear_s": lin, "rest_s": total - lin,
+           "linear_share": lin / total}
+    if output is not None:
+        out["output_s"] = float(np.sum(output)) / count
     return out

@@ -193,6 +193,55 @@ class Gemma3:
 
     __call__ = forward
 
+    def generate(self, token_ids, max_new_tokens: int, cache: KVCache | None = None):
+        """Greedy generation through the KV cache, one token per forward pass.
+
+        The first new token comes from the prefill of `token_ids`; each later one from a
+        forward pass of the previous new token alone (decode).  The tokens come from an
+        iterator, each produced when asked for, so a caller can time the prefill (until the
+        first token) apart from the decode steps, or stop early (at an end-of-sequence
+        token, say).
+
+        Parameters
+        ----------
+        token_ids : sequence of int
+            The prompt (include BOS at the start of a sequence).  With a non-empty
+            `cache` it continues the cached sequence.
+        max_new_tokens : int
+            How many tokens to generate (>= 1); no end-of-sequence token stops it.
+        cache : KVCache, optional
+            Updated in place; after the last token it holds every position but the last
+            token's (which is never fed back).  Default: a fresh cache.
+
+        Returns
+        -------
+        iterator of int
+            The argmax of each step's logits (ties: the lowest id, as `numpy.argmax`).
+
+        Raises
+        ------
+        ValueError
+            If `max_new_tokens` < 1 or `token_ids` is empty (at the call, before any
+            forward pass); as `forward` for token ids outside the vocabulary.
+        """
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        prompt = np.asarray(token_ids, dtype=np.int64).reshape(-1)
+        if prompt.size == 0:
+            raise ValueError("token_ids is empty")
+        if cache is None:
+            cache = self.new_cache()
+        return self._greedy(prompt, int(max_new_tokens), cache)
+
+    def _greedy(self, prompt, max_new_tokens, cache):
+        # The whole sequence's room at once: no cache growth (a copy) inside the decode loop.
+        cache.reserve(cache.length + prompt.size + max_new_tokens - 1)
+        token = int(np.argmax(self.forward(prompt, cache)))
+        yield token
+        for _ in range(max_new_tokens - 1):
+            token = int(np.argmax(self.forward([token], cache)))
+            yield token
+
     # -- internals ---------------------------------------------------------
 
     def _run_layers(self, ids: np.ndarray, cache: KVCache) -> np.ndarray:
