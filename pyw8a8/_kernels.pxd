@@ -32,6 +32,8 @@ cdef extern from "_simd/dispatch.h" nogil:
         const char *name
         int mr
         int nv
+        int whole_tiles
+        int whole_k
         w8_ukernel_fn ukernel[2]
         int corr[2]
         uint8_t a_flip[2]
@@ -93,3 +95,4 @@ cdef class IsaOps:
     cdef const w8_isa_ops *ops
     cdef readonly str name
     cdef readonly int index, mr, nv
+    cdef readonly bint whole_k

@@ -60,23 +60,35 @@ cdef class IsaOps:
     """One instruction-set path: its registry entry, chosen once and passed along.
 
     ``noop_kernel=True`` gives a copy whose microkernels do no arithmetic (they store
-    zeros): everything else runs as on the path, which is what ``bench --overhead`` times.
+    zeros): everything else runs as on the path, which is what ``bench --overhead`` times;
+    ``tile_of`` then gives it the register tile (rows, panels) of another path, so the
+    loop nest and epilogues run as often as they would there.
     """
 
-    def __cinit__(self, str name, bint noop_kernel=False):
+    def __cinit__(self, str name, bint noop_kernel=False, str tile_of=None):
         cdef const w8_isa_ops *entry = w8_isa_lookup(name.encode())
+        cdef const w8_isa_ops *tile = entry
         if entry == NULL:
             raise ValueError(f"unknown instruction-set path {name!r}")
+        if tile_of is not None:
+            tile = w8_isa_lookup(tile_of.encode())
+            if tile == NULL or not noop_kernel:
+                raise ValueError(f"tile_of={tile_of!r} needs noop_kernel=True and a path")
         self.table = entry[0]
         if noop_kernel:
             self.table.ukernel[0] = w8_noop_ukernel
             self.table.ukernel[1] = w8_noop_ukernel
+            self.table.mr, self.table.nv = tile.mr, tile.nv
+            self.table.whole_tiles = tile.whole_tiles
         self.ops = &self.table
         # Its own name keeps the tuner's timings of the real kernels apart.
-        self.name = name + "+noop" if noop_kernel else name
+        self.name = name
+        if noop_kernel:
+            self.name += f"+noop({tile.name.decode()} tile)"
         self.index = entry - &w8_isas[0]
-        self.mr = entry.mr
-        self.nv = entry.nv
+        self.mr = self.table.mr
+        self.nv = self.table.nv
+        self.whole_k = self.table.whole_k
 
     @property
     def auto_encoding(self):

@@ -162,14 +162,14 @@ OVERHEAD_SHAPES = [(64, 1152, 6912), (256, 1152, 6912), (1024, 2048, 640),
                    (64, 4096, 4096), (64, 2048, 640)]
 
 
-def overhead_report(shapes, rounds, min_time, rotate=False):
-    """Per shape: (shape, real seconds, no-op-kernel seconds) on the active path."""
+def overhead_report(shapes, rounds, min_time, rotate=False, tile_of=None):
+    """Per shape: (shape, real seconds, no-op-kernel seconds) on the active path, the no-op
+    kernel with the register tile of path `tile_of` (default: the active path's)."""
     from .bench import measure
     from .matmul import matmul
     from .packing import pack_weight
     rng = np.random.default_rng(0)
-    path = _cpu.isa()
-    noop = _kernels.IsaOps(path, noop_kernel=True)
+    noop = _kernels.IsaOps(_cpu.isa(), noop_kernel=True, tile_of=tile_of)
     rows = []
     for m, k, n in shapes:
         x = rng.standard_normal((m, k)).astype(np.float32)
@@ -186,22 +186,30 @@ def overhead_report(shapes, rounds, min_time, rotate=False):
 
 def print_overhead(shapes, rounds, min_time):
     nthreads = _threads.get_num_threads()
-    print(f"\nOverhead around the kernels (path {_cpu.isa()}, {nthreads} threads): matmul "
-          "with a microkernel that does no arithmetic, against the product's time at the "
-          "kernel speeds below (budgets: <= 10% at 650 GOPS/core, <= 25% at 4 TOPS/core)")
-    cols = ["M", "K", "N", "rotation", "overhead us", "% of this run's matmul"]
+    path = _cpu.isa()
+    # The tiles of the VNNI and AMX paths too, when this CPU runs a narrower one: their
+    # loop nest then runs as often as it would there (with this CPU's quantizer and
+    # epilogue, which are no faster than theirs).
+    tiles = [path] + [t for t in ("avx512vnni", "amx")
+                      if t in _cpu.compiled_isas() and t != path]
+    print(f"\nOverhead around the kernels (path {path}, {nthreads} threads): matmul with a "
+          "microkernel that does no arithmetic, against the product's time at the kernel "
+          "speeds below (budgets: <= 10% at 650 GOPS/core, <= 25% at 4 TOPS/core); "
+          "'tile' is the register tile the loop nest runs with")
+    cols = ["M", "K", "N", "rotation", "tile", "overhead us", "% of this run's matmul"]
     cols += [f"% of {name} time" for name, _, _ in BUDGETS]
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
-    for rotate in (False, True):
-        for (m, k, n), real, noop in overhead_report(shapes, rounds, min_time, rotate):
-            cells = [str(m), str(k), str(n), "on" if rotate else "off", f"{noop * 1e6:.0f}",
-                     f"{100 * noop / real:.0f}%"]
-            for _, rate, budget in BUDGETS:
-                ideal = 2 * m * n * k / (rate * nthreads)
-                share = noop / ideal
-                cells.append(f"{100 * share:.0f}%{'' if share <= budget else ' (over)'}")
-            print("| " + " | ".join(cells) + " |")
+    for tile in tiles:
+        for rotate in (False, True):
+            for (m, k, n), real, noop in overhead_report(shapes, rounds, min_time, rotate,
+                                                         tile):
+                cells = [str(m), str(k), str(n), "on" if rotate else "off", tile,
+                         f"{noop * 1e6:.0f}", f"{100 * noop / real:.0f}%"]
+                for _, rate, budget in BUDGETS:
+                    share = noop / (2 * m * n * k / (rate * nthreads))
+                    cells.append(f"{100 * share:.0f}%{'' if share <= budget else ' (over)'}")
+                print("| " + " | ".join(cells) + " |")
 
 
 def main(argv, rounds, min_time, shapes=None):

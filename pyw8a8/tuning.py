@@ -20,7 +20,10 @@ _SLOWER = 1.25  # candidates this much slower than the best after a round are dr
 
 
 def kc_for(ops, kp):
-    """K-range width: one B micro-panel (kc x 16*nv bytes) fits in L1."""
+    """K-range width: one B micro-panel (kc x 16*nv bytes) fits in L1, or the whole K for
+    a path whose traits say so (AMX: its C tiles accumulate over all of K)."""
+    if ops.whole_k:
+        return kp
     ncols = _kernels.W8_NR * ops.nv
     kc = max(_kernels.W8_KPAD, (_L1_BYTES // ncols) // _kernels.W8_KPAD * _kernels.W8_KPAD)
     return min(kc, kp)

@@ -141,6 +141,8 @@ typedef struct {
     int nv;                       /* microkernel panels (columns = 16 * nv) */
     int whole_tiles;              /* the kernel stores whole mr-row tiles (AMX): tiles with
                                      fewer rows go through a scratch tile */
+    int whole_k;                  /* no K-blocking: the C tiles accumulate over the whole K
+                                     and are stored once (AMX: B tiles stream from L2) */
     /* Kernels for each weight encoding; both produce exact sum_k qa * qw up to `corr`. */
     w8_ukernel_fn ukernel[2];
     int corr[2];                  /* W8_CORR_* needed by ukernel[encoding] */

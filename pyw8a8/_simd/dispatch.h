@@ -66,7 +66,7 @@ static int w8_has_neon(const w8_cpu_features *f) { return f->asimd; }
 
 static const w8_isa_ops w8_isas[] = {
 #if defined(W8_HAVE_AMX)
-    {.name = "amx", .mr = W8_AMX_MR, .nv = W8_AMX_NV, .whole_tiles = 1,
+    {.name = "amx", .mr = W8_AMX_MR, .nv = W8_AMX_NV, .whole_tiles = 1, .whole_k = 1,
      .ukernel = {w8_amx_ukernel_biased, w8_amx_ukernel_signed},
      .corr = {W8_CORR_ROW, W8_CORR_NONE}, .a_flip = {0, 0}, .auto_encoding = W8_ENC_BIASED,
      .epilogue = w8_avx512_epilogue, .absmax = w8_avx512_absmax,
