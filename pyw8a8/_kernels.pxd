@@ -23,6 +23,12 @@ cdef extern from "_simd/dispatch.h" nogil:
     ctypedef void (*w8_ukernel_fn)(int rows, int npanels, int64_t kq, const uint8_t *a,
                                    int64_t lda, const uint8_t *b, int64_t panel_stride,
                                    int32_t *c, int64_t ldc, int accumulate)
+    ctypedef struct w8_tile_finish:
+        pass
+    ctypedef void (*w8_ukernel_f32_fn)(int rows, int npanels, int64_t kq, const uint8_t *a,
+                                       int64_t lda, const uint8_t *b, int64_t panel_stride,
+                                       int32_t *c, int64_t ldc, int accumulate,
+                                       const w8_tile_finish *fin)
     ctypedef void (*w8_fwht_fn)(float *x, int64_t n)
     ctypedef void (*w8_sign_scale_fn)(const float *x, float *y, int64_t n, uint32_t pos,
                                       uint32_t seed, float c)
@@ -35,6 +41,7 @@ cdef extern from "_simd/dispatch.h" nogil:
         int whole_tiles
         int whole_k
         w8_ukernel_fn ukernel[2]
+        w8_ukernel_f32_fn ukernel_f32[2]
         int corr[2]
         uint8_t a_flip[2]
         int auto_encoding
@@ -86,6 +93,9 @@ cdef extern from "_simd/dispatch.h" nogil:
 cdef extern from "_simd/microbench.h" nogil:
     w8_peak_fn w8_fp32_peak(int zmm)
     uint64_t w8_read_bytes(const uint8_t *p, int64_t n)
+    void w8_noop_ukernel_f32(int rows, int npanels, int64_t kq, const uint8_t *a,
+                             int64_t lda, const uint8_t *b, int64_t panel_stride, int32_t *c,
+                             int64_t ldc, int accumulate, const w8_tile_finish *fin)
     void w8_noop_ukernel(int rows, int npanels, int64_t kq, const uint8_t *a, int64_t lda,
                          const uint8_t *b, int64_t panel_stride, int32_t *c, int64_t ldc,
                          int accumulate)

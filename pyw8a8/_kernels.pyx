@@ -78,6 +78,9 @@ cdef class IsaOps:
         if noop_kernel:
             self.table.ukernel[0] = w8_noop_ukernel
             self.table.ukernel[1] = w8_noop_ukernel
+            if self.table.ukernel_f32[0] != NULL:  # the path finishes tiles in its kernels
+                self.table.ukernel_f32[0] = w8_noop_ukernel_f32
+                self.table.ukernel_f32[1] = w8_noop_ukernel_f32
             self.table.mr, self.table.nv = tile.mr, tile.nv
             self.table.whole_tiles = tile.whole_tiles
         self.ops = &self.table

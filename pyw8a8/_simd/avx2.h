@@ -37,6 +37,20 @@ W8_AVX2 W8_INLINE __m256i w8_avx2_dot(__m256i acc, __m256i a, __m256i b, __m256i
     return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
 }
 
+/* The float epilogue of common.h on 8 sums of tile row r from tile column col, stored as
+ * floats at p (the fused kernels' last store; the same arithmetic as w8_avx2_epilogue). */
+W8_AVX2 W8_INLINE void w8_avx2_store_float(float *p, __m256i sums, const w8_tile_finish *fin,
+                                           int r, int col)
+{
+    if (fin->row_corr) sums = _mm256_sub_epi32(sums, _mm256_set1_epi32(fin->row_corr[r]));
+    if (fin->col_corr)
+        sums = _mm256_sub_epi32(sums,
+                                _mm256_loadu_si256((const __m256i *)(fin->col_corr + col)));
+    const __m256 s = _mm256_mul_ps(_mm256_set1_ps(fin->a_scale[r]),
+                                   _mm256_loadu_ps(fin->b_scale + col));
+    _mm256_storeu_ps(p, _mm256_mul_ps(_mm256_cvtepi32_ps(sums), s));
+}
+
 /* 4 rows x 2 ymm (one panel): 8 accumulators, 2 B vectors and their absolute values, the
  * broadcast row and a product fill 14 of the 16 ymm registers. */
 #define W8_AVX2_MR 4
@@ -55,6 +69,7 @@ W8_AVX2 W8_INLINE __m256i w8_avx2_dot(__m256i acc, __m256i a, __m256i b, __m256i
 #define W8_UK_LOAD_B(p, BIASED) w8_avx2_load_b(p, BIASED)
 #define W8_UK_PREP_B(b) _mm256_abs_epi8(b)
 #define W8_UK_DOT(acc, a, b, prep, BIASED) w8_avx2_dot(acc, a, b, prep)
+#define W8_UK_STORE_FLOAT(p, sums, fin, r, col) w8_avx2_store_float(p, sums, fin, r, col)
 #include "ukernel.h"
 
 /* The float epilogue of common.h, 8 columns at a time; the tail in scalar code computes

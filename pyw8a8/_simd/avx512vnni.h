@@ -15,6 +15,18 @@ W8_AVX512 W8_INLINE __m512i w8_avx512_dot(__m512i acc, __m512i a, __m512i b, int
     return biased ? _mm512_dpbusd_epi32(acc, b, a) : _mm512_dpbusd_epi32(acc, a, b);
 }
 
+/* The float epilogue of common.h on 16 sums (as w8_avx2_store_float). */
+W8_AVX512 W8_INLINE void w8_avx512_store_float(float *p, __m512i sums,
+                                               const w8_tile_finish *fin, int r, int col)
+{
+    if (fin->row_corr) sums = _mm512_sub_epi32(sums, _mm512_set1_epi32(fin->row_corr[r]));
+    if (fin->col_corr)
+        sums = _mm512_sub_epi32(sums, _mm512_loadu_si512((const void *)(fin->col_corr + col)));
+    const __m512 s = _mm512_mul_ps(_mm512_set1_ps(fin->a_scale[r]),
+                                   _mm512_loadu_ps(fin->b_scale + col));
+    _mm512_storeu_ps(p, _mm512_mul_ps(_mm512_cvtepi32_ps(sums), s));
+}
+
 /* 6 rows x 4 zmm (4 panels, 64 channels): 24 accumulators, 4 B vectors and the broadcast
  * row use 29 of the 32 zmm registers.  Per quad row: 4 B loads and 6 broadcasts (load
  * ports) for 24 vpdpbusd, so the two vpdpbusd ports bound the loop (12 cycles). */
@@ -34,6 +46,7 @@ W8_AVX512 W8_INLINE __m512i w8_avx512_dot(__m512i acc, __m512i a, __m512i b, int
 #define W8_UK_LOAD_B(p, BIASED) _mm512_loadu_si512((const void *)(p))
 #define W8_UK_PREP_B(b) (b)
 #define W8_UK_DOT(acc, a, b, prep, BIASED) w8_avx512_dot(acc, a, b, BIASED)
+#define W8_UK_STORE_FLOAT(p, sums, fin, r, col) w8_avx512_store_float(p, sums, fin, r, col)
 #include "ukernel.h"
 
 /* The float epilogue of common.h, 16 columns at a time. */

@@ -35,6 +35,7 @@ W8_AVXVNNI W8_INLINE __m256i w8_avxvnni_dot(__m256i acc, __m256i a, __m256i b, i
 #define W8_UK_LOAD_B(p, BIASED) _mm256_loadu_si256((const __m256i *)(p))
 #define W8_UK_PREP_B(b) (b)
 #define W8_UK_DOT(acc, a, b, prep, BIASED) w8_avxvnni_dot(acc, a, b, BIASED)
+#define W8_UK_STORE_FLOAT(p, sums, fin, r, col) w8_avx2_store_float(p, sums, fin, r, col)
 #include "ukernel.h"
 
 W8_AVXVNNI static int64_t w8_avxvnni_peak(int64_t iters, int32_t *sink)

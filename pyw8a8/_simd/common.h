@@ -97,6 +97,24 @@ typedef void (*w8_ukernel_fn)(int rows, int npanels, int64_t kq, const uint8_t *
                               int64_t lda, const uint8_t *b, int64_t panel_stride,
                               int32_t *c, int64_t ldc, int accumulate);
 
+/* What a fused microkernel needs to finish a tile itself (the epilogue below, applied in
+ * registers to its sums instead of a pass over the stored int32): the tile's first row of
+ * the row corrections and activation scales, its first column of the column corrections
+ * and weight scales; a NULL correction is zero. */
+typedef struct {
+    const int32_t *row_corr;
+    const int32_t *col_corr;
+    const float *a_scale;
+    const float *b_scale;
+} w8_tile_finish;
+
+/* A microkernel that finishes its tile: as w8_ukernel_fn over the last K-range, then the
+ * float epilogue of each sum (the same two roundings), stored as float32 over c. */
+typedef void (*w8_ukernel_f32_fn)(int rows, int npanels, int64_t kq, const uint8_t *a,
+                                  int64_t lda, const uint8_t *b, int64_t panel_stride,
+                                  int32_t *c, int64_t ldc, int accumulate,
+                                  const w8_tile_finish *fin);
+
 /* The float epilogue of a tile: out[r * ldo + j] = (float)(acc[r * ldacc + j] - row_corr[r]
  * - col_corr[j]) * (a_scale[r] * b_scale[j]) for r < rows, j < cols; a NULL correction is
  * zero.  out may be acc (the int32 sums are kept in the output buffer until then).  Every
@@ -145,6 +163,8 @@ typedef struct {
                                      and are stored once (AMX: B tiles stream from L2) */
     /* Kernels for each weight encoding; both produce exact sum_k qa * qw up to `corr`. */
     w8_ukernel_fn ukernel[2];
+    w8_ukernel_f32_fn ukernel_f32[2]; /* the same, finishing full tiles to float (or NULL:
+                                         the loop nest runs `epilogue` after the kernel) */
     int corr[2];                  /* W8_CORR_* needed by ukernel[encoding] */
     uint8_t a_flip[2];            /* XOR applied to quantized activations for ukernel[enc] */
     int auto_encoding;            /* the W8_ENC_* a weight gets when packed for this path */

@@ -77,6 +77,7 @@ static const w8_isa_ops w8_isas[] = {
 #if defined(W8_X86)
     {.name = "avx512vnni", .mr = W8_AVX512_MR, .nv = W8_AVX512_NV,
      .ukernel = {w8_avx512_ukernel_biased, w8_avx512_ukernel_signed},
+     .ukernel_f32 = {w8_avx512_ukernel_f32_biased, w8_avx512_ukernel_f32_signed},
      .corr = {W8_CORR_ROW, W8_CORR_COL}, .a_flip = {0, 0x80},
      .auto_encoding = W8_ENC_BIASED, .epilogue = w8_avx512_epilogue,
      .absmax = w8_avx512_absmax, .quantize = w8_avx512_quantize, .fwht = w8_fwht_avx512,
@@ -84,6 +85,7 @@ static const w8_isa_ops w8_isas[] = {
      .supported = w8_has_avx512vnni},
     {.name = "avxvnni", .mr = W8_AVXVNNI_MR, .nv = W8_AVXVNNI_NV,
      .ukernel = {w8_avxvnni_ukernel_biased, w8_avxvnni_ukernel_signed},
+     .ukernel_f32 = {w8_avxvnni_ukernel_f32_biased, w8_avxvnni_ukernel_f32_signed},
      .corr = {W8_CORR_ROW, W8_CORR_COL}, .a_flip = {0, 0x80},
      .auto_encoding = W8_ENC_BIASED, .epilogue = w8_avx2_epilogue,
      .absmax = w8_avx2_absmax, .quantize = w8_avx2_quantize, .fwht = w8_fwht_avx2,
@@ -92,6 +94,7 @@ static const w8_isa_ops w8_isas[] = {
     /* Signed by signed through the sign trick: no compensation for either encoding. */
     {.name = "avx2", .mr = W8_AVX2_MR, .nv = W8_AVX2_NV,
      .ukernel = {w8_avx2_ukernel_biased, w8_avx2_ukernel_signed},
+     .ukernel_f32 = {w8_avx2_ukernel_f32_biased, w8_avx2_ukernel_f32_signed},
      .corr = {W8_CORR_NONE, W8_CORR_NONE}, .a_flip = {0, 0},
      .auto_encoding = W8_ENC_BIASED, .epilogue = w8_avx2_epilogue,
      .absmax = w8_avx2_absmax, .quantize = w8_avx2_quantize, .fwht = w8_fwht_avx2,

@@ -5,7 +5,8 @@
  *       for mc-block of M (the A block reused from L2 across the panels)
  *         for 16*nv columns (one B micro-panel)
  *           for mr rows     -> microkernel, adding into the int32 sums of its tile
- *                              (after the last K-range: one epilogue per tile)
+ *                              (over the last K-range the kernel finishes its tile to
+ *                              float in registers, or one epilogue per tile follows)
  *
  * Results do not depend on the blocking: the int32 sums of a tile are exact (W8_EXACT_K in
  * common.h) and kept in the output buffer itself across K-ranges (an int32 has a float's
@@ -101,6 +102,8 @@ static void w8_gemm_range_i32(const w8_gemm_plan *g, int64_t m0, int64_t m1, int
 {
     const w8_isa_ops *ops = g->ops;
     const w8_ukernel_fn kernel = ops->ukernel[g->enc];
+    const w8_ukernel_f32_fn finish =
+        g->out_kind == W8_OUT_F32 ? ops->ukernel_f32[g->enc] : NULL;
     const int64_t ps = g->Kp / 4 * W8_QUAD_BYTES; /* bytes of one panel */
     const int64_t ncols = (int64_t)W8_NR * ops->nv;
     int32_t *const sums = (int32_t *)g->out;      /* the output buffer holds the sums */
@@ -126,6 +129,17 @@ static void w8_gemm_range_i32(const w8_gemm_plan *g, int64_t m0, int64_t m1, int
                             kernel(rows, npanels, (k1 - k0) / 4, am, g->lda, bp, ps, tile,
                                    W8_TILE_LD, 0);
                             w8_merge_tile(c, g->ldo, tile, rows, cols, !first);
+                        } else if (last && finish) {
+                            /* The kernel finishes the tile in registers: one float store
+                             * instead of an int32 store and an epilogue pass over it. */
+                            int32_t row_corr[W8_MAX_MR], col_corr[W8_TILE_LD];
+                            w8_tile_finish fin = {NULL, NULL, g->a_scale + m,
+                                                  g->b_scale + n};
+                            w8_tile_corrections(g, m, rows, n, cols, 0, g->Kp, row_corr,
+                                                col_corr, &fin.row_corr, &fin.col_corr);
+                            finish(rows, npanels, (k1 - k0) / 4, am, g->lda, bp, ps, c,
+                                   g->ldo, !first, &fin);
+                            continue;
                         } else {
                             kernel(rows, npanels, (k1 - k0) / 4, am, g->lda, bp, ps, c,
                                    g->ldo, !first);

@@ -79,6 +79,16 @@ static inline void w8_noop_ukernel(int rows, int npanels, int64_t kq, const uint
         memset(c + r * ldc, 0, sizeof(int32_t) * W8_NR * (size_t)npanels);
 }
 
+/* The finishing variant of w8_noop_ukernel: float zeros over the tile, no arithmetic. */
+static inline void w8_noop_ukernel_f32(int rows, int npanels, int64_t kq, const uint8_t *a,
+                                       int64_t lda, const uint8_t *b, int64_t panel_stride,
+                                       int32_t *c, int64_t ldc, int accumulate,
+                                       const w8_tile_finish *fin)
+{
+    (void)accumulate, (void)fin;
+    w8_noop_ukernel(rows, npanels, kq, a, lda, b, panel_stride, c, ldc, 0);
+}
+
 /* Reads n bytes (a multiple of 64) with four independent XOR streams. */
 static inline uint64_t w8_read_bytes(const uint8_t *p, int64_t n)
 {

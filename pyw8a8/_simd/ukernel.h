@@ -16,6 +16,8 @@
  *   W8_UK_LOAD_B(p, BIASED)  a B vector (64 / W8_UK_VPP bytes of a quad row)
  *   W8_UK_PREP_B(b)        per-B-vector work shared by every row of the tile (or b)
  *   W8_UK_DOT(acc, a, b, prep, BIASED)  acc plus the four-product dots of a and b
+ *   W8_UK_STORE_FLOAT(p, sums, fin, r, col)  the float epilogue of common.h on one vector
+ *                          of sums (tile row r, tile column col), stored as floats at p
  *
  * Accumulators are named variables, c<row><vector>, not an array: with an array GCC 12
  * keeps part of a 6 x 4 zmm tile on the stack and copies it between the dot instructions
@@ -51,13 +53,16 @@
 #define W8_UK_STORE_ONE(r, v)                                                            \
     if (r < ROWS && v < NVEC) {                                                          \
         int32_t *dst = c + r * ldc + v * W8_UK_VCOLS;                                    \
-        W8_UK_STORE(dst, accumulate ? W8_UK_ADD(W8_UK_LOAD(dst), c##r##v) : c##r##v);    \
+        const W8_UK_VEC sums = accumulate ? W8_UK_ADD(W8_UK_LOAD(dst), c##r##v) : c##r##v; \
+        if (FINISH) W8_UK_STORE_FLOAT((float *)dst, sums, fin, r, v * W8_UK_VCOLS);      \
+        else W8_UK_STORE(dst, sums);                                                     \
     }
 
 W8_UK_TARGET W8_INLINE void W8_UK(tile)(const int ROWS, const int NVEC, int64_t kq,
                                         const uint8_t *a, int64_t lda, const uint8_t *b,
                                         int64_t ps, int32_t *c, int64_t ldc, int accumulate,
-                                        const int BIASED)
+                                        const int BIASED, const int FINISH,
+                                        const w8_tile_finish *fin)
 {
     W8_UK_EACH_RV(W8_UK_DECL_ACC)
     W8_UK_EACH_R(W8_UK_DECL_ROW)
@@ -71,7 +76,7 @@ W8_UK_TARGET W8_INLINE void W8_UK(tile)(const int ROWS, const int NVEC, int64_t 
 
 /* Row counts and vector counts become constants here, one instantiation per pair. */
 #define W8_UK_TILE_CALL(R, NV, BIASED)                                                   \
-    W8_UK(tile)(R, NV, kq, a, lda, b, ps, c, ldc, accumulate, BIASED)
+    W8_UK(tile)(R, NV, kq, a, lda, b, ps, c, ldc, accumulate, BIASED, FINISH_, fin)
 #define W8_UK_ROWS_CASES(NV, BIASED)                                                     \
     switch (rows) {                                                                      \
     W8_UK_ROW_CASE_8(NV, BIASED)                                                         \
@@ -129,11 +134,13 @@ W8_UK_TARGET W8_INLINE void W8_UK(tile)(const int ROWS, const int NVEC, int64_t 
 #define W8_UK_VEC_CASE_2(B)
 #endif
 
+#define FINISH_ 0
 W8_UK_TARGET static void W8_UK(ukernel_biased)(int rows, int npanels, int64_t kq,
                                                const uint8_t *a, int64_t lda,
                                                const uint8_t *b, int64_t ps, int32_t *c,
                                                int64_t ldc, int accumulate)
 {
+    const w8_tile_finish *fin = NULL;
     W8_UK_DISPATCH(1)
 }
 
@@ -142,8 +149,30 @@ W8_UK_TARGET static void W8_UK(ukernel_signed)(int rows, int npanels, int64_t kq
                                                const uint8_t *b, int64_t ps, int32_t *c,
                                                int64_t ldc, int accumulate)
 {
+    const w8_tile_finish *fin = NULL;
     W8_UK_DISPATCH(0)
 }
+#undef FINISH_
+
+#define FINISH_ 1
+W8_UK_TARGET static void W8_UK(ukernel_f32_biased)(int rows, int npanels, int64_t kq,
+                                                   const uint8_t *a, int64_t lda,
+                                                   const uint8_t *b, int64_t ps, int32_t *c,
+                                                   int64_t ldc, int accumulate,
+                                                   const w8_tile_finish *fin)
+{
+    W8_UK_DISPATCH(1)
+}
+
+W8_UK_TARGET static void W8_UK(ukernel_f32_signed)(int rows, int npanels, int64_t kq,
+                                                   const uint8_t *a, int64_t lda,
+                                                   const uint8_t *b, int64_t ps, int32_t *c,
+                                                   int64_t ldc, int accumulate,
+                                                   const w8_tile_finish *fin)
+{
+    W8_UK_DISPATCH(0)
+}
+#undef FINISH_
 
 #undef W8_UK_ROW_CASE_8
 #undef W8_UK_ROW_CASE_7
@@ -166,3 +195,4 @@ W8_UK_TARGET static void W8_UK(ukernel_signed)(int rows, int npanels, int64_t kq
 #undef W8_UK_LOAD_B
 #undef W8_UK_PREP_B
 #undef W8_UK_DOT
+#undef W8_UK_STORE_FLOAT
