@@ -25,10 +25,11 @@ def _grid():
     return sorted(shapes)
 
 
-@pytest.fixture(params=ISAS)
-def isa(request):
-    with pyw8a8.use_isa(request.param):
-        yield request.param
+@pytest.fixture
+def isa(any_isa):
+    """Every compiled path (conftest's any_isa: skipped, with the reason, where this CPU
+    lacks it)."""
+    return any_isa
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)
