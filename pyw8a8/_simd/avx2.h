@@ -283,20 +283,12 @@ W8_AVX2 static int64_t w8_avx2_peak(int64_t iters, int32_t *sink)
 {
     const __m256i ones = _mm256_set1_epi16(1), b = _mm256_set1_epi8((char)(*sink | 3));
     const __m256i m = _mm256_abs_epi8(b);
-    __m256i sum = _mm256_setzero_si256();
-#define W8_INIT(j) __m256i acc##j = _mm256_set1_epi32(j + *sink);
-#define W8_STEP(j)                                                                       \
-    acc##j = _mm256_add_epi32(                                                           \
-        acc##j, _mm256_madd_epi16(_mm256_maddubs_epi16(m, _mm256_sign_epi8(acc##j, b)), ones));
-#define W8_SUM(j) sum = _mm256_add_epi32(sum, acc##j);
-    W8_PEAK_EACH(W8_INIT)
-    for (int64_t i = 0; i < iters; i++) {
-        W8_PEAK_EACH(W8_STEP)
-    }
-    W8_PEAK_EACH(W8_SUM)
+#define W8_INIT(j) _mm256_set1_epi32(j + *sink)
+#define W8_STEP(x)                                                                       \
+    _mm256_add_epi32(x, _mm256_madd_epi16(_mm256_maddubs_epi16(m, _mm256_sign_epi8(x, b)), ones))
+    W8_PEAK_LOOP(__m256i, W8_INIT, W8_STEP, _mm256_add_epi32, sum);
 #undef W8_INIT
 #undef W8_STEP
-#undef W8_SUM
     *sink += _mm256_extract_epi32(sum, 0);
     return iters * W8_PEAK_CHAINS * 32;
 }

@@ -191,18 +191,11 @@ W8_AVX512 static void w8_fwht_avx512(float *x, int64_t n)
 W8_AVX512 static int64_t w8_avx512_peak(int64_t iters, int32_t *sink)
 {
     const __m512i a = _mm512_set1_epi8((char)(*sink | 3)), b = _mm512_set1_epi8(5);
-    __m512i sum = _mm512_setzero_si512();
-#define W8_INIT(j) __m512i acc##j = _mm512_set1_epi32(j);
-#define W8_STEP(j) acc##j = _mm512_dpbusd_epi32(acc##j, a, b);
-#define W8_SUM(j) sum = _mm512_add_epi32(sum, acc##j);
-    W8_PEAK_EACH(W8_INIT)
-    for (int64_t i = 0; i < iters; i++) {
-        W8_PEAK_EACH(W8_STEP)
-    }
-    W8_PEAK_EACH(W8_SUM)
+#define W8_INIT(j) _mm512_set1_epi32(j)
+#define W8_STEP(x) _mm512_dpbusd_epi32(x, a, b)
+    W8_PEAK_LOOP(__m512i, W8_INIT, W8_STEP, _mm512_add_epi32, sum);
 #undef W8_INIT
 #undef W8_STEP
-#undef W8_SUM
     int32_t lanes[16];
     _mm512_storeu_si512((void *)lanes, sum);
     *sink += lanes[0];

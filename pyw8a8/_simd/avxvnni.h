@@ -41,18 +41,11 @@ W8_AVXVNNI W8_INLINE __m256i w8_avxvnni_dot(__m256i acc, __m256i a, __m256i b, i
 W8_AVXVNNI static int64_t w8_avxvnni_peak(int64_t iters, int32_t *sink)
 {
     const __m256i a = _mm256_set1_epi8((char)(*sink | 3)), b = _mm256_set1_epi8(5);
-    __m256i sum = _mm256_setzero_si256();
-#define W8_INIT(j) __m256i acc##j = _mm256_set1_epi32(j);
-#define W8_STEP(j) acc##j = _mm256_dpbusd_avx_epi32(acc##j, a, b);
-#define W8_SUM(j) sum = _mm256_add_epi32(sum, acc##j);
-    W8_PEAK_EACH(W8_INIT)
-    for (int64_t i = 0; i < iters; i++) {
-        W8_PEAK_EACH(W8_STEP)
-    }
-    W8_PEAK_EACH(W8_SUM)
+#define W8_INIT(j) _mm256_set1_epi32(j)
+#define W8_STEP(x) _mm256_dpbusd_avx_epi32(x, a, b)
+    W8_PEAK_LOOP(__m256i, W8_INIT, W8_STEP, _mm256_add_epi32, sum);
 #undef W8_INIT
 #undef W8_STEP
-#undef W8_SUM
     *sink += _mm256_extract_epi32(sum, 0);
     return iters * W8_PEAK_CHAINS * 32;
 }

@@ -142,12 +142,23 @@ typedef void (*w8_sign_scale_fn)(const float *x, float *y, int64_t n, uint32_t p
  * chains; returns the multiply-accumulates done and folds a result into *sink. */
 typedef int64_t (*w8_peak_fn)(int64_t iters, int32_t *sink);
 
-/* Independent dependency chains of a peak loop: enough to cover the latency of any dot
- * instruction at its throughput.  W8_PEAK_EACH(F) expands F(j) for each chain: the
- * accumulators are named variables, as in the microkernels (ukernel.h), because GCC 12
- * copies and spills an array of them between the instructions being measured. */
+/* The body of an instruction-peak loop: W8_PEAK_CHAINS independent chains (enough to cover
+ * the latency of any dot instruction at its throughput) of type T, started with INIT(j),
+ * stepped with STEP(acc) `iters` times, then added with ADD into `sum`.  The chains are
+ * named variables, as in the microkernels (ukernel.h): GCC 12 copies and spills an array
+ * of them between the instructions being measured. */
 #define W8_PEAK_CHAINS 12
-#define W8_PEAK_EACH(F) F(0) F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8) F(9) F(10) F(11)
+#define W8_PEAK_LOOP(T, INIT, STEP, ADD, sum)                                            \
+    T c0 = INIT(0), c1 = INIT(1), c2 = INIT(2), c3 = INIT(3), c4 = INIT(4), c5 = INIT(5), \
+      c6 = INIT(6), c7 = INIT(7), c8 = INIT(8), c9 = INIT(9), c10 = INIT(10),            \
+      c11 = INIT(11);                                                                    \
+    for (int64_t i_ = 0; i_ < iters; i_++) {                                             \
+        c0 = STEP(c0), c1 = STEP(c1), c2 = STEP(c2), c3 = STEP(c3), c4 = STEP(c4);       \
+        c5 = STEP(c5), c6 = STEP(c6), c7 = STEP(c7), c8 = STEP(c8), c9 = STEP(c9);       \
+        c10 = STEP(c10), c11 = STEP(c11);                                                \
+    }                                                                                    \
+    const T sum = ADD(ADD(ADD(ADD(c0, c1), ADD(c2, c3)), ADD(ADD(c4, c5), ADD(c6, c7))),  \
+                      ADD(ADD(c8, c9), ADD(c10, c11)))
 
 struct w8_cpu_features_s;
 

@@ -18,18 +18,11 @@ W8_TARGET("avx2,fma") static int64_t w8_peak_fp32_avx2(int64_t iters, int32_t *s
 {
     const __m256 a = _mm256_set1_ps(1.0f - (float)(*sink & 1) * 1e-7f),
                  b = _mm256_set1_ps(1e-3f);
-    __m256 sum = _mm256_setzero_ps();
-#define W8_INIT(j) __m256 acc##j = _mm256_set1_ps((float)j);
-#define W8_STEP(j) acc##j = _mm256_fmadd_ps(acc##j, a, b);
-#define W8_SUM(j) sum = _mm256_add_ps(sum, acc##j);
-    W8_PEAK_EACH(W8_INIT)
-    for (int64_t i = 0; i < iters; i++) {
-        W8_PEAK_EACH(W8_STEP)
-    }
-    W8_PEAK_EACH(W8_SUM)
+#define W8_INIT(j) _mm256_set1_ps((float)j)
+#define W8_STEP(x) _mm256_fmadd_ps(x, a, b)
+    W8_PEAK_LOOP(__m256, W8_INIT, W8_STEP, _mm256_add_ps, sum);
 #undef W8_INIT
 #undef W8_STEP
-#undef W8_SUM
     *sink += (int32_t)_mm256_cvtss_f32(sum);
     return iters * W8_PEAK_CHAINS * 8;
 }
@@ -38,18 +31,11 @@ W8_TARGET("avx2,fma,avx512f") static int64_t w8_peak_fp32_avx512(int64_t iters, 
 {
     const __m512 a = _mm512_set1_ps(1.0f - (float)(*sink & 1) * 1e-7f),
                  b = _mm512_set1_ps(1e-3f);
-    __m512 sum = _mm512_setzero_ps();
-#define W8_INIT(j) __m512 acc##j = _mm512_set1_ps((float)j);
-#define W8_STEP(j) acc##j = _mm512_fmadd_ps(acc##j, a, b);
-#define W8_SUM(j) sum = _mm512_add_ps(sum, acc##j);
-    W8_PEAK_EACH(W8_INIT)
-    for (int64_t i = 0; i < iters; i++) {
-        W8_PEAK_EACH(W8_STEP)
-    }
-    W8_PEAK_EACH(W8_SUM)
+#define W8_INIT(j) _mm512_set1_ps((float)j)
+#define W8_STEP(x) _mm512_fmadd_ps(x, a, b)
+    W8_PEAK_LOOP(__m512, W8_INIT, W8_STEP, _mm512_add_ps, sum);
 #undef W8_INIT
 #undef W8_STEP
-#undef W8_SUM
     *sink += (int32_t)_mm512_reduce_add_ps(sum);
     return iters * W8_PEAK_CHAINS * 16;
 }
