@@ -15,14 +15,6 @@
 
 #define W8_AVX2 W8_TARGET("avx2,fma")
 
-/* The 4 bytes at p, as one int32 (unaligned). */
-W8_INLINE int32_t w8_load_i32(const uint8_t *p)
-{
-    int32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
 /* A B vector as signed bytes: biased weights (q + 128) turn back into q with one XOR. */
 W8_AVX2 W8_INLINE __m256i w8_avx2_load_b(const uint8_t *p, int biased)
 {
@@ -61,6 +53,9 @@ W8_AVX2 W8_INLINE void w8_avx2_store_float(float *p, __m256i sums, const w8_tile
 #define W8_UK_VPP 2
 #define W8_UK_NVEC 2
 #define W8_UK_VEC __m256i
+#define W8_UK_BVEC __m256i
+#define W8_UK_BZERO() _mm256_setzero_si256()
+#define W8_UK_AVEC __m256i
 #define W8_UK_ZERO() _mm256_setzero_si256()
 #define W8_UK_LOAD(p) _mm256_loadu_si256((const __m256i *)(p))
 #define W8_UK_STORE(p, v) _mm256_storeu_si256((__m256i *)(p), v)

@@ -38,6 +38,9 @@ W8_AVX512 W8_INLINE void w8_avx512_store_float(float *p, __m512i sums,
 #define W8_UK_VPP 1
 #define W8_UK_NVEC 4
 #define W8_UK_VEC __m512i
+#define W8_UK_BVEC __m512i
+#define W8_UK_BZERO() _mm512_setzero_si512()
+#define W8_UK_AVEC __m512i
 #define W8_UK_ZERO() _mm512_setzero_si512()
 #define W8_UK_LOAD(p) _mm512_loadu_si512((const void *)(p))
 #define W8_UK_STORE(p, v) _mm512_storeu_si512((void *)(p), v)

@@ -27,6 +27,9 @@ W8_AVXVNNI W8_INLINE __m256i w8_avxvnni_dot(__m256i acc, __m256i a, __m256i b, i
 #define W8_UK_VPP 2
 #define W8_UK_NVEC 2
 #define W8_UK_VEC __m256i
+#define W8_UK_BVEC __m256i
+#define W8_UK_BZERO() _mm256_setzero_si256()
+#define W8_UK_AVEC __m256i
 #define W8_UK_ZERO() _mm256_setzero_si256()
 #define W8_UK_LOAD(p) _mm256_loadu_si256((const __m256i *)(p))
 #define W8_UK_STORE(p, v) _mm256_storeu_si256((__m256i *)(p), v)

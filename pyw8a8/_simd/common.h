@@ -77,6 +77,14 @@
 #define W8_ALIGN(n) __declspec(align(n))
 #endif
 
+/* The 4 bytes at p, as one int32 (unaligned). */
+W8_INLINE int32_t w8_load_i32(const uint8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
 /* How the exact int32 sums are corrected before scaling.
  * The u8 x s8 instructions (vpdpbusd, AMX tdpbusd) need one operand shifted by +128:
  *   W8_CORR_ROW: weights stored biased (q + 128): subtract 128 * sum_k qa[m, k];

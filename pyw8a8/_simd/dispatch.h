@@ -104,6 +104,7 @@ static const w8_isa_ops w8_isas[] = {
     /* sdot is signed by signed: no compensation, and signed weights need no XOR. */
     {.name = "neondot", .mr = W8_NEON_MR, .nv = W8_NEON_NV,
      .ukernel = {w8_neondot_ukernel_biased, w8_neondot_ukernel_signed},
+     .ukernel_f32 = {w8_neondot_ukernel_f32_biased, w8_neondot_ukernel_f32_signed},
      .corr = {W8_CORR_NONE, W8_CORR_NONE}, .a_flip = {0, 0},
      .auto_encoding = W8_ENC_SIGNED, .epilogue = w8_scalar_epilogue,
      .absmax = w8_neon_absmax, .quantize = w8_neon_quantize, .fwht = w8_fwht_neon,
@@ -111,6 +112,7 @@ static const w8_isa_ops w8_isas[] = {
      .supported = w8_has_neondot},
     {.name = "neon", .mr = W8_NEON_MR, .nv = W8_NEON_NV,
      .ukernel = {w8_neon_ukernel_biased, w8_neon_ukernel_signed},
+     .ukernel_f32 = {w8_neon_ukernel_f32_biased, w8_neon_ukernel_f32_signed},
      .corr = {W8_CORR_NONE, W8_CORR_NONE}, .a_flip = {0, 0},
      .auto_encoding = W8_ENC_SIGNED, .epilogue = w8_scalar_epilogue,
      .absmax = w8_neon_absmax, .quantize = w8_neon_quantize, .fwht = w8_fwht_neon,

@@ -9,8 +9,9 @@
  * operands: lane i of the c-th 16-byte vector is channel 4c + i, so four int32x4
  * accumulators hold the 16 channels of one row.  Both paths multiply signed by signed:
  * biased weights (q + 128) become q again with one XOR, so neither encoding needs the +128
- * compensation (W8_CORR_NONE) nor shifted activations (a_flip 0).  The row quantizer and
- * the FWHT use baseline NEON only and serve both paths. */
+ * compensation (W8_CORR_NONE) nor shifted activations (a_flip 0).  Both kernels are the
+ * template of ukernel.h with NEON traits; the row quantizer and the FWHT use baseline NEON
+ * only and serve both paths. */
 #ifndef PYW8A8_SIMD_NEON_H
 #define PYW8A8_SIMD_NEON_H
 
@@ -20,17 +21,9 @@
 #include <arm_neon.h>
 
 #define W8_NEONDOT W8_TARGET("arch=armv8.2-a+dotprod")
-/* 4 rows x 16 channels = 16 accumulators; with the 4 B vectors of a quad row and the A
- * vectors this stays within the 32 NEON registers. */
-#define W8_NEON_MR 4
-#define W8_NEON_NV 1
 
-/* Stores (or adds, when accumulating) one int32x4 of sums. */
-W8_INLINE void w8_neon_store(int32_t *p, int32x4_t v, int accumulate)
-{
-    vst1q_s32(p, accumulate ? vaddq_s32(vld1q_s32(p), v) : v);
-}
-
+/* A B vector (16 bytes: 4 channels x 4 K values) as signed bytes: biased weights (q + 128)
+ * turn back into q with one XOR. */
 W8_INLINE int8x16_t w8_neon_load_b(const uint8_t *p, int biased)
 {
     uint8x16_t v = vld1q_u8(p);
@@ -38,125 +31,80 @@ W8_INLINE int8x16_t w8_neon_load_b(const uint8_t *p, int biased)
     return vreinterpretq_s8_u8(v);
 }
 
-/* The sdot kernel reads 16 bytes of each A row (four quad rows) at once and takes each
- * quad's 4 bytes as an sdot lane: every K-range of the loop nest is a multiple of
- * W8_KPAD = 64 values, i.e. of 16 quad rows.  The lane index must be a literal, hence a
- * macro per quad row. */
-#define W8_NEONDOT_QUAD(S)                                                               \
-    {                                                                                    \
-        const uint8_t *bq = b + (q + S) * W8_QUAD_BYTES;                                 \
-        int8x16_t bv[4];                                                                 \
-        for (int c = 0; c < 4; c++) bv[c] = w8_neon_load_b(bq + 16 * c, biased);         \
-        for (int r = 0; r < W8_NEON_MR; r++) {                                           \
-            if (r >= rows) break;                                                        \
-            for (int c = 0; c < 4; c++)                                                  \
-                acc[r][c] = vdotq_laneq_s32(acc[r][c], bv[c], av[r], S);                 \
-        }                                                                                \
-    }
-
-W8_NEONDOT W8_INLINE void w8_neondot_tile(int rows, int64_t kq, const uint8_t *a,
-                                          int64_t lda, const uint8_t *b, int32_t *out,
-                                          int64_t ldo, int accumulate, int biased)
+/* The 4 activation bytes at p in every 32-bit lane. */
+W8_INLINE int8x16_t w8_neon_bcast(const uint8_t *p)
 {
-    int32x4_t acc[W8_NEON_MR][4];
-    for (int r = 0; r < W8_NEON_MR; r++)
-        for (int c = 0; c < 4; c++) acc[r][c] = vdupq_n_s32(0);
-    for (int64_t q = 0; q < kq; q += 4) {
-        int8x16_t av[W8_NEON_MR];
-        for (int r = 0; r < W8_NEON_MR; r++) {
-            if (r >= rows) break;
-            av[r] = vld1q_s8((const int8_t *)(a + r * lda + 4 * q));
-        }
-        W8_NEONDOT_QUAD(0)
-        W8_NEONDOT_QUAD(1)
-        W8_NEONDOT_QUAD(2)
-        W8_NEONDOT_QUAD(3)
-    }
-    for (int r = 0; r < W8_NEON_MR; r++) {
-        if (r >= rows) break;
-        for (int c = 0; c < 4; c++)
-            w8_neon_store(out + r * ldo + 4 * c, acc[r][c], accumulate);
-    }
+    return vreinterpretq_s8_s32(vdupq_n_s32(w8_load_i32(p)));
 }
 
 /* Without sdot: vmull_s8 gives exact int16 products of 2 channels x 4 K values; vpaddq_s16
  * adds K pairs (|a0 w0 + a1 w1| <= 2 * 127 * 128 = 32512 < 32767: activations are clamped
  * to [-127, 127] by the quantizer) into 4 channels x 2 halves, and vpadalq_s16 adds the
- * halves into the int32 accumulator of those 4 channels.  One quad row at a time: grouping
- * four like the sdot kernel lets the compiler hoist 16 B vectors and spill accumulators. */
-W8_INLINE void w8_neon_tile(int rows, int64_t kq, const uint8_t *a, int64_t lda,
-                            const uint8_t *b, int32_t *out, int64_t ldo, int accumulate,
-                            int biased)
+ * halves into the int32 accumulator of those 4 channels. */
+W8_INLINE int32x4_t w8_neon_dot(int32x4_t acc, int8x16_t a, int8x16_t b)
 {
-    int32x4_t acc[W8_NEON_MR][4];
-    for (int r = 0; r < W8_NEON_MR; r++)
-        for (int c = 0; c < 4; c++) acc[r][c] = vdupq_n_s32(0);
-    for (int64_t q = 0; q < kq; q++) {
-        const uint8_t *bq = b + q * W8_QUAD_BYTES;
-        int8x16_t bv[4];
-        for (int c = 0; c < 4; c++) bv[c] = w8_neon_load_b(bq + 16 * c, biased);
-        for (int r = 0; r < W8_NEON_MR; r++) {
-            if (r >= rows) break;
-            int32_t a4;
-            memcpy(&a4, a + r * lda + 4 * q, 4);
-            const int8x16_t av = vreinterpretq_s8_s32(vdupq_n_s32(a4));
-            for (int c = 0; c < 4; c++) {
-                const int16x8_t lo = vmull_s8(vget_low_s8(bv[c]), vget_low_s8(av));
-                const int16x8_t hi = vmull_high_s8(bv[c], av);
-                acc[r][c] = vpadalq_s16(acc[r][c], vpaddq_s16(lo, hi));
-            }
-        }
-    }
-    for (int r = 0; r < W8_NEON_MR; r++) {
-        if (r >= rows) break;
-        for (int c = 0; c < 4; c++)
-            w8_neon_store(out + r * ldo + 4 * c, acc[r][c], accumulate);
-    }
+    const int16x8_t lo = vmull_s8(vget_low_s8(b), vget_low_s8(a));
+    const int16x8_t hi = vmull_high_s8(b, a);
+    return vpadalq_s16(acc, vpaddq_s16(lo, hi));
 }
 
-/* Row counts are compile-time constants in each branch so the accumulators stay in
- * registers. */
-#define W8_NEON_DISPATCH(TILE, BIASED)                                                   \
-    for (int p = 0; p < npanels; p++) {                                                  \
-        const uint8_t *bp = b + p * ps;                                                  \
-        int32_t *cp = c + p * W8_NR;                                                     \
-        switch (rows) {                                                                  \
-        case 4: TILE(4, kq, a, lda, bp, cp, ldc, accumulate, BIASED); break;             \
-        case 3: TILE(3, kq, a, lda, bp, cp, ldc, accumulate, BIASED); break;             \
-        case 2: TILE(2, kq, a, lda, bp, cp, ldc, accumulate, BIASED); break;             \
-        default: TILE(1, kq, a, lda, bp, cp, ldc, accumulate, BIASED); break;            \
-        }                                                                                \
-    }
-
-W8_NEONDOT static void w8_neondot_ukernel_biased(int rows, int npanels, int64_t kq,
-                                                 const uint8_t *a, int64_t lda,
-                                                 const uint8_t *b, int64_t ps, int32_t *c,
-                                                 int64_t ldc, int accumulate)
+/* The float epilogue of common.h on 4 sums (the fused kernels' last store): vcvtq_f32_s32
+ * rounds to nearest even, like the scalar conversion. */
+W8_INLINE void w8_neon_store_float(float *p, int32x4_t sums, const w8_tile_finish *fin,
+                                   int r, int col)
 {
-    W8_NEON_DISPATCH(w8_neondot_tile, 1)
+    if (fin->row_corr) sums = vsubq_s32(sums, vdupq_n_s32(fin->row_corr[r]));
+    if (fin->col_corr) sums = vsubq_s32(sums, vld1q_s32(fin->col_corr + col));
+    const float32x4_t s =
+        vmulq_f32(vdupq_n_f32(fin->a_scale[r]), vld1q_f32(fin->b_scale + col));
+    vst1q_f32(p, vmulq_f32(vcvtq_f32_s32(sums), s));
 }
 
-W8_NEONDOT static void w8_neondot_ukernel_signed(int rows, int npanels, int64_t kq,
-                                                 const uint8_t *a, int64_t lda,
-                                                 const uint8_t *b, int64_t ps, int32_t *c,
-                                                 int64_t ldc, int accumulate)
-{
-    W8_NEON_DISPATCH(w8_neondot_tile, 0)
-}
+/* Both Arm paths: 4 rows x 4 int32x4 (one panel, 16 channels) = 16 accumulators; with the 4
+ * B vectors and the broadcast row they use 21 of the 32 NEON registers. */
+#define W8_NEON_MR 4
+#define W8_NEON_NV 1
+#define W8_UK(name) w8_neon_##name
+#define W8_UK_TARGET
+#define W8_UK_MR W8_NEON_MR
+#define W8_UK_VPP 4
+#define W8_UK_NVEC 4
+#define W8_UK_VEC int32x4_t
+#define W8_UK_ZERO() vdupq_n_s32(0)
+#define W8_UK_BVEC int8x16_t
+#define W8_UK_BZERO() vdupq_n_s8(0)
+#define W8_UK_AVEC int8x16_t
+#define W8_UK_LOAD(p) vld1q_s32(p)
+#define W8_UK_STORE(p, v) vst1q_s32(p, v)
+#define W8_UK_ADD(x, y) vaddq_s32(x, y)
+#define W8_UK_BCAST(p) w8_neon_bcast(p)
+#define W8_UK_LOAD_B(p, BIASED) w8_neon_load_b(p, BIASED)
+#define W8_UK_PREP_B(b) (b)
+#define W8_UK_DOT(acc, a, b, prep, BIASED) w8_neon_dot(acc, a, b)
+#define W8_UK_STORE_FLOAT(p, sums, fin, r, col) w8_neon_store_float(p, sums, fin, r, col)
+#include "ukernel.h"
 
-static void w8_neon_ukernel_biased(int rows, int npanels, int64_t kq, const uint8_t *a,
-                                   int64_t lda, const uint8_t *b, int64_t ps, int32_t *c,
-                                   int64_t ldc, int accumulate)
-{
-    W8_NEON_DISPATCH(w8_neon_tile, 1)
-}
-
-static void w8_neon_ukernel_signed(int rows, int npanels, int64_t kq, const uint8_t *a,
-                                   int64_t lda, const uint8_t *b, int64_t ps, int32_t *c,
-                                   int64_t ldc, int accumulate)
-{
-    W8_NEON_DISPATCH(w8_neon_tile, 0)
-}
+/* sdot (vdotq_s32, Armv8.2-A dotprod): each int32 lane gains the sum of four s8 x s8
+ * products, exact. */
+#define W8_UK(name) w8_neondot_##name
+#define W8_UK_TARGET W8_NEONDOT
+#define W8_UK_MR W8_NEON_MR
+#define W8_UK_VPP 4
+#define W8_UK_NVEC 4
+#define W8_UK_VEC int32x4_t
+#define W8_UK_ZERO() vdupq_n_s32(0)
+#define W8_UK_BVEC int8x16_t
+#define W8_UK_BZERO() vdupq_n_s8(0)
+#define W8_UK_AVEC int8x16_t
+#define W8_UK_LOAD(p) vld1q_s32(p)
+#define W8_UK_STORE(p, v) vst1q_s32(p, v)
+#define W8_UK_ADD(x, y) vaddq_s32(x, y)
+#define W8_UK_BCAST(p) w8_neon_bcast(p)
+#define W8_UK_LOAD_B(p, BIASED) w8_neon_load_b(p, BIASED)
+#define W8_UK_PREP_B(b) (b)
+#define W8_UK_DOT(acc, a, b, prep, BIASED) vdotq_s32(acc, b, a)
+#define W8_UK_STORE_FLOAT(p, sums, fin, r, col) w8_neon_store_float(p, sums, fin, r, col)
+#include "ukernel.h"
 
 /* The maximum is one of the inputs whatever the order of comparison, so the result is
  * bit-identical to w8_scalar_absmax. */

@@ -1,5 +1,5 @@
-/* The register-tiled microkernel of the x86 SIMD paths (AVX2, AVX-VNNI, AVX-512 VNNI),
- * written once: an included template.  Each ISA header states only its intrinsics and its
+/* The register-tiled microkernel of the SIMD paths (AVX2, AVX-VNNI, AVX-512 VNNI, NEON and
+ * NEON dot product), written once: an included template.  Each ISA header states only its intrinsics and its
  * traits, then includes this file, which defines <prefix>_ukernel_biased and
  * <prefix>_ukernel_signed (the w8_ukernel_fn of common.h) and undefines the traits.
  *
@@ -9,8 +9,10 @@
  *   W8_UK_MR               rows of a tile, at most 8
  *   W8_UK_VPP              vectors per 16-channel panel (1 zmm, 2 ymm)
  *   W8_UK_NVEC             vectors per tile row, at most 4 (W8_UK_NVEC / W8_UK_VPP panels)
- *   W8_UK_VEC              the vector type
- *   W8_UK_ZERO()           an all-zero vector
+ *   W8_UK_VEC              the accumulator vector type (int32 lanes)
+ *   W8_UK_ZERO()           an all-zero accumulator
+ *   W8_UK_BVEC, W8_UK_BZERO()  the type of a B vector and its zero (x86: W8_UK_VEC)
+ *   W8_UK_AVEC             the type of a broadcast A vector (x86: W8_UK_VEC)
  *   W8_UK_LOAD(p), W8_UK_STORE(p, v), W8_UK_ADD(x, y)      int32 lanes, unaligned
  *   W8_UK_BCAST(p)         the 4 bytes at p in every 32-bit lane
  *   W8_UK_LOAD_B(p, BIASED)  a B vector (64 / W8_UK_VPP bytes of a quad row)
@@ -36,7 +38,7 @@
 #define W8_UK_DECL_ACC(r, v) W8_UK_VEC c##r##v = W8_UK_ZERO();
 #define W8_UK_DECL_ROW(r) const uint8_t *a##r = r < ROWS ? a + r * lda : a;
 #define W8_UK_LOAD_VEC(v)                                                                \
-    W8_UK_VEC b##v = W8_UK_ZERO(), p##v = W8_UK_ZERO();                                  \
+    W8_UK_BVEC b##v = W8_UK_BZERO(), p##v = W8_UK_BZERO();                               \
     if (v < NVEC) {                                                                      \
         b##v = W8_UK_LOAD_B(bq + (v / W8_UK_VPP) * ps + (v % W8_UK_VPP) * (64 / W8_UK_VPP), \
                             BIASED);                                                     \
@@ -47,7 +49,7 @@
     if (v < NVEC) c##r##v = W8_UK_DOT(c##r##v, ar, b##v, p##v, BIASED);
 #define W8_UK_DOT_ROW(r)                                                                 \
     if (r < ROWS) {                                                                      \
-        const W8_UK_VEC ar = W8_UK_BCAST(a##r + 4 * q);                                  \
+        const W8_UK_AVEC ar = W8_UK_BCAST(a##r + 4 * q);                                 \
         W8_UK_EACH_V(W8_UK_DOT_ONE, r)                                                   \
     }
 #define W8_UK_STORE_ONE(r, v)                                                            \
@@ -188,6 +190,9 @@ W8_UK_TARGET static void W8_UK(ukernel_f32_signed)(int rows, int npanels, int64_
 #undef W8_UK_NVEC
 #undef W8_UK_VEC
 #undef W8_UK_ZERO
+#undef W8_UK_BVEC
+#undef W8_UK_BZERO
+#undef W8_UK_AVEC
 #undef W8_UK_LOAD
 #undef W8_UK_STORE
 #undef W8_UK_ADD
