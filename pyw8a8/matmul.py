@@ -290,8 +290,9 @@ def int8_matmul(qa, qw, *, encoding="auto", out_dtype=np.int32, _kc=None):
     Returns
     -------
     ndarray of out_dtype, shape (M, N)
-        Exactly ``qa.astype(int64) @ qw.T.astype(int64)``. K-ranges are accumulated in
-        int64, so any K is exact.
+        Exactly ``qa.astype(int64) @ qw.T.astype(int64)``: exact int32 sums up to
+        K = 131072, exact int32 sums of 131072-wide ranges added in int64 beyond, so any K
+        is exact.
 
     Raises
     ------

@@ -383,8 +383,9 @@ def pack_weight(w, *, encoding="auto", rotate=True, block="auto", seed=0, pad=No
         Weights in the ``torch.nn.Linear.weight`` layout (out_features, in_features).
     encoding : {'auto', 'biased', 'signed'}
         'biased' stores ``q + 128`` as uint8 (what x86 u8 x s8 instructions want; the
-        kernel subtracts ``128 * sum(qa)`` per K-range), 'signed' stores int8. 'auto' picks
-        'biased' on x86 and 'signed' on Arm. Every path computes exact results with either.
+        kernel subtracts ``128 * sum(qa)``), 'signed' stores int8. 'auto' picks the active
+        path's own ('biased' on x86, 'signed' on Arm). Every path computes the same exact
+        results with either.
     rotate : bool
         Rotate each row by the block randomized Walsh-Hadamard transform before quantizing
         (activations are then rotated by :func:`matmul` with the same transform, fused
