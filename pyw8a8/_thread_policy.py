@@ -18,6 +18,8 @@ them when they load, before the user's code runs, so pyw8a8 sets the policy itse
   its threads awake.  MKL and other BLAS libraries are left alone (reported as such).
 
 ``PYW8A8_THREAD_POLICY=leave`` turns both off.  :func:`thread_policy` reports what was done.
+The OpenBLAS restart happens once, during ``import pyw8a8``: import pyw8a8 before starting
+threads that call numpy's BLAS (as one imports libraries before starting threads anyway).
 """
 import contextlib
 import ctypes
