@@ -69,15 +69,27 @@ _active = _initial_ops()
 
 
 # Below this many activation rows an AMX tile is mostly empty; the avx512vnni kernels
-# (which every AMX CPU has) are faster there.
-AMX_MIN_ROWS = 16
+# (which every AMX CPU has) are faster there.  16 (one A tile) is not yet measured: `python
+# -m pyw8a8 bench --crossover` measures the point on an AMX CPU, and PYW8A8_AMX_MIN_ROWS
+# overrides it.
+ENV_AMX_MIN_ROWS = "PYW8A8_AMX_MIN_ROWS"
+
+
+def _amx_min_rows():
+    value = os.environ.get(ENV_AMX_MIN_ROWS, "16").strip()
+    if not value.isdigit():
+        raise ValueError(f"{ENV_AMX_MIN_ROWS}={value!r}: expected a row count >= 0")
+    return int(value)
+
+
+AMX_MIN_ROWS = _amx_min_rows()
 _amx_fallback = None
 
 
 def active_ops(rows=None):
     """The function table for a product with `rows` activation rows (internal)."""
     global _amx_fallback
-    if _active.name == "amx" and rows is not None and rows < AMX_MIN_ROWS:
+    if _active.name == "amx" and rows is not None and rows < AMX_MIN_ROWS and not _exactly:
         if _amx_fallback is None:
             _amx_fallback = _kernels.IsaOps("avx512vnni")
         return _amx_fallback
@@ -115,17 +127,20 @@ def set_isa(name):
     _active = checked_ops(name, "isa")
 
 
+_exactly = False  # inside use_ops: no small-M fallback either
+
+
 @contextlib.contextmanager
 def use_ops(ops):
-    """Run the body's calls on `ops`, an IsaOps of a supported path (internal: the bench's
-    no-op-kernel copy of a path)."""
-    global _active
-    previous = _active
-    _active = ops
+    """Run the body's calls on `ops` exactly, an IsaOps of a supported path (internal: the
+    bench's no-op-kernel copies of a path, and its amx / avx512vnni crossover)."""
+    global _active, _exactly
+    previous = _active, _exactly
+    _active, _exactly = ops, True
     try:
         yield
     finally:
-        _active = previous
+        _active, _exactly = previous
 
 
 @contextlib.contextmanager

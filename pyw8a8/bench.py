@@ -366,17 +366,20 @@ def main(argv=None, quick=False):
                         help="--dask with M = 2**20 (1048576 x 1152 x 6912)")
     parser.add_argument("--dask-chunk", type=int, default=4096,
                         help="rows per chunk of --dask (default 4096)")
+    parser.add_argument("--crossover", nargs=2, metavar=("WIDE", "NARROW"),
+                        help="only the M from which path WIDE beats path NARROW (amx "
+                             "avx512vnni: the small-M fallback's threshold)")
     args = parser.parse_args(argv)
     if args.dask or args.dask_large:
         return _dask_main(args, quick)
     if args.mixed:
         return _mixed_main(args.rounds)
-    if args.mca or args.overhead:
+    if args.mca or args.overhead or args.crossover:
         from . import proxies
         shapes = args.shapes and [tuple(int(v) for v in s.split(","))
                                   for s in args.shapes.split(";")]
         return proxies.main(["--mca"] * args.mca + ["--overhead"] * args.overhead,
-                            args.rounds, args.min_time, shapes)
+                            args.rounds, args.min_time, shapes, args.crossover)
     for line in _machine_info():
         print(line)
     try:  # a path this CPU lacks would die on an illegal instruction: refuse it here

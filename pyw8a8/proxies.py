@@ -5,6 +5,8 @@
   instruction (the same tool on as many of the path's dot steps in independent registers,
   nothing else).  A ratio near 1 means the loop issues its dot instructions at the port
   bound: no spills, no copies, loads and broadcasts hidden.
+* ``crossover``: the smallest M from which a wide path (amx) beats a narrower one
+  (avx512vnni), for the small-M fallback of ``_cpu``.
 * ``overhead_report``: the time of ``matmul`` with the microkernel replaced by one that
   does no arithmetic, i.e. everything around the kernels (the Python call, quantization,
   rotation, the epilogue, threading), against the time the product itself would take at a
@@ -212,7 +214,54 @@ def print_overhead(shapes, rounds, min_time):
                 print("| " + " | ".join(cells) + " |")
 
 
-def main(argv, rounds, min_time, shapes=None):
+CROSSOVER_ROWS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+
+
+def crossover(wide, narrow, k, n, rounds, min_time, rows=CROSSOVER_ROWS):
+    """Per M: (M, seconds on path `wide`, seconds on path `narrow`), both paths forced
+    (no small-M fallback), taking turns; and the smallest M from which `wide` is faster
+    at every larger M measured (None if it never is)."""
+    from .bench import measure
+    from .matmul import matmul
+    from .packing import pack_weight
+    ops = {name: _cpu.checked_ops(name, "--crossover") for name in (wide, narrow)}
+    rng = np.random.default_rng(0)
+    packed = pack_weight(rng.standard_normal((n, k)).astype(np.float32), rotate=False)
+    out = []
+    for m in rows:
+        x = rng.standard_normal((m, k)).astype(np.float32)
+
+        def on(name):
+            def run():
+                with _cpu.use_ops(ops[name]):
+                    return matmul(x, packed)
+            return run
+        times = measure({name: on(name) for name in ops}, rounds, min_time)
+        out.append((m, times[wide], times[narrow]))
+    start = None
+    for m, t_wide, t_narrow in reversed(out):
+        if t_wide >= t_narrow:
+            break
+        start = m
+    return out, start
+
+
+def print_crossover(wide, narrow, rounds, min_time, k=2048, n=2048):
+    rows, start = crossover(wide, narrow, k, n, rounds, min_time)
+    print(f"{wide} against {narrow} at K = {k}, N = {n} ({_threads.get_num_threads()} "
+          "threads), medians of interleaved rounds:")
+    print(f"| M | {wide} us | {narrow} us | {wide} / {narrow} |")
+    print("|---|---|---|---|")
+    for m, t_wide, t_narrow in rows:
+        print(f"| {m} | {t_wide * 1e6:.1f} | {t_narrow * 1e6:.1f} | {t_narrow / t_wide:.2f}x |")
+    print(f"{wide} is faster from M = {start} on" if start is not None else
+          f"{wide} is never faster at every larger M")
+    if (wide, narrow) == ("amx", "avx512vnni") and start is not None:
+        print(f"(set PYW8A8_AMX_MIN_ROWS={start}, or _cpu's default, to this)")
+    return start
+
+
+def main(argv, rounds, min_time, shapes=None, crossover_paths=None):
     """Entry of ``bench --mca`` / ``bench --overhead`` (argv: the flags given)."""
     if "--mca" in argv:
         cc = os.environ.get("CC") or sysconfig.get_config_var("CC").split()[0] or "cc"
@@ -223,4 +272,10 @@ def main(argv, rounds, min_time, shapes=None):
             return 1
     if "--overhead" in argv:
         print_overhead(shapes or OVERHEAD_SHAPES, rounds, min_time)
+    if crossover_paths:
+        try:
+            print_crossover(*crossover_paths, rounds, min_time)
+        except (ValueError, RuntimeError) as exc:
+            print(f"pyw8a8 bench --crossover: {exc}", file=sys.stderr)
+            return 1
     return 0

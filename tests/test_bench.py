@@ -62,3 +62,27 @@ def test_fwht_vs_copy_measures_both_contenders():
     rows = bench.fwht_vs_copy(rounds=2, calls=2)
     assert [kib for kib, _, _ in rows] == list(bench.FWHT_KIB)
     assert all(f > 0 and c > 0 for _, f, c in rows)
+
+
+def test_crossover_finds_where_the_wide_path_wins_for_good():
+    """The threshold of the small-M fallback (amx below it runs avx512vnni) is measured,
+    not guessed: the smallest M from which the wide path wins at every larger M."""
+    from pyw8a8 import proxies
+    wide = pyw8a8.available_isas()[0]
+    rows, start = proxies.crossover(wide, "scalar", 128, 64, rounds=1, min_time=0.001,
+                                    rows=(1, 8))
+    assert [m for m, _, _ in rows] == [1, 8]
+    assert all(t_wide > 0 and t_narrow > 0 for _, t_wide, t_narrow in rows)
+    wins = [m for m, t_wide, t_narrow in rows if t_wide < t_narrow]
+    assert start is None or (start in wins and all(m in wins for m in (1, 8) if m >= start))
+    with pytest.raises((ValueError, RuntimeError), match="--crossover"):
+        proxies.crossover("no-such-path", "scalar", 128, 64, 1, 0.001)
+
+
+def test_amx_min_rows_comes_from_the_environment(monkeypatch):
+    from pyw8a8 import _cpu
+    monkeypatch.setenv("PYW8A8_AMX_MIN_ROWS", " 24 ")
+    assert _cpu._amx_min_rows() == 24
+    monkeypatch.setenv("PYW8A8_AMX_MIN_ROWS", "many")
+    with pytest.raises(ValueError, match="PYW8A8_AMX_MIN_ROWS='many'"):
+        _cpu._amx_min_rows()
