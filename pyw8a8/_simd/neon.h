@@ -64,8 +64,6 @@ W8_INLINE void w8_neon_store_float(float *p, int32x4_t sums, const w8_tile_finis
  * B vectors and the broadcast row they use 21 of the 32 NEON registers. */
 #define W8_NEON_MR 4
 #define W8_NEON_NV 1
-#define W8_UK(name) w8_neon_##name
-#define W8_UK_TARGET
 #define W8_UK_MR W8_NEON_MR
 #define W8_UK_VPP 4
 #define W8_UK_NVEC 4
@@ -80,30 +78,20 @@ W8_INLINE void w8_neon_store_float(float *p, int32x4_t sums, const w8_tile_finis
 #define W8_UK_BCAST(p) w8_neon_bcast(p)
 #define W8_UK_LOAD_B(p, BIASED) w8_neon_load_b(p, BIASED)
 #define W8_UK_PREP_B(b) (b)
-#define W8_UK_DOT(acc, a, b, prep, BIASED) w8_neon_dot(acc, a, b)
 #define W8_UK_STORE_FLOAT(p, sums, fin, r, col) w8_neon_store_float(p, sums, fin, r, col)
+
+/* The two kernels differ only in their dot step. */
+#define W8_UK_KEEP_TRAITS
+#define W8_UK(name) w8_neon_##name
+#define W8_UK_TARGET
+#define W8_UK_DOT(acc, a, b, prep, BIASED) w8_neon_dot(acc, a, b)
 #include "ukernel.h"
 
 /* sdot (vdotq_s32, Armv8.2-A dotprod): each int32 lane gains the sum of four s8 x s8
  * products, exact. */
 #define W8_UK(name) w8_neondot_##name
 #define W8_UK_TARGET W8_NEONDOT
-#define W8_UK_MR W8_NEON_MR
-#define W8_UK_VPP 4
-#define W8_UK_NVEC 4
-#define W8_UK_VEC int32x4_t
-#define W8_UK_ZERO() vdupq_n_s32(0)
-#define W8_UK_BVEC int8x16_t
-#define W8_UK_BZERO() vdupq_n_s8(0)
-#define W8_UK_AVEC int8x16_t
-#define W8_UK_LOAD(p) vld1q_s32(p)
-#define W8_UK_STORE(p, v) vst1q_s32(p, v)
-#define W8_UK_ADD(x, y) vaddq_s32(x, y)
-#define W8_UK_BCAST(p) w8_neon_bcast(p)
-#define W8_UK_LOAD_B(p, BIASED) w8_neon_load_b(p, BIASED)
-#define W8_UK_PREP_B(b) (b)
 #define W8_UK_DOT(acc, a, b, prep, BIASED) vdotq_s32(acc, b, a)
-#define W8_UK_STORE_FLOAT(p, sums, fin, r, col) w8_neon_store_float(p, sums, fin, r, col)
 #include "ukernel.h"
 
 /* The maximum is one of the inputs whatever the order of comparison, so the result is

@@ -21,6 +21,10 @@
  *   W8_UK_STORE_FLOAT(p, sums, fin, r, col)  the float epilogue of common.h on one vector
  *                          of sums (tile row r, tile column col), stored as floats at p
  *
+ * A header instantiating the template twice with the same vectors defines
+ * W8_UK_KEEP_TRAITS before the first include: that include then undefines only W8_UK,
+ * W8_UK_TARGET and W8_UK_DOT, and the second one everything.
+ *
  * Accumulators are named variables, c<row><vector>, not an array: with an array GCC 12
  * keeps part of a 6 x 4 zmm tile on the stack and copies it between the dot instructions
  * (twice the cycles of the port bound, measured).  Every `if` on ROWS, NVEC or BIASED is on
@@ -185,6 +189,10 @@ W8_UK_TARGET static void W8_UK(ukernel_f32_signed)(int rows, int npanels, int64_
 #undef W8_UK_VEC_CASE_2
 #undef W8_UK
 #undef W8_UK_TARGET
+#undef W8_UK_DOT
+#if defined(W8_UK_KEEP_TRAITS)
+#undef W8_UK_KEEP_TRAITS
+#else
 #undef W8_UK_MR
 #undef W8_UK_VPP
 #undef W8_UK_NVEC
@@ -199,5 +207,5 @@ W8_UK_TARGET static void W8_UK(ukernel_f32_signed)(int rows, int npanels, int64_
 #undef W8_UK_BCAST
 #undef W8_UK_LOAD_B
 #undef W8_UK_PREP_B
-#undef W8_UK_DOT
 #undef W8_UK_STORE_FLOAT
+#endif
