@@ -1,6 +1,7 @@
 """Which instruction-set path runs the kernels: CPU features, the PYW8A8_ISA override and
 run-time switching (numpy-style dispatch over paths compiled into one portable binary)."""
 import contextlib
+import contextvars
 import os
 
 from . import _kernels
@@ -65,7 +66,12 @@ def _initial_ops():
     return _kernels.IsaOps(_kernels.best_isa())
 
 
-_active = _initial_ops()
+# The process-wide path (set_isa, PYW8A8_ISA, the CPU's best) ...
+_default = _initial_ops()
+# ... and the path of the current thread and context, when a use_isa / use_ops body set
+# one: (IsaOps, exactly).  A context variable, as numpy 2's errstate, so a switch made in
+# one thread never changes what another thread (or a thread started inside it) runs.
+_scoped = contextvars.ContextVar("pyw8a8_isa", default=None)
 
 
 # Below this many activation rows an AMX tile is mostly empty; the avx512vnni kernels
@@ -76,7 +82,7 @@ ENV_AMX_MIN_ROWS = "PYW8A8_AMX_MIN_ROWS"
 
 
 def _amx_min_rows():
-    value = os.environ.get(ENV_AMX_MIN_ROWS, "16").strip()
+    value = os.environ.get(ENV_AMX_MIN_ROWS, "8").strip()
     if not value.isdigit():
         raise ValueError(f"{ENV_AMX_MIN_ROWS}={value!r}: expected a row count >= 0")
     return int(value)
@@ -86,30 +92,40 @@ AMX_MIN_ROWS = _amx_min_rows()
 _amx_fallback = None
 
 
+def _current():
+    """(IsaOps, exactly) of the calling thread and context."""
+    scoped = _scoped.get()
+    return (_default, False) if scoped is None else scoped
+
+
 def active_ops(rows=None):
     """The function table for a product with `rows` activation rows (internal)."""
     global _amx_fallback
-    if _active.name == "amx" and rows is not None and rows < AMX_MIN_ROWS and not _exactly:
+    ops, exactly = _current()
+    if ops.name == "amx" and rows is not None and rows < AMX_MIN_ROWS and not exactly:
         if _amx_fallback is None:
             _amx_fallback = _kernels.IsaOps("avx512vnni")
         return _amx_fallback
-    return _active
+    return ops
 
 
 def isa():
-    """Name of the instruction-set path in use.
+    """Name of the instruction-set path the calling thread uses.
 
     Returns
     -------
     str
-        One of ``amx``, ``avx512vnni``, ``avxvnni``, ``avx2``, ``scalar`` (x86), chosen at
-        import from the CPU features or forced with the ``PYW8A8_ISA`` environment variable.
+        One of ``amx``, ``avx512vnni``, ``avxvnni``, ``avx2``, ``scalar`` (x86),
+        ``neondot``, ``neon``, ``scalar`` (Arm): the one a :func:`use_isa` body of this
+        thread chose, else the process-wide one (:func:`set_isa`, the ``PYW8A8_ISA``
+        environment variable, or the CPU's best, chosen at import).
     """
-    return _active.name
+    return _current()[0].name
 
 
 def set_isa(name):
-    """Switch every later call to the path `name`.
+    """Switch the process-wide path: every later call of every thread, except inside a
+    :func:`use_isa` body, which keeps its own.
 
     Parameters
     ----------
@@ -123,32 +139,36 @@ def set_isa(name):
     RuntimeError
         If this CPU cannot run it.
     """
-    global _active
-    _active = checked_ops(name, "isa")
-
-
-_exactly = False  # inside use_ops: no small-M fallback either
+    global _default
+    _default = checked_ops(name, "isa")
 
 
 @contextlib.contextmanager
-def use_ops(ops):
-    """Run the body's calls on `ops` exactly, an IsaOps of a supported path (internal: the
-    bench's no-op-kernel copies of a path, and its amx / avx512vnni crossover)."""
-    global _active, _exactly
-    previous = _active, _exactly
-    _active, _exactly = ops, True
+def use_ops(ops, exactly=True):
+    """Run the body's calls of this thread and context on `ops`, an IsaOps of a supported
+    path; `exactly`: without amx's small-M fallback either (internal: the bench's no-op
+    kernel copies of a path, its amx / avx512vnni crossover)."""
+    token = _scoped.set((ops, exactly))
     try:
         yield
     finally:
-        _active, _exactly = previous
+        _scoped.reset(token)
 
 
-@contextlib.contextmanager
 def use_isa(name):
-    """Context manager running its body on the path `name` (see :func:`set_isa`)."""
-    previous = _active.name
-    set_isa(name)
-    try:
-        yield
-    finally:
-        set_isa(previous)
+    """Context manager running the calls of its body on the path `name`.
+
+    The switch holds for the calling thread (and its context) only: other threads, and
+    threads started inside the body, keep the process-wide path (:func:`set_isa`).
+
+    Parameters
+    ----------
+    name : str
+        A path from :func:`available_isas`.
+
+    Raises
+    ------
+    ValueError, RuntimeError
+        As :func:`set_isa`, on entering.
+    """
+    return use_ops(checked_ops(name, "isa"), exactly=False)

@@ -23,7 +23,9 @@ threads that call numpy's BLAS (as one imports libraries before starting threads
 """
 import contextlib
 import ctypes
+import importlib.util
 import os
+import re
 
 ENV_POLICY = "PYW8A8_THREAD_POLICY"
 OPENMP_SPINCOUNT = "10000"
@@ -40,12 +42,26 @@ def _enabled():
     return value == "share"
 
 
-def _libgomp_loaded():
+def _own_openmp_library():
+    """The file name under which the compiled module links its OpenMP runtime, read from
+    its dynamic section's strings: ``libgomp.so.1`` for a build from source, the hashed
+    ``libgomp-<hash>.so.1...`` that auditwheel vendors into a wheel; None without one."""
+    spec = importlib.util.find_spec("._kernels", __package__)
     try:
-        with open("/proc/self/maps") as f:
-            return "libgomp" in f.read()
+        with open(spec.origin, "rb") as f:
+            found = re.search(rb"libgomp[\w.-]*\.so[\w.]*", f.read())
+    except (AttributeError, OSError):
+        return None
+    return found.group().decode() if found else None
+
+
+def _loaded(library):
+    """Whether a library of this name (or soname) is already loaded, without loading it."""
+    try:
+        ctypes.CDLL(library, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
     except OSError:
         return False
+    return True
 
 
 @contextlib.contextmanager
@@ -59,8 +75,15 @@ def openmp_wait_policy():
         _report["openmp"] = "left alone (the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT)"
         yield
         return
-    if _libgomp_loaded():
-        _report["openmp"] = "left alone (libgomp was loaded before pyw8a8)"
+    library = _own_openmp_library()
+    if library is None:
+        _report["openmp"] = "no OpenMP runtime linked (a build without OpenMP)"
+        yield
+        return
+    # Another copy of libgomp (torch's, under a hashed name) reads its own variables; only
+    # the runtime pyw8a8 links has missed its chance when it is loaded already.
+    if _loaded(library):
+        _report["openmp"] = f"left alone ({library} was loaded before pyw8a8)"
         yield
         return
     os.environ["GOMP_SPINCOUNT"] = OPENMP_SPINCOUNT
@@ -68,7 +91,7 @@ def openmp_wait_policy():
         yield
     finally:
         del os.environ["GOMP_SPINCOUNT"]
-    _report["openmp"] = f"GOMP_SPINCOUNT={OPENMP_SPINCOUNT}"
+    _report["openmp"] = f"GOMP_SPINCOUNT={OPENMP_SPINCOUNT} ({library})"
 
 
 def _calm_openblas(path):
@@ -121,8 +144,14 @@ def thread_policy():
     -------
     dict
         ``policy`` ('share', or 'leave' with ``PYW8A8_THREAD_POLICY=leave``), ``openmp``
-        (pyw8a8's OpenMP spin setting) and ``blas`` (one entry per BLAS library: its path
-        and what was changed).
+        (pyw8a8's OpenMP spin setting and the runtime it links), ``blas`` (one entry per
+        BLAS library: its path and what was changed) and ``fork`` (whether the calling
+        thread falls back to one thread, as the survivor of a fork).
     """
+    from ._threads import fork_fallback
+    fork = ("this thread survived a fork after it ran a parallel product: its products run "
+            "on one thread (libgomp's pool does not survive fork; threads started in this "
+            "process run in parallel)" if fork_fallback() else "not a forked child's "
+            "surviving thread with a stale OpenMP pool")
     return {"policy": _report["policy"], "openmp": _report["openmp"],
-            "blas": [dict(e) for e in _report["blas"]]}
+            "blas": [dict(e) for e in _report["blas"]], "fork": fork}

@@ -1,33 +1,84 @@
 """Thread count of the parallel kernels.
 
 By default it follows OpenMP (``OMP_NUM_THREADS``, and threadpoolctl, which limits the
-OpenMP runtime this extension links); :func:`set_num_threads` overrides it."""
+OpenMP runtime this extension links); :func:`set_num_threads` overrides it.
+
+GNU libgomp's thread pool does not survive ``fork``: the child inherits the pool's
+bookkeeping but not its threads, so the thread that forked (the only one the child has)
+would wait forever for them at its next parallel region.  The pool belongs to the thread
+that started it, though: any other thread gets a fresh one.  So in a forked child, the
+thread that survived the fork runs every product on one thread (no parallel region), if
+it had run a parallel region before the fork; threads the child starts run in parallel
+as usual.
+"""
 import operator
+import os
+import threading
 
 from . import _kernels
 
+# Thread counts above this are refused: libgomp crashes or exits the process when it
+# cannot create the threads asked for (100000 segfaulted, 60000 exited).
+MAX_THREADS_PER_CPU = 8
+
 _override = None
+_ran_team = threading.local()  # .value: this thread has started an OpenMP team
+_stale_pool_thread = None  # ident of a forked child's surviving thread, when its pool is stale
+
+
+def _after_fork_in_child():
+    global _stale_pool_thread
+    if getattr(_ran_team, "value", False):
+        _stale_pool_thread = threading.get_ident()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def max_threads():
+    """The largest thread count accepted: MAX_THREADS_PER_CPU per logical CPU."""
+    return MAX_THREADS_PER_CPU * (os.cpu_count() or 1)
+
+
+def fork_fallback():
+    """Whether the calling thread is a forked child's surviving thread whose OpenMP pool
+    was left behind by the fork (it then runs products on one thread)."""
+    return _stale_pool_thread is not None and threading.get_ident() == _stale_pool_thread
 
 
 def get_num_threads():
-    """Number of threads the next call will use.
+    """Number of threads the next call of the calling thread will use.
 
     Returns
     -------
     int
+        :func:`set_num_threads`'s count, else OpenMP's default (``OMP_NUM_THREADS``,
+        threadpoolctl's limit); 1 in the thread that survived a ``fork`` after it ran a
+        parallel product (see the README's "Threads and processes").
     """
+    if fork_fallback():
+        return 1
     if _override is not None:
         return _override
-    return max(1, _kernels.omp_max_threads())
+    return min(max(1, _kernels.omp_max_threads()), max_threads())
 
 
 def set_num_threads(n):
-    """Set the thread count of later calls; ``None`` returns to the OpenMP default.
+    """Set the thread count of later calls, process-wide; ``None`` returns to the OpenMP
+    default.
 
     Parameters
     ----------
     n : int or None
-        At least 1.
+        From 1 to 8 per logical CPU (:func:`max_threads`).
+
+    Raises
+    ------
+    TypeError
+        If `n` is not an int or None.
+    ValueError
+        If `n` is out of that range.
     """
     global _override
     if n is None:
@@ -37,8 +88,9 @@ def set_num_threads(n):
         n = operator.index(n)
     except TypeError:
         raise TypeError(f"n must be an int or None, got {type(n).__name__}") from None
-    if n < 1:
-        raise ValueError(f"n must be at least 1, got {n}")
+    if not 1 <= n <= max_threads():
+        raise ValueError(f"n must be from 1 to {max_threads()} ({MAX_THREADS_PER_CPU} per "
+                         f"logical CPU), got {n}")
     _override = n
 
 
@@ -50,4 +102,9 @@ SERIAL_WORK = 1 << 21
 
 def threads_for(work):
     """Threads for a call doing `work` multiply-accumulates (or element operations)."""
-    return 1 if work < SERIAL_WORK else get_num_threads()
+    if work < SERIAL_WORK:
+        return 1
+    n = get_num_threads()
+    if n > 1:
+        _ran_team.value = True
+    return n

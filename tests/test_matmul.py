@@ -1,4 +1,6 @@
 """matmul / matmul_pair / pack_weight against references, on every path and encoding."""
+import os
+
 import numpy as np
 import pytest
 
@@ -205,8 +207,10 @@ def test_thread_count_controls():
     assert pyw8a8.get_num_threads() == 1
     pyw8a8.set_num_threads(None)
     assert pyw8a8.get_num_threads() == previous
-    with pytest.raises(ValueError, match="at least 1"):
-        pyw8a8.set_num_threads(0)
+    for bad in (0, -3, 8 * (os.cpu_count() or 1) + 1, 100000):
+        with pytest.raises(ValueError, match=f"n must be from 1 to .*got {bad}"):
+            pyw8a8.set_num_threads(bad)
+    assert pyw8a8.get_num_threads() == previous
 
 
 @pytest.mark.parametrize("rotate", [False, True])

@@ -37,7 +37,7 @@ def openblas_entries(report):
 def test_default_policy_shortens_both_spins_and_leaves_the_environment_as_it_was():
     report, gomp, openblas = json.loads(run(REPORT))
     assert report["policy"] == "share"
-    assert report["openmp"] == "GOMP_SPINCOUNT=10000"
+    assert report["openmp"] == "GOMP_SPINCOUNT=10000 (libgomp.so.1)"
     assert gomp is None and openblas is None  # set only while the libraries read them
     for entry in openblas_entries(report):
         assert "2^18" in entry["action"], entry
