@@ -4,10 +4,21 @@ int8 weights (one scale per output channel, packed once) times int8 activations 
 per token, quantized per call), exact int32 accumulation, float output; by default with a
 block randomized Walsh-Hadamard rotation that spreads outliers before quantizing.
 """
+import sys
+
 from . import _thread_policy
 
-with _thread_policy.openmp_wait_policy():
-    from . import _kernels  # noqa: F401  (loads libgomp, which reads its spin count now)
+try:  # the PYW8A8_* settings are read here; a bad one raises ValueError (or RuntimeError)
+    with _thread_policy.openmp_wait_policy():
+        from . import _kernels  # noqa: F401  (loads libgomp, which reads its spin count now)
+    from . import _cpu  # noqa: F401  (reads PYW8A8_ISA and PYW8A8_AMX_MIN_ROWS)
+except (ValueError, RuntimeError) as error:
+    # `python -m pyw8a8 ...` imports the package before its __main__ (sys.argv[0] is "-m"
+    # until then): no caller can catch the error, so report it as the command line does.
+    if sys.argv[:1] != ["-m"]:
+        raise
+    print(f"pyw8a8: {error}", file=sys.stderr)
+    raise SystemExit(2) from None
 
 from ._cpu import available_isas, compiled_isas, cpu_features, isa, set_isa, use_isa
 from ._threads import get_num_threads, set_num_threads

@@ -6,22 +6,58 @@ import numpy as np
 
 _FLOAT32 = np.dtype(np.float32)
 _FLOAT64 = np.dtype(np.float64)
+_FLOAT32_MAX = np.finfo(np.float32).max
 
 
-def float_array(x, name, ndim=None):
-    """`x` as a float32 ndarray (float64 converted silently; other dtypes: TypeError)."""
+def float_array(x, name, ndim=None, shape=None, row_offset=0):
+    """`x` as a native float32 ndarray (float32 of either byte order or float64 converted,
+    as numpy would; other dtypes: TypeError).
+
+    `shape` and `row_offset` place x's rows in a larger array for the error message of a
+    float64 value beyond float32's range, as in :func:`check_finite_row` (default: x is
+    the whole array).
+
+    Raises
+    ------
+    TypeError
+        If x is not a float32 or float64 array.
+    ValueError
+        If x does not have `ndim` dimensions (default: at least one), or a float64 x holds
+        a finite value beyond float32's range (the message names the row).
+    """
     arr = np.asarray(x)
-    if arr.dtype is not _FLOAT32:  # identity first: this runs on every call of the API
-        if arr.dtype != _FLOAT32 and arr.dtype != _FLOAT64:
-            raise TypeError(f"{name} must be a float32 or float64 array, got dtype {arr.dtype}")
-        arr = arr.astype(np.float32, copy=False)
+    native = arr.dtype is _FLOAT32  # identity first: this runs on every call of the API
+    if not native and arr.dtype.newbyteorder("=") not in (_FLOAT32, _FLOAT64):
+        raise TypeError(f"{name} must be a float32 or float64 array, got dtype {arr.dtype}")
     if ndim is not None and arr.ndim != ndim:
         raise ValueError(f"{name} must be {ndim}-D, got shape {arr.shape}")
     if ndim is None and arr.ndim < 1:
         raise ValueError(f"{name} must have at least one dimension, got a scalar")
+    if not native:
+        arr = _to_float32(arr, name, arr.shape if shape is None else shape, row_offset)
     # The C kernels load floats through float pointers: an unaligned buffer (an offset
     # view of bytes) is copied, as its loads would be undefined behaviour.
     return arr if arr.flags.aligned else arr.copy()
+
+
+def _to_float32(arr, name, shape, row_offset):
+    """Convert a float32 of the other byte order, or a float64, to native float32."""
+    # A float64 beyond float32's range would become Inf and be reported as "NaN or Inf";
+    # the cast's overflow flag finds it at the cost of an errstate, and only this error
+    # path looks for the row.
+    try:
+        with np.errstate(over="raise"):
+            return arr.astype(_FLOAT32)
+    except FloatingPointError:
+        pass
+    with np.errstate(over="ignore"):
+        overflow = np.isinf(arr.astype(_FLOAT32)) & np.isfinite(arr)
+    flat = int(np.argmax(overflow))
+    value = arr.reshape(-1)[flat]
+    raise ValueError(f"{name} has a finite value ({value}) beyond float32's range "
+                     f"(max {_FLOAT32_MAX!s}) in "
+                     f"{_row_text(flat // arr.shape[-1] + row_offset, shape)}; pyw8a8 "
+                     f"computes in float32: rescale or clip {name}") from None
 
 
 def int8_matrix(x, name):
@@ -46,11 +82,18 @@ def positive_int(value, name, minimum=1):
     return value
 
 
+def _row_text(row, shape):
+    """'row r' for row r of an array of `shape` (..., K) with its rows flattened, plus its
+    index over the leading dimensions when there are several."""
+    if len(shape) <= 2:
+        return f"row {row}"
+    index = tuple(int(i) for i in np.unravel_index(row, shape[:-1]))
+    return f"row {row} (index {index})"
+
+
 def check_finite_row(bad_row, name, shape):
     """Raise the documented error for a row holding NaN or Inf (bad_row >= 0)."""
     if bad_row >= 0:
-        index = np.unravel_index(bad_row, shape[:-1]) if len(shape) > 1 else ()
-        where = f"row {bad_row}" + (f" (index {tuple(int(i) for i in index)})"
-                                    if len(shape) > 2 else "")
-        raise ValueError(f"{name} has a non-finite value (NaN or Inf) in {where}; "
-                         "int8 quantization needs finite values")
+        raise ValueError(f"{name} has a non-finite value (NaN or Inf) in "
+                         f"{_row_text(bad_row, shape)}; int8 quantization needs finite "
+                         "values")

@@ -333,19 +333,126 @@ def format_table(header, rows, isas, peaks=None, bandwidth=None, fp32_peak=None)
     return out
 
 
+def parse_shape(text):
+    """One ``M,K,N`` of the command line.
+
+    Parameters
+    ----------
+    text : str
+        Three comma-separated integers.
+
+    Returns
+    -------
+    tuple of int
+        (M, K, N), each >= 1.
+
+    Raises
+    ------
+    ValueError
+        If `text` is not three comma-separated integers >= 1 (the message quotes it).
+    """
+    try:
+        shape = tuple(int(v) for v in text.split(","))
+    except ValueError:  # not integers: the message below says what is expected
+        shape = ()
+    if len(shape) != 3 or min(shape) < 1:
+        raise ValueError(f"expected M,K,N (three integers >= 1), got {text!r}")
+    return shape
+
+
+def parse_shapes(text):
+    """The ``M,K,N;M,K,N;...`` of ``--shapes``.
+
+    Parameters
+    ----------
+    text : str
+        One or more :func:`parse_shape` items separated by ``;``.
+
+    Returns
+    -------
+    list of tuple of int
+
+    Raises
+    ------
+    ValueError
+        If an item is not three integers >= 1 (an empty item included).
+    """
+    return [parse_shape(item) for item in text.split(";")]
+
+
+def parse_count(text):
+    """A count of the command line (``--rounds``, ``--dask-chunk``): an integer >= 1.
+
+    Raises
+    ------
+    ValueError
+        If `text` is not an integer >= 1.
+    """
+    try:
+        value = int(text)
+    except ValueError:  # reported below with what is expected
+        value = 0
+    if value < 1:
+        raise ValueError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+def parse_seconds(text):
+    """A duration of the command line (``--min-time``): a finite number of seconds > 0.
+
+    Raises
+    ------
+    ValueError
+        If `text` is not a finite number > 0 (nan, inf and 0 included).
+    """
+    try:
+        value = float(text)
+    except ValueError:  # reported below with what is expected
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise ValueError(f"expected a finite number of seconds > 0, got {text!r}")
+    return value
+
+
+def _option_type(parse):
+    """`parse` as an argparse type: its ValueError message becomes the option's error
+    (argparse would report a ValueError as just "invalid <name> value")."""
+    def convert(text):
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return convert
+
+
+def _checked_paths(parser, names, option):
+    """The paths `names` given to `option`, or a usage error for one that is unknown or
+    that this CPU lacks (it would die on an illegal instruction)."""
+    try:
+        return [_cpu.checked_ops(name, option).name for name in names]
+    except (ValueError, RuntimeError) as exc:
+        parser.error(str(exc))
+
+
 def main(argv=None, quick=False):
+    """``python -m pyw8a8 bench`` (`quick`: ``info``, the short table); returns the exit
+    status. Every option is checked before any measurement: a bad one exits with status 2
+    (argparse's usage and one error line)."""
     parser = argparse.ArgumentParser(
         prog="python -m pyw8a8 " + ("info" if quick else "bench"),
         description="Side-by-side GOPS (2*M*N*K/s) of pyw8a8 and its peers, medians of "
                     "interleaved rounds.")
-    parser.add_argument("--rounds", type=int, default=5 if quick else 9)
-    parser.add_argument("--min-time", type=float, default=0.02 if quick else 0.05,
+    parser.add_argument("--rounds", type=_option_type(parse_count),
+                        default=5 if quick else 9)
+    parser.add_argument("--min-time", type=_option_type(parse_seconds),
+                        default=0.02 if quick else 0.05,
                         help="seconds of calls per contender per round")
     parser.add_argument("--isa", action="append",
                         help="pyw8a8 path(s) to time (default: every available SIMD path)")
     parser.add_argument("--no-peers", action="store_true",
                         help="only numpy float32 and pyw8a8")
-    parser.add_argument("--shapes", help="M,K,N;M,K,N;... (default: the standard grid)")
+    parser.add_argument("--shapes", type=_option_type(parse_shapes),
+                        help="M,K,N;M,K,N;... (default: the standard grid)")
     parser.add_argument("--mixed", action="store_true",
                         help="only a small numpy transformer (attention in numpy) with its "
                              "linear layers in float32 numpy and in pyw8a8, default "
@@ -360,36 +467,32 @@ def main(argv=None, quick=False):
     parser.add_argument("--dask", action="store_true",
                         help="instead: a large M on local dask clusters of 1 and 2 worker "
                              "processes against the in-process call (needs the dask extra)")
-    parser.add_argument("--dask-shape", default="32768,1152,6912",
+    parser.add_argument("--dask-shape", type=_option_type(parse_shape),
+                        default="32768,1152,6912",
                         help="M,K,N of --dask (default: 32768,1152,6912)")
     parser.add_argument("--dask-large", action="store_true",
                         help="--dask with M = 2**20 (1048576 x 1152 x 6912)")
-    parser.add_argument("--dask-chunk", type=int, default=4096,
+    parser.add_argument("--dask-chunk", type=_option_type(parse_count), default=4096,
                         help="rows per chunk of --dask (default 4096)")
     parser.add_argument("--crossover", nargs=2, metavar=("WIDE", "NARROW"),
                         help="only the M from which path WIDE beats path NARROW (amx "
                              "avx512vnni: the small-M fallback's threshold)")
     args = parser.parse_args(argv)
+    isas = _checked_paths(parser, args.isa or [], "--isa")
+    _checked_paths(parser, args.crossover or [], "--crossover")
     if args.dask or args.dask_large:
         return _dask_main(args, quick)
     if args.mixed:
         return _mixed_main(args.rounds)
     if args.mca or args.overhead or args.crossover:
         from . import proxies
-        shapes = args.shapes and [tuple(int(v) for v in s.split(","))
-                                  for s in args.shapes.split(";")]
         return proxies.main(["--mca"] * args.mca + ["--overhead"] * args.overhead,
-                            args.rounds, args.min_time, shapes, args.crossover)
+                            args.rounds, args.min_time, args.shapes, args.crossover)
     for line in _machine_info():
         print(line)
-    try:  # a path this CPU lacks would die on an illegal instruction: refuse it here
-        isas = [_cpu.checked_ops(i, "--isa").name for i in args.isa or []]
-    except (ValueError, RuntimeError) as exc:
-        parser.error(str(exc))
     isas = isas or [i for i in _cpu.available_isas()
                     if not i.startswith("scalar")] or ["scalar"]
-    shapes = (QUICK_SHAPES if quick else SHAPES) if not args.shapes else [
-        tuple(int(v) for v in s.split(",")) for s in args.shapes.split(";")]
+    shapes = args.shapes or (QUICK_SHAPES if quick else SHAPES)
     nthreads = _threads.get_num_threads()
     peaks = {isa: int8_peak_gops(isa, nthreads) for isa in isas}
     for isa, gops in peaks.items():
@@ -415,7 +518,7 @@ def main(argv=None, quick=False):
 
 def _dask_main(args, quick):
     from . import _dask_bench
-    m, k, n = (int(v) for v in args.dask_shape.split(","))
+    m, k, n = args.dask_shape
     if args.dask_large:
         m = 2**20
     for line in _machine_info():

@@ -20,6 +20,8 @@ import numpy as np
 from .matmul import matmul as _w8a8_matmul
 from .packing import PackedWeight
 from .packing import pack_weight as _pack_weight
+from .quantize import quantize_rows
+from ._validation import float_array
 
 try:
     import dask
@@ -44,6 +46,14 @@ def _default_client(client):
         return None
 
 
+def _check_layout(packed, name):
+    """Check a PackedWeight on the client, before it is shipped, naming the argument."""
+    try:
+        packed.check_layout()
+    except ValueError as exc:
+        raise ValueError(f"{name} is not a consistent PackedWeight: {exc}") from None
+
+
 class SharedWeight:
     """A :class:`~pyw8a8.PackedWeight` held by a dask cluster, for use in many graphs.
 
@@ -60,6 +70,14 @@ class SharedWeight:
         The repr of the packed weight (block, padding, encoding, size).
     ref : distributed.Future or dask.delayed.Delayed
         What the graphs' tasks take as their weight argument.
+
+    Raises
+    ------
+    TypeError
+        If `packed` is not a PackedWeight.
+    ValueError
+        If its settings or arrays are inconsistent (see
+        :meth:`~pyw8a8.PackedWeight.check_layout`).
     """
 
     __slots__ = ("shape", "packed_repr", "ref")
@@ -67,7 +85,7 @@ class SharedWeight:
     def __init__(self, packed, client=None):
         if not isinstance(packed, PackedWeight):
             raise TypeError(f"packed must be a PackedWeight, got {type(packed).__name__}")
-        packed.check_layout()
+        _check_layout(packed, "packed")
         self.shape = packed.shape
         self.packed_repr = repr(packed)
         client = _default_client(client)
@@ -106,21 +124,54 @@ def pack_weight(w, *, client=None, **kwargs):
     Raises
     ------
     TypeError, ValueError
-        As :func:`pyw8a8.pack_weight`; TypeError for packing options with a PackedWeight.
+        As :func:`pyw8a8.pack_weight`; for a PackedWeight w, TypeError with packing
+        options and ValueError if it is inconsistent (see
+        :meth:`~pyw8a8.PackedWeight.check_layout`).
     """
     if isinstance(w, PackedWeight):
         if kwargs:
             raise TypeError(f"w is already packed; packing options {sorted(kwargs)} do not "
                             "apply")
+        _check_layout(w, "w")
         packed = w
     else:
         packed = _pack_weight(w, **kwargs)
     return SharedWeight(packed, client)
 
 
-def _matmul_chunk(x, packed):
+def _matmul_chunk(x, packed, block_info=None):
     """One chunk's product: the ordinary in-process matmul (runs on a worker)."""
-    return _w8a8_matmul(x, packed)
+    try:
+        return _w8a8_matmul(x, packed)
+    except ValueError:
+        error = None if block_info is None else _row_error(x, packed, block_info[0])
+        if error is None:
+            raise
+        raise error from None
+
+
+def _row_error(x, packed, info):
+    """The ValueError of the chunk x's first bad row, naming the row in the whole array
+    (`info`: dask's block_info of x), or None if no row is bad.
+
+    matmul numbers the rows of the chunk it is given; this error path checks them again
+    with matmul's own checks, told where the rows sit in the whole array."""
+    shape = tuple(info["shape"])
+    starts = [start for start, _ in info["array-location"][:-1]]
+    block = packed.block if packed.rotate else 0
+    try:
+        # Along the last leading dimension a chunk's rows are consecutive in the whole
+        # array too, so each such run is checked in one call, numbered from its first row.
+        for index in np.ndindex(x.shape[:-2]):
+            first = int(np.ravel_multi_index(
+                [s + i for s, i in zip(starts, index + (0,))], shape[:-1]))
+            rows = float_array(x[index], "x", shape=shape, row_offset=first)
+            quantize_rows(np.ascontiguousarray(rows.reshape(-1, rows.shape[-1])),
+                          packed.kp, name="x", shape=shape, block=block, seed=packed.seed,
+                          row_offset=first)
+    except ValueError as exc:
+        return exc
+    return None
 
 
 def matmul(x, packed, *, client=None):
@@ -129,8 +180,8 @@ def matmul(x, packed, *, client=None):
     Parameters
     ----------
     x : dask.array.Array of float32 or float64, shape (..., K)
-        Activations with any leading dimensions, chunked along them however suits (rows
-        per chunk set the work per task), in one chunk along K.
+        Activations (either byte order) with any leading dimensions, chunked along them
+        however suits (rows per chunk set the work per task), in one chunk along K.
     packed : SharedWeight or PackedWeight
         From :func:`pack_weight` (shipped once, reusable across graphs), or a
         :func:`pyw8a8.pack_weight` result, shipped now for this graph (scattered to every
@@ -150,14 +201,15 @@ def matmul(x, packed, *, client=None):
         x is not a dask array of float32/float64, or `packed` is neither a SharedWeight
         nor a PackedWeight.
     ValueError
-        x has no dimensions, its last dimension differs from K, or it is chunked along K.
-        (A row holding NaN/Inf raises the ValueError of :func:`pyw8a8.matmul` when the
-        chunk is computed.)
+        x has no dimensions, its last dimension differs from K, or it is chunked along K;
+        a PackedWeight is inconsistent. When a chunk is computed, a row holding NaN/Inf
+        (or a float64 value beyond float32's range) raises the ValueError of
+        :func:`pyw8a8.matmul`, naming the row in the whole of x, not in its chunk.
     """
     if not isinstance(x, da.Array):
         raise TypeError(f"x must be a dask.array.Array, got {type(x).__name__} (for numpy "
                         "arrays use pyw8a8.matmul)")
-    if x.dtype not in (np.float32, np.float64):
+    if x.dtype.newbyteorder("=") not in (np.float32, np.float64):  # any byte order
         raise TypeError(f"x must be float32 or float64, got {x.dtype}")
     if isinstance(packed, PackedWeight):
         packed = SharedWeight(packed, client)

@@ -228,8 +228,10 @@ def _run(x2d, pairs, lead):
                          nthreads))
     _gemm(ops, jobs, nthreads)
     for sums, out2d, a_scale, packed in wide:
-        # The one conversion and the two float32 products of the C epilogue, in numpy.
-        np.multiply(sums.astype(np.float32), a_scale[:, None] * packed.scales[None, :],
+        # The one conversion and the two float32 products of the C epilogue
+        # (w8_apply_scales: the smaller scale first), in numpy.
+        sa, sw = a_scale[:, None], packed.scales[None, :]
+        np.multiply(sums.astype(np.float32) * np.minimum(sa, sw), np.maximum(sa, sw),
                     out=out2d)
 
 

@@ -10,10 +10,14 @@ A :class:`PackedWeight` pickles as its packed bytes, scales, sums and settings (
 copy) and works on every instruction-set path whatever its encoding, so it can be sent to
 another process or machine (a process pool, a dask cluster: see :mod:`pyw8a8.dask`).
 """
+import operator
+
 import numpy as np
 
 from . import _cpu, _kernels
 from ._validation import float_array, positive_int
+from .rotation import (MAX_BLOCK, MAX_SEED, MIN_BLOCK, auto_block, check_rotation,
+                       unrotate)
 
 ENCODINGS = ("biased", "signed")
 # Format of to_dict() and of pickles: 1, or 2 for a rotation whose last block is
@@ -97,6 +101,33 @@ def _fill_panels(panels, psum, row0, q, encoding):
         prefix_sums(full, kp, psum[row0:row0 + full.shape[0]])
 
 
+def _check_rotate(value):
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"packed weight rotate must be a bool, got {value!r}")
+    return bool(value)
+
+
+def _check_block(value):
+    try:
+        block = operator.index(value)
+    except TypeError:
+        raise ValueError(f"packed weight block must be an int, got {value!r}") from None
+    if not (MIN_BLOCK <= block <= MAX_BLOCK and block & (block - 1) == 0):
+        raise ValueError(f"packed weight block must be a power of two from {MIN_BLOCK} to "
+                         f"{MAX_BLOCK}, got {block}")
+    return block
+
+
+def _check_seed(value):
+    try:
+        seed = operator.index(value)
+    except TypeError:
+        raise ValueError(f"packed weight seed must be an int, got {value!r}") from None
+    if not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"packed weight seed must be in [0, 2**32 - 1], got {seed}")
+    return seed
+
+
 # Rows quantized and packed at a time: bounds the temporaries of packing a large weight
 # (the 262144 x 640 embedding of a language model) to a few tens of MB.
 _PACK_ROWS = 8192
@@ -118,7 +149,10 @@ class PackedWeight:
     rotate : bool
         Whether rows were rotated (block Walsh-Hadamard) before quantization.
     block, seed : int
-        The rotation's block size and seed.
+        The rotation's block size (a power of two from 16 to 4096) and seed (in
+        [0, 2**32 - 1]).  `rotate`, `block` and `seed` are read-only: the packed bytes
+        were made with them (setting one raises AttributeError; repack instead).  The
+        arrays can be replaced; every product checks them first (:meth:`check_layout`).
     rotated_k : int
         Features of the stored (rotated) rows: K, or when rotated and `block` does not
         divide K, K rounded up to `block` (the last block zero-padded before rotating;
@@ -129,8 +163,8 @@ class PackedWeight:
     instruction-set path, so it can be unpickled on a CPU whose paths differ.
     """
 
-    __slots__ = ("shape", "encoding", "scales", "rotate", "block", "seed", "panels", "psum",
-                 "_plan")
+    __slots__ = ("shape", "encoding", "scales", "_rotate", "_block", "_seed", "panels",
+                 "psum", "_plan")
 
     def __init__(self, shape, encoding, panels, psum, scales, rotate=False, block=128,
                  seed=0):
@@ -139,10 +173,17 @@ class PackedWeight:
         self.panels = panels
         self.psum = psum
         self.scales = scales
-        self.rotate = bool(rotate)
-        self.block = int(block)
-        self.seed = int(seed)
+        # Checked here, and fixed from here on: the packed bytes were rotated with them,
+        # and the kernels trust them (a block that is not a power of two would make the
+        # fused rotation write past its rows).
+        self._rotate = _check_rotate(rotate)
+        self._block = _check_block(block)
+        self._seed = _check_seed(seed)
         self._plan = None
+
+    rotate = property(lambda self: self._rotate, doc="Whether the rows were rotated.")
+    block = property(lambda self: self._block, doc="The rotation's block size.")
+    seed = property(lambda self: self._seed, doc="The rotation's seed.")
 
     def plan(self):
         """The per-weight half of a product (a ``_kernels.WeightPlan``), built and checked
@@ -164,8 +205,13 @@ class PackedWeight:
 
     def check_layout(self):
         """Raise ValueError unless the arrays have the dtypes, shapes and C order that
-        `shape` and `encoding` imply (O(1); the kernels trust them, so a hand-built or
-        altered weight is checked before every product)."""
+        `shape`, `encoding` and the rotation imply.
+
+        O(1).  The kernels trust the arrays, so every product checks a hand-built or
+        altered weight first, on every path (the compiled call path whenever an attribute
+        has been replaced since its last check).  `rotate`, `block` and `seed` are checked
+        when they are set.
+        """
         try:  # the fast path of every product: a few attribute comparisons
             n, k = self.shape
             (d1, s1), (d2, s2), (d3, s3) = _layout(n, self.kp, self.encoding)
@@ -184,9 +230,6 @@ class PackedWeight:
                              f"{ENCODINGS}")
         if min(self.shape) < 0:
             raise ValueError(f"packed weight shape {self.shape} is negative")
-        if self.rotate and not (isinstance(self.block, int) and self.block > 0):
-            raise ValueError(f"packed weight rotation block {self.block!r} is not a "
-                             "positive int")
         for name, (dtype, shape) in zip(("panels", "psum", "scales"),
                                         _layout(self.shape[0], self.kp, self.encoding)):
             arr = getattr(self, name)
@@ -257,9 +300,8 @@ class PackedWeight:
         """
         w = self.int8().astype(np.float32) * self.scales[:, None]
         if self.rotate and w.size:
-            from .rotation import unrotate
-            w = unrotate(w, block=self.block, seed=self.seed)[:, :self.shape[1]]
-        return np.ascontiguousarray(w)
+            w = unrotate(w, block=self.block, seed=self.seed)
+        return np.ascontiguousarray(w[:, :self.shape[1]])
 
     def to_dict(self):
         """Arrays describing this weight, for ``np.savez`` (see :meth:`from_dict`)."""
@@ -325,7 +367,6 @@ def _checked(cls, version, shape, encoding, rotate, block, seed, panels, psum, s
         raise ValueError(f"packed weight format {version} is not supported "
                          f"(this pyw8a8 reads {', '.join(map(str, _FORMAT_VERSIONS))})")
     if rotate:
-        from .rotation import check_rotation
         try:  # format 1 predates the zero-padded last block
             check_rotation(shape[1], block, seed, "w", pad=version >= 2)
         except (TypeError, ValueError) as exc:
@@ -422,8 +463,6 @@ def pack_weight(w, *, encoding="auto", rotate=True, block="auto", seed=0, pad=No
     """
     from .quantize import quantize_rows
 
-    from .rotation import auto_block
-
     arr = float_array(w, "w", ndim=2)
     encoding = resolve_encoding(encoding)
     n, k = arr.shape
@@ -437,7 +476,6 @@ def pack_weight(w, *, encoding="auto", rotate=True, block="auto", seed=0, pad=No
     if pad not in (None, True, False):
         raise TypeError(f"pad must be True, False or None, got {pad!r}")
     if rotate:
-        from .rotation import check_rotation
         block, seed = check_rotation(k, block, seed, name="w", pad=bool(pad))
     kp = _kp(k, rotate, block)
     panels, psum = _empty_arrays(n, kp, encoding)

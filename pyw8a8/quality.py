@@ -14,11 +14,13 @@ channels whose up-projection rows are large while their down-projection columns 
 (large down-projection inputs).
 """
 import argparse
+import math
 
 import numpy as np
 
 from .matmul import matmul, matmul_pair
 from .packing import pack_weight
+from .rotation import MAX_BLOCK, MAX_SEED, MIN_BLOCK
 from .scaling import equalize_ffn
 
 
@@ -120,8 +122,63 @@ def format_table(rows):
     return "\n".join(lines)
 
 
+def check_options(tokens, width, hidden, outliers, blocks, seed):
+    """Check the options of ``python -m pyw8a8 quality`` before any work.
+
+    Parameters
+    ----------
+    tokens, width, hidden, outliers : int
+        As :func:`synthetic_ffn`'s m, d, f and n_outliers.
+    blocks : sequence of int
+        Rotation block sizes: each must tile both `width` (the input projections' K) and
+        `hidden` (the down projection's K).
+    seed : int
+        Seed of the data and of the rotations.
+
+    Raises
+    ------
+    ValueError
+        Naming the first bad option: a size below 1, more outliers than the data holds
+        (`width` input channels, `hidden` / 2 hidden ones), a block that is not a power of
+        two from 16 to 4096 or does not divide `width` and `hidden`, or a seed outside
+        [0, 2**32 - 1].
+    """
+    for option, value in (("--tokens", tokens), ("--width", width), ("--hidden", hidden)):
+        if value < 1:
+            raise ValueError(f"{option} must be >= 1, got {value}")
+    most = min(width, hidden // 2)
+    if not 0 <= outliers <= most:
+        raise ValueError(f"--outliers must be from 0 to {most} (at most --width input "
+                         f"channels and half of --hidden), got {outliers}")
+    if not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"--seed must be from 0 to 2**32 - 1, got {seed}")
+    # The blocks that tile both widths whole: the powers of two from MIN_BLOCK to
+    # MAX_BLOCK dividing their greatest common divisor.
+    fits = [b for b in (2**i for i in range(MIN_BLOCK.bit_length() - 1,
+                                             MAX_BLOCK.bit_length()))
+            if math.gcd(width, hidden) % b == 0]
+    for block in blocks:
+        if block not in fits:
+            raise ValueError(f"--blocks {block}: a block must be a power of two from "
+                             f"{MIN_BLOCK} to {MAX_BLOCK} dividing --width {width} and "
+                             f"--hidden {hidden}; fitting blocks: "
+                             f"{' '.join(map(str, fits)) or 'none'}")
+
+
 def main(argv=None):
-    """Print the SQNR table; returns the exit status (0)."""
+    """``python -m pyw8a8 quality``: print the SQNR table.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The options (default: the command line's).
+
+    Returns
+    -------
+    int
+        The exit status, 0; a bad option exits with status 2 (argparse's usage and one
+        error line) before any work.
+    """
     parser = argparse.ArgumentParser(
         prog="python -m pyw8a8 quality",
         description="SQNR of W8A8 (plain, rotated, scaled, both) on synthetic FFN data "
@@ -135,6 +192,11 @@ def main(argv=None):
                         help="rotation block sizes (default 64 128)")
     parser.add_argument("--seed", type=int, default=0, help="data and rotation seed")
     args = parser.parse_args(argv)
+    try:
+        check_options(args.tokens, args.width, args.hidden, args.outliers, args.blocks,
+                      args.seed)
+    except ValueError as exc:
+        parser.error(str(exc))
     data = synthetic_ffn(args.tokens, args.width, args.hidden, args.outliers, args.seed)
     print(f"synthetic gated FFN: {args.tokens} tokens, D={args.width}, F={args.hidden}, "
           f"{args.outliers} outlier input channels; SQNR vs float64 (higher is better)")

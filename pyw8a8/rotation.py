@@ -26,7 +26,7 @@ from ._validation import float_array
 
 MIN_BLOCK = 16
 MAX_BLOCK = 4096
-_MAX_SEED = 2**32 - 1
+MAX_SEED = 2**32 - 1
 
 
 def _is_power_of_two(n):
@@ -44,8 +44,11 @@ def auto_block(k):
     return min(128, max(MIN_BLOCK, 1 << max(int(k) - 1, 0).bit_length()))
 
 
-def check_rotation(k, block, seed, name="x", pad=False):
+def check_rotation(k, block, seed, name="x", pad=False, caller="pack_weight"):
     """Validate a rotation of K = `k` features; returns (block, seed) as ints.
+
+    `caller` is the public function whose options the message of a block that does not
+    divide K offers: "pack_weight", "rotate" or "unrotate".
 
     Raises
     ------
@@ -53,8 +56,9 @@ def check_rotation(k, block, seed, name="x", pad=False):
         If block or seed is not an int.
     ValueError
         If block is not a power of two in [16, 4096], seed is outside [0, 2**32 - 1], or
-        block does not divide K and `pad` is false (the message names ``pad=True``, which
-        zero-pads the last block, and suggests a block that divides K, if any).
+        block does not divide K and `pad` is false (for pack_weight and rotate the message
+        names ``pad=True``, which zero-pads the last block, and suggests a block that
+        divides K, if any; for unrotate it says to pass the whole padded rotation).
     """
     try:
         block = operator.index(block)
@@ -65,18 +69,32 @@ def check_rotation(k, block, seed, name="x", pad=False):
     if not (_is_power_of_two(block) and MIN_BLOCK <= block <= MAX_BLOCK):
         raise ValueError(f"block must be a power of two from {MIN_BLOCK} to {MAX_BLOCK}, "
                          f"got {block}")
-    if not 0 <= seed <= _MAX_SEED:
+    if not 0 <= seed <= MAX_SEED:
         raise ValueError(f"seed must be in [0, 2**32 - 1], got {seed}")
     if k % block and not pad:
-        fits = [b for b in (2**i for i in range(4, 13)) if b < block and k % b == 0]
-        hint = (f"use block={fits[-1]} (the largest power of two >= {MIN_BLOCK} dividing "
-                f"K)" if fits else f"K is not a multiple of {MIN_BLOCK}, so no block fits "
-                "whole")
         raise ValueError(f"{name} has K={k} features, not a multiple of block={block}; "
-                         f"{hint}, or pass pad=True to zero-pad the last block to "
-                         f"{rotated_length(k, block)} features (what pack_weight's default "
-                         "block='auto' does), or do not rotate (rotate=False)")
+                         f"{_partial_block_remedy(k, block, caller)}")
     return block, seed
+
+
+def _partial_block_remedy(k, block, caller):
+    """What the user of `caller` can do about a block that does not divide K: only the
+    options that function has."""
+    kr = rotated_length(k, block)
+    if caller == "unrotate":
+        # Another block or padding would not invert the rotation: only its whole output,
+        # padded by rotate, does.
+        return (f"unrotate inverts whole blocks of the rotation's block and seed: pass the "
+                f"whole output of rotate(x, {block}, seed, pad=True) ({kr} features when x "
+                f"has {k}) and keep the first K of the result")
+    fits = [b for b in (2**i for i in range(4, 13)) if b < block and k % b == 0]
+    hint = (f"use block={fits[-1]} (the largest power of two >= {MIN_BLOCK} dividing K)"
+            if fits else f"K is not a multiple of {MIN_BLOCK}, so no block fits whole")
+    remedy = f"{hint}, or pass pad=True to zero-pad the last block to {kr} features"
+    if caller == "pack_weight":
+        remedy += (" (what pack_weight's default block='auto' does), or do not rotate "
+                   "(rotate=False)")
+    return remedy
 
 
 def _threads_for(size, n):
@@ -98,7 +116,7 @@ def fwht(x, out=None):
     Parameters
     ----------
     x : array_like of float32 or float64, shape (..., n)
-        n a power of two (1, 2, 4, ...).
+        n a power of two (1, 2, 4, ...); either byte order.
     out : ndarray of float32, shape (..., n), optional
         Where to write the result; may be x itself (a float32 array) for an in-place
         transform.
@@ -113,9 +131,10 @@ def fwht(x, out=None):
     Raises
     ------
     TypeError
-        If x is not float32/float64, or out is not a float32 ndarray.
+        If x is not float32/float64, or out is not a native float32 ndarray.
     ValueError
-        If n is not a power of two, or out has the wrong shape or is read-only.
+        If x is a scalar, a float64 x holds a finite value beyond float32's range, n is
+        not a power of two, or out has the wrong shape or is read-only.
     """
     arr = float_array(x, "x")
     n = arr.shape[-1]
@@ -151,7 +170,7 @@ def rotate(x, block=128, seed=0, pad=False):
     Parameters
     ----------
     x : array_like of float32 or float64, shape (..., K)
-        K a multiple of `block`, unless `pad`.
+        K a multiple of `block`, unless `pad`; either byte order.
     block : int
         Block size, a power of two from 16 to 4096.
     seed : int
@@ -173,9 +192,10 @@ def rotate(x, block=128, seed=0, pad=False):
     TypeError
         If x is not float32/float64, or block/seed are not ints.
     ValueError
-        If block is not a power of two in [16, 4096], seed is out of range, or K is not
-        a multiple of block and `pad` is false (the message names ``pad=True`` and
-        suggests a block that fits).
+        If x is a scalar, a float64 x holds a finite value beyond float32's range, block
+        is not a power of two in [16, 4096], seed is out of range, or K is not a multiple
+        of block and `pad` is false (the message names ``pad=True`` and suggests a block
+        that fits).
     """
     return _rotate(x, "x", block, seed, inverse=False, pad=pad)
 
@@ -186,7 +206,7 @@ def unrotate(y, block=128, seed=0):
     Parameters
     ----------
     y : array_like of float32 or float64, shape (..., K)
-        K a multiple of `block`.
+        K a multiple of `block`; either byte order.
     block : int
         Block size, a power of two from 16 to 4096.
     seed : int
@@ -199,9 +219,14 @@ def unrotate(y, block=128, seed=0):
 
     Raises
     ------
-    TypeError, ValueError
-        As :func:`rotate`. (The inverse of a zero-padded rotation takes the padded
-        vector, a multiple of `block`, and returns it whole: keep its first K features.)
+    TypeError
+        If y is not float32/float64, or block/seed are not ints.
+    ValueError
+        If y is a scalar, a float64 y holds a finite value beyond float32's range, block
+        is not a power of two in [16, 4096], seed is out of range, or K is not a multiple
+        of block (the message says to pass the whole zero-padded rotation: its inverse
+        takes the padded vector, a multiple of `block`, and returns it whole; keep its
+        first K features).
     """
     return _rotate(y, "y", block, seed, inverse=True)
 
@@ -209,7 +234,8 @@ def unrotate(y, block=128, seed=0):
 def _rotate(x, name, block, seed, inverse, pad=False):
     """The block rotation (or its inverse) of the last axis of x, as float32."""
     x2d, shape = _rows(x, name)
-    block, seed = check_rotation(shape[-1], block, seed, name=name, pad=pad)
+    block, seed = check_rotation(shape[-1], block, seed, name=name, pad=pad,
+                                 caller="unrotate" if inverse else "rotate")
     kr = rotated_length(shape[-1], block)
     out = np.empty((x2d.shape[0], kr), dtype=np.float32)
     _rotation.rotate_rows(_cpu.active_ops().index, x2d, out, block, seed, inverse,

@@ -347,7 +347,8 @@ def clean_env(monkeypatch):
     ("rotated128", True, 128, False),
     ("rotated64", True, 64, False),
     ("rotated32+scaling", True, 32, True),
-    ("rotated1", True, 1, False),
+    ("rotated16", True, 16, False),
+    ("rotated4096", True, 4096, False),
 ])
 def test_parse_config_names(clean_env, name, rotate, block, scaling):
     cfg = parse_config(name)

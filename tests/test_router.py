@@ -57,7 +57,7 @@ class FakeKernels:
         self.equalize_calls = 0
         self.lock = threading.Lock()
 
-    def pack_weight(self, w, *, rotate=False, block=128, seed=0, encoding="auto"):
+    def pack_weight(self, w, *, rotate=False, block=128, seed=0, encoding="auto", pad=None):
         with self.lock:
             self.packs.append((w.shape, rotate, block, seed))
         return FakePacked(w, rotate, block, seed, encoding)
@@ -208,11 +208,15 @@ def test_router_factory_kinds_and_laziness(fake):
     assert st["w8a8_layers"] == 3 and st["float_layers"] == 1
 
 
-def test_rotation_off_when_k_not_multiple_of_block(fake):
-    r = Router(RouterConfig(block=128), cache=WeightCache(None), backend=fake)
-    a = r("a", rand(4, 256))
-    b = r("b", rand(4, 200))
-    assert a.rotate is True and b.rotate is False
+def test_k_not_a_multiple_of_block_is_rotated_with_a_padded_last_block():
+    """It was packed unrotated while labelled rotated; now the last block is zero-padded."""
+    r = Router(RouterConfig(block=128), cache=WeightCache(None))
+    w, x = rand(4, 200), rand(3, 200, seed=1)
+    layer = r("b", w)
+    packed = layer.pack()
+    assert layer.rotate is True and packed.rotate is True and packed.rotated_k == 256
+    y = layer(x)
+    assert np.abs(y - x @ w.T).max() <= 0.05 * np.sqrt(np.mean((x @ w.T) ** 2))
 
 
 def test_router_output_matches_float(fake):

@@ -29,6 +29,12 @@ W8_AVX2 W8_INLINE __m256i w8_avx2_dot(__m256i acc, __m256i a, __m256i b, __m256i
     return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
 }
 
+/* w8_apply_scales of common.h on 8 lanes. */
+W8_AVX2 W8_INLINE __m256 w8_avx2_apply_scales(__m256 v, __m256 sa, __m256 sb)
+{
+    return _mm256_mul_ps(_mm256_mul_ps(v, _mm256_min_ps(sa, sb)), _mm256_max_ps(sa, sb));
+}
+
 /* The float epilogue of common.h on 8 sums of tile row r from tile column col, stored as
  * floats at p (the fused kernels' last store; the same arithmetic as w8_avx2_epilogue). */
 W8_AVX2 W8_INLINE void w8_avx2_store_float(float *p, __m256i sums, const w8_tile_finish *fin,
@@ -38,9 +44,9 @@ W8_AVX2 W8_INLINE void w8_avx2_store_float(float *p, __m256i sums, const w8_tile
     if (fin->col_corr)
         sums = _mm256_sub_epi32(sums,
                                 _mm256_loadu_si256((const __m256i *)(fin->col_corr + col)));
-    const __m256 s = _mm256_mul_ps(_mm256_set1_ps(fin->a_scale[r]),
-                                   _mm256_loadu_ps(fin->b_scale + col));
-    _mm256_storeu_ps(p, _mm256_mul_ps(_mm256_cvtepi32_ps(sums), s));
+    _mm256_storeu_ps(p, w8_avx2_apply_scales(_mm256_cvtepi32_ps(sums),
+                                             _mm256_set1_ps(fin->a_scale[r]),
+                                             _mm256_loadu_ps(fin->b_scale + col)));
 }
 
 /* 4 rows x 2 ymm (one panel): 8 accumulators, 2 B vectors and their absolute values, the
@@ -68,7 +74,7 @@ W8_AVX2 W8_INLINE void w8_avx2_store_float(float *p, __m256i sums, const w8_tile
 #include "ukernel.h"
 
 /* The float epilogue of common.h, 8 columns at a time; the tail in scalar code computes
- * the same two roundings. */
+ * the same roundings. */
 W8_AVX2 static void w8_avx2_epilogue(const int32_t *acc, int64_t ldacc, int rows, int cols,
                                      const int32_t *row_corr, const int32_t *col_corr,
                                      const float *a_scale, const float *b_scale, float *out,
@@ -85,8 +91,8 @@ W8_AVX2 static void w8_avx2_epilogue(const int32_t *acc, int64_t ldacc, int rows
             __m256i v = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(t + j)), vrc);
             if (col_corr)
                 v = _mm256_sub_epi32(v, _mm256_loadu_si256((const __m256i *)(col_corr + j)));
-            const __m256 s = _mm256_mul_ps(vsa, _mm256_loadu_ps(b_scale + j));
-            _mm256_storeu_ps(o + j, _mm256_mul_ps(_mm256_cvtepi32_ps(v), s));
+            _mm256_storeu_ps(o + j, w8_avx2_apply_scales(_mm256_cvtepi32_ps(v), vsa,
+                                                         _mm256_loadu_ps(b_scale + j)));
         }
         w8_scalar_epilogue(t + j, ldacc, 1, cols - j, row_corr ? &rc : NULL,
                            col_corr ? col_corr + j : NULL, a_scale + r, b_scale + j, o + j,

@@ -15,6 +15,12 @@ W8_AVX512 W8_INLINE __m512i w8_avx512_dot(__m512i acc, __m512i a, __m512i b, int
     return biased ? _mm512_dpbusd_epi32(acc, b, a) : _mm512_dpbusd_epi32(acc, a, b);
 }
 
+/* w8_apply_scales of common.h on 16 lanes. */
+W8_AVX512 W8_INLINE __m512 w8_avx512_apply_scales(__m512 v, __m512 sa, __m512 sb)
+{
+    return _mm512_mul_ps(_mm512_mul_ps(v, _mm512_min_ps(sa, sb)), _mm512_max_ps(sa, sb));
+}
+
 /* The float epilogue of common.h on 16 sums (as w8_avx2_store_float). */
 W8_AVX512 W8_INLINE void w8_avx512_store_float(float *p, __m512i sums,
                                                const w8_tile_finish *fin, int r, int col)
@@ -22,9 +28,9 @@ W8_AVX512 W8_INLINE void w8_avx512_store_float(float *p, __m512i sums,
     if (fin->row_corr) sums = _mm512_sub_epi32(sums, _mm512_set1_epi32(fin->row_corr[r]));
     if (fin->col_corr)
         sums = _mm512_sub_epi32(sums, _mm512_loadu_si512((const void *)(fin->col_corr + col)));
-    const __m512 s = _mm512_mul_ps(_mm512_set1_ps(fin->a_scale[r]),
-                                   _mm512_loadu_ps(fin->b_scale + col));
-    _mm512_storeu_ps(p, _mm512_mul_ps(_mm512_cvtepi32_ps(sums), s));
+    _mm512_storeu_ps(p, w8_avx512_apply_scales(_mm512_cvtepi32_ps(sums),
+                                               _mm512_set1_ps(fin->a_scale[r]),
+                                               _mm512_loadu_ps(fin->b_scale + col)));
 }
 
 /* 6 rows x 4 zmm (4 panels, 64 channels): 24 accumulators, 4 B vectors and the broadcast
@@ -69,8 +75,8 @@ W8_AVX512 static void w8_avx512_epilogue(const int32_t *acc, int64_t ldacc, int 
             __m512i v = _mm512_sub_epi32(_mm512_loadu_si512((const void *)(t + j)), vrc);
             if (col_corr)
                 v = _mm512_sub_epi32(v, _mm512_loadu_si512((const void *)(col_corr + j)));
-            const __m512 s = _mm512_mul_ps(vsa, _mm512_loadu_ps(b_scale + j));
-            _mm512_storeu_ps(o + j, _mm512_mul_ps(_mm512_cvtepi32_ps(v), s));
+            _mm512_storeu_ps(o + j, w8_avx512_apply_scales(_mm512_cvtepi32_ps(v), vsa,
+                                                           _mm512_loadu_ps(b_scale + j)));
         }
         w8_avx2_epilogue(t + j, ldacc, 1, cols - j, row_corr ? &rc : NULL,
                          col_corr ? col_corr + j : NULL, a_scale + r, b_scale + j, o + j,

@@ -117,17 +117,29 @@ typedef struct {
 } w8_tile_finish;
 
 /* A microkernel that finishes its tile: as w8_ukernel_fn over the last K-range, then the
- * float epilogue of each sum (the same two roundings), stored as float32 over c. */
+ * float epilogue of each sum (the same roundings), stored as float32 over c. */
 typedef void (*w8_ukernel_f32_fn)(int rows, int npanels, int64_t kq, const uint8_t *a,
                                   int64_t lda, const uint8_t *b, int64_t panel_stride,
                                   int32_t *c, int64_t ldc, int accumulate,
                                   const w8_tile_finish *fin);
 
-/* The float epilogue of a tile: out[r * ldo + j] = (float)(acc[r * ldacc + j] - row_corr[r]
- * - col_corr[j]) * (a_scale[r] * b_scale[j]) for r < rows, j < cols; a NULL correction is
- * zero.  out may be acc (the int32 sums are kept in the output buffer until then).  Every
- * path computes exactly these two roundings (the int32 -> float conversion and the two
- * float products), so every path gives the same bits. */
+/* The two scales applied to a converted sum v, the smaller one first: for any finite
+ * float32 operands (scales max|row| / 127) neither product can overflow or underflow where
+ * the result does not.  |v| >= 1 whenever v != 0, so v * min(sa, sb) is no smaller than a
+ * scale, and it exceeds the result's magnitude only when both scales are below 1.  Forming
+ * sa * sb first (as before) overflowed past max|x| * max|w| = 5.5e42 (NaN from 0 * Inf) and
+ * went subnormal below about 1e-20 each.  The scales are positive, so min and max choose
+ * the same operands in every path's instructions. */
+static inline float w8_apply_scales(float v, float sa, float sb)
+{
+    return (v * (sa < sb ? sa : sb)) * (sa < sb ? sb : sa);
+}
+
+/* The float epilogue of a tile: out[r * ldo + j] = w8_apply_scales((float)(acc[r * ldacc +
+ * j] - row_corr[r] - col_corr[j]), a_scale[r], b_scale[j]) for r < rows, j < cols; a NULL
+ * correction is zero.  out may be acc (the int32 sums are kept in the output buffer until
+ * then).  Every path computes exactly these three roundings (the int32 -> float conversion
+ * and the two float products), so every path gives the same bits. */
 typedef void (*w8_epilogue_fn)(const int32_t *acc, int64_t ldacc, int rows, int cols,
                                const int32_t *row_corr, const int32_t *col_corr,
                                const float *a_scale, const float *b_scale, float *out,

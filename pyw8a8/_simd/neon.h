@@ -55,9 +55,11 @@ W8_INLINE void w8_neon_store_float(float *p, int32x4_t sums, const w8_tile_finis
 {
     if (fin->row_corr) sums = vsubq_s32(sums, vdupq_n_s32(fin->row_corr[r]));
     if (fin->col_corr) sums = vsubq_s32(sums, vld1q_s32(fin->col_corr + col));
-    const float32x4_t s =
-        vmulq_f32(vdupq_n_f32(fin->a_scale[r]), vld1q_f32(fin->b_scale + col));
-    vst1q_f32(p, vmulq_f32(vcvtq_f32_s32(sums), s));
+    /* w8_apply_scales of common.h: the scales are positive and finite, so vminq/vmaxq
+     * choose as the scalar comparison does. */
+    const float32x4_t sa = vdupq_n_f32(fin->a_scale[r]), sb = vld1q_f32(fin->b_scale + col);
+    vst1q_f32(p, vmulq_f32(vmulq_f32(vcvtq_f32_s32(sums), vminq_f32(sa, sb)),
+                           vmaxq_f32(sa, sb)));
 }
 
 /* Both Arm paths: 4 rows x 4 int32x4 (one panel, 16 channels) = 16 accumulators; with the 4

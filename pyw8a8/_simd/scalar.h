@@ -105,7 +105,7 @@ static void w8_scalar_epilogue(const int32_t *acc, int64_t ldacc, int rows, int 
         for (int j = 0; j < cols; j++) {
             const uint32_t cc = col_corr ? (uint32_t)col_corr[j] : 0;
             const int32_t v = (int32_t)((uint32_t)acc[r * ldacc + j] - rc - cc);
-            out[r * ldo + j] = (float)v * (a_scale[r] * b_scale[j]);
+            out[r * ldo + j] = w8_apply_scales((float)v, a_scale[r], b_scale[j]);
         }
     }
 }

@@ -36,6 +36,19 @@ def _cpu_model():
     return platform.processor() or platform.machine()
 
 
+def _unwritable(folder):
+    """Why `folder` could not be created and written in, or None: its nearest existing
+    ancestor must be a folder this process can write in."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"cannot create {folder}: {existing} is not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"cannot create or write in {folder}: {existing} is not writable"
+    return None
+
+
 def main(argv=None) -> int:
     """``python -m pyw8a8 eval [options]``; returns a process exit code."""
     p = argparse.ArgumentParser(
@@ -81,6 +94,13 @@ def main(argv=None) -> int:
         configs = parse_config_list(args.configs)
     except ValueError as exc:
         p.error(str(exc))
+    # A bad --out is a usage error now, not a crash after minutes of work; nothing is
+    # created until the data has been read.
+    out = Path(args.out)
+    runs = out / "runs"
+    problem = _unwritable(runs)
+    if problem:
+        p.error(f"--out: {problem}")
 
     try:
         samples, source = load_samples(args.data, args.limit)
@@ -92,8 +112,6 @@ def main(argv=None) -> int:
         if args.data is None:
             raise
         p.error(f"--data: {exc}")
-    out = Path(args.out)
-    runs = out / "runs"
     runs.mkdir(parents=True, exist_ok=True)
 
     gemma3.ensure_cache(progress=True)  # build the float cache once, outside the timed runs

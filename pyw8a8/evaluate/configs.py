@@ -37,9 +37,9 @@ def parse_config(name: str):
     """Router settings of a configuration name.
 
     Names: ``control`` (float), ``bf16`` (the noise floor: float with bfloat16-rounded
-    weights), ``naive`` (W8A8, no rotation), ``rotatedN`` (rotation with block N), ``env``
-    (``RouterConfig.from_env()``); the W8A8 ones optionally followed by ``+scaling`` (FFN
-    equalization).
+    weights), ``naive`` (W8A8, no rotation), ``rotatedN`` (rotation with block N, a power
+    of two from 16 to 4096), ``env`` (``RouterConfig.from_env()``); the W8A8 ones
+    optionally followed by ``+scaling`` (FFN equalization).
 
     Returns
     -------
@@ -49,13 +49,15 @@ def parse_config(name: str):
     Raises
     ------
     ValueError
-        For an unknown name.
+        For an unknown name, or one whose settings `RouterConfig` rejects (``rotated8``,
+        ``rotated8192``, or ``env`` with a bad ``PYW8A8_*`` variable); the message names
+        the configuration.
     """
     m = _CONFIG_RE.fullmatch(name) if isinstance(name, str) else None
     if not m:
         raise ValueError(
             f"unknown configuration {name!r}; use control, bf16, naive, env or rotatedN "
-            "(N a power of two), the last three optionally with +scaling"
+            "(N a power of two from 16 to 4096), the last three optionally with +scaling"
         )
     kind, block, scaling = m.group(1), m.group(2), bool(m.group(3))
     if kind == "control":
@@ -66,12 +68,17 @@ def parse_config(name: str):
         if scaling:
             raise ValueError("bf16+scaling is not a configuration (FFN scaling is for W8A8)")
         return Bfloat16Weights()
-    if kind == "env":
-        cfg = RouterConfig.from_env()
-        return cfg.with_(scaling=True) if scaling else cfg
-    if kind == "naive":
-        return RouterConfig(rotate=False, scaling=scaling)
-    return RouterConfig(rotate=True, block=int(block), scaling=scaling)
+    # RouterConfig validates its fields (rotatedN: a block pack_weight accepts); say which
+    # configuration name they came from.
+    try:
+        if kind == "env":
+            cfg = RouterConfig.from_env()
+            return cfg.with_(scaling=True) if scaling else cfg
+        if kind == "naive":
+            return RouterConfig(rotate=False, scaling=scaling)
+        return RouterConfig(rotate=True, block=int(block), scaling=scaling)
+    except ValueError as exc:
+        raise ValueError(f"configuration {name!r}: {exc}") from exc
 
 
 def parse_config_list(values):

@@ -7,6 +7,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ..packing import ENCODINGS as PACKED_ENCODINGS
+from ..rotation import MAX_BLOCK, MAX_SEED, MIN_BLOCK
+
 __all__ = ["RouterConfig"]
 
 _TRUE = {"1", "true", "yes", "on", "y", "t"}
@@ -22,14 +25,47 @@ def _parse_bool(var, raw):
     raise ValueError(f"{var}={raw!r}: expected a boolean (1/0, true/false, yes/no, on/off)")
 
 
-def _parse_int(var, raw, minimum=None):
+def _parse_int(var, raw):
     try:
-        value = int(raw.strip(), 10)
+        return int(raw.strip(), 10)
     except ValueError:
         raise ValueError(f"{var}={raw!r}: expected an integer") from None
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{var}={raw!r}: must be >= {minimum}")
+
+
+def _check_int(label, value, minimum, maximum=None, power_of_two=False) -> int:
+    """`value` as an int if it is one within the rule, else a ValueError naming `label`."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{label} must be an integer, got {value!r}")
+    value = int(value)
+    if power_of_two:
+        ok = minimum <= value <= maximum and value & (value - 1) == 0
+        rule = f"a power of two from {minimum} to {maximum}"
+    else:
+        ok = value >= minimum and (maximum is None or value <= maximum)
+        rule = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+    if not ok:
+        raise ValueError(f"{label} must be {rule}, got {value!r}")
     return value
+
+
+# The integer fields' rules, shared by the constructor and `from_env`.  The block and seed
+# ranges are those `pyw8a8.pack_weight` accepts when rotating, so that a configuration
+# fails when it is built, not at the first forward.
+_INT_RULES = {
+    "min_k": dict(minimum=0),
+    "skip_rows": dict(minimum=1),
+    "block": dict(minimum=MIN_BLOCK, maximum=MAX_BLOCK, power_of_two=True),
+    "seed": dict(minimum=0, maximum=MAX_SEED),
+}
+
+
+def _env_int(var, raw, name):
+    """Integer field `name` from variable `var`'s value `raw`; errors name the variable."""
+    return _check_int(f"{var}={raw!r}", _parse_int(var, raw), **_INT_RULES[name])
+
+
+# The weight encodings `pyw8a8.pack_weight` accepts.
+_ENCODINGS = ("auto",) + PACKED_ENCODINGS
 
 
 def _parse_list(raw):
@@ -58,14 +94,23 @@ class RouterConfig:
     rotate : bool
         Block randomized-Hadamard rotation of weights and activations.
     block : int
-        Rotation block size (a power of two).
+        Rotation block size, a power of two from 16 to 4096 (what
+        ``pyw8a8.pack_weight`` accepts).  A matrix whose K it does not divide
+        is rotated with its last block zero-padded (``pack_weight(pad=True)``).
     seed : int
-        Seed of the rotation signs.
+        Seed of the rotation signs, in [0, 2**32 - 1].
     scaling : bool
         Data-free FFN equalization (``pyw8a8.equalize_ffn``) of each
         gate/up/down triple before packing; exact in float arithmetic.
-    encoding : str
+    encoding : {'auto', 'biased', 'signed'}
         Weight byte encoding passed to ``pyw8a8.pack_weight``.
+
+    Raises
+    ------
+    ValueError
+        If a field is out of its range or of the wrong type (the message names
+        the field), so a bad configuration fails when it is built, not at the
+        first forward.
     """
 
     min_k: int = 0
@@ -89,19 +134,13 @@ class RouterConfig:
         for label, pats in (("include", self.include), ("exclude", self.exclude)):
             if not all(isinstance(p, str) for p in pats):
                 raise ValueError(f"{label} must be a list of glob pattern strings")
-        if isinstance(self.min_k, bool) or not isinstance(self.min_k, (int, np.integer)) or self.min_k < 0:
-            raise ValueError(f"min_k must be an integer >= 0, got {self.min_k!r}")
-        if self.skip_rows is not None and (
-            isinstance(self.skip_rows, bool)
-            or not isinstance(self.skip_rows, (int, np.integer))
-            or self.skip_rows < 1
-        ):
-            raise ValueError(f"skip_rows must be None or an integer >= 1, got {self.skip_rows!r}")
-        b = self.block
-        if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1 or (b & (b - 1)):
-            raise ValueError(f"block must be a positive power of two, got {b!r}")
-        if not isinstance(self.seed, (int, np.integer)) or isinstance(self.seed, bool):
-            raise ValueError(f"seed must be an integer, got {self.seed!r}")
+        for name, rule in _INT_RULES.items():
+            value = getattr(self, name)
+            if not (name == "skip_rows" and value is None):
+                setattr(self, name, _check_int(name, value, **rule))
+        if not (isinstance(self.encoding, str) and self.encoding in _ENCODINGS):
+            raise ValueError(f"encoding must be one of {', '.join(map(repr, _ENCODINGS))}, "
+                             f"got {self.encoding!r}")
 
     @classmethod
     def from_env(cls, environ=None, **overrides) -> "RouterConfig":
@@ -111,13 +150,14 @@ class RouterConfig:
         ``PYW8A8_SKIP_ROWS`` (int >= 1; ``0``/``none``/empty disables),
         ``PYW8A8_INCLUDE`` and ``PYW8A8_EXCLUDE`` (comma-separated globs),
         ``PYW8A8_VERBOSE``, ``PYW8A8_ROTATE``, ``PYW8A8_SCALING`` (booleans),
-        ``PYW8A8_BLOCK`` (power of two), ``PYW8A8_SEED`` (int).  Keyword
-        `overrides` take precedence.
+        ``PYW8A8_BLOCK`` (a power of two from 16 to 4096), ``PYW8A8_SEED`` (int in
+        [0, 2**32 - 1]).  Keyword `overrides` take precedence.
 
         Raises
         ------
         ValueError
-            On a malformed value; the message names the variable.
+            On a malformed or out-of-range value; the message names the
+            variable.  Invalid `overrides` raise as in the constructor.
         """
         env = os.environ if environ is None else environ
         kw = {}
@@ -127,12 +167,12 @@ class RouterConfig:
             return None if v is None else str(v)
 
         if (v := get("PYW8A8_MIN_K")) is not None and v.strip():
-            kw["min_k"] = _parse_int("PYW8A8_MIN_K", v, minimum=0)
+            kw["min_k"] = _env_int("PYW8A8_MIN_K", v, "min_k")
         if (v := get("PYW8A8_SKIP_ROWS")) is not None:
             if v.strip().lower() in ("", "none", "0"):
                 kw["skip_rows"] = None
             else:
-                kw["skip_rows"] = _parse_int("PYW8A8_SKIP_ROWS", v, minimum=1)
+                kw["skip_rows"] = _env_int("PYW8A8_SKIP_ROWS", v, "skip_rows")
         if (v := get("PYW8A8_INCLUDE")) is not None:
             kw["include"] = _parse_list(v)
         if (v := get("PYW8A8_EXCLUDE")) is not None:
@@ -145,12 +185,9 @@ class RouterConfig:
             if (v := get(var)) is not None:
                 kw[attr] = _parse_bool(var, v)
         if (v := get("PYW8A8_BLOCK")) is not None and v.strip():
-            b = _parse_int("PYW8A8_BLOCK", v, minimum=1)
-            if b & (b - 1):
-                raise ValueError(f"PYW8A8_BLOCK={v!r}: must be a power of two")
-            kw["block"] = b
+            kw["block"] = _env_int("PYW8A8_BLOCK", v, "block")
         if (v := get("PYW8A8_SEED")) is not None and v.strip():
-            kw["seed"] = _parse_int("PYW8A8_SEED", v)
+            kw["seed"] = _env_int("PYW8A8_SEED", v, "seed")
         kw.update(overrides)
         return cls(**kw)
 

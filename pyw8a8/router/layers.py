@@ -176,8 +176,12 @@ class Linear:
                 t0 = time.perf_counter()
 
                 def do_pack():
+                    # pad: a K that the block does not divide is rotated with its last
+                    # block zero-padded, so every matrix gets the rotation it is labelled
+                    # with.
                     return self.backend.pack_weight(w, rotate=self.rotate, block=self.block,
-                                                    seed=self.seed, encoding=self.encoding)
+                                                    seed=self.seed, encoding=self.encoding,
+                                                    pad=True)
 
                 if self._cache is not None:
                     packed = self._cache.get_or_pack(w, do_pack, *self._settings())

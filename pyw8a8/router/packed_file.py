@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import lzma
+import re
 import zipfile
+import zlib
+from collections import Counter
 
 import numpy as np
 
@@ -18,6 +22,18 @@ PACKED_FORMAT_VERSION = 1
 
 _FORMAT_KEY = "__pyw8a8_packed_format__"
 _NAMES_KEY = "__names__"
+# "<index>/<key>": the index of the name in the name list (ASCII digits, no leading zeros,
+# so that two spellings cannot stand for one index) and a `to_dict` key.
+_ENTRY_RE = re.compile(r"(0|[1-9][0-9]*)/([^/]+)")
+# The first bytes of a zip archive: a file's local header, or the end record of an empty one.
+_ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
+
+# What reading a damaged or foreign file can raise, beyond the ValueError of np.load:
+# zipfile's BadZipFile, EOFError and OSError (a seek outside a truncated file), zlib and
+# lzma errors of damaged compressed members, and RuntimeError, which covers zipfile's
+# NotImplementedError (unknown compression method) and its error for encrypted members.
+_READ_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, lzma.LZMAError,
+                RuntimeError)
 
 
 def save_packed(path, mapping: dict) -> None:
@@ -30,25 +46,69 @@ def save_packed(path, mapping: dict) -> None:
     mapping : dict[str, PackedWeight]
         Tensor name -> packed weight; each must provide ``to_dict()``
         returning ``{str: numpy.ndarray}``.
+
+    Raises
+    ------
+    ValueError
+        If a name is not a string or would not read back as itself (numpy string
+        arrays drop trailing NUL characters, so ``"a"`` and ``"a\\0"`` would load as one
+        name), or a ``to_dict()`` is not a dict of non-object arrays under non-empty
+        string keys without ``'/'``.
     """
-    arrays = {
-        _FORMAT_KEY: np.array(PACKED_FORMAT_VERSION, dtype=np.int64),
-        _NAMES_KEY: np.array(list(mapping.keys()), dtype=np.str_),
-    }
-    for i, (name, packed) in enumerate(mapping.items()):
+    names = list(mapping.keys())
+    for name in names:
         if not isinstance(name, str):
             raise ValueError(f"tensor names must be strings, got {name!r}")
+    stored = np.array(names, dtype=np.str_)
+    for name, back in zip(names, stored.tolist()):
+        if back != name:
+            raise ValueError(f"tensor name {name!r} cannot be stored: it would load as "
+                             f"{back!r} (numpy drops trailing NUL characters)")
+    arrays = {
+        _FORMAT_KEY: np.array(PACKED_FORMAT_VERSION, dtype=np.int64),
+        _NAMES_KEY: stored,
+    }
+    for i, (name, packed) in enumerate(mapping.items()):
         d = packed.to_dict()
         if not isinstance(d, dict):
             raise ValueError(f"{name}: to_dict() must return a dict")
         for key, value in d.items():
-            if "/" in key:
-                raise ValueError(f"{name}: to_dict() key {key!r} must not contain '/'")
+            if not isinstance(key, str) or not key or "/" in key:
+                raise ValueError(f"{name}: to_dict() key {key!r} must be a non-empty string "
+                                 "without '/'")
             arr = np.asarray(value)
             if arr.dtype == object:
                 raise ValueError(f"{name}: to_dict()[{key!r}] is an object array")
             arrays[f"{i}/{key}"] = arr
     np.savez(path, **arrays)
+
+
+def _read_members(path):
+    """[(entry name, value)] of every member of the ``.npz`` file at `path`, each read (so
+    its zip CRC is checked), or None if the file does not start like a zip archive; a
+    value is a numpy array, or bytes for a member that is not a ``.npy`` file."""
+    with open(path, "rb") as fh:  # a missing or unreadable file raises its own OSError
+        # np.load would try anything else as a pickle (refused, with a misleading message)
+        # or as a .npy array: neither is a packed-weight file.
+        if fh.read(4) not in _ZIP_MAGICS:
+            return None
+        fh.seek(0)
+        try:
+            with np.load(fh, allow_pickle=False) as npz:
+                return [(f, npz[f]) for f in npz.files]
+        except _READ_ERRORS as exc:
+            raise ValueError(f"{path}: corrupted or truncated packed-weight file ({exc})") from exc
+
+
+def _repeated(items):
+    """The items that occur more than once, sorted."""
+    return sorted(item for item, count in Counter(items).items() if count > 1)
+
+
+def _describe(value):
+    if isinstance(value, np.ndarray):
+        return f"an array of dtype {value.dtype} and shape {value.shape}"
+    return "raw bytes (not a .npy member)"
 
 
 def load_packed(path, cls=PackedWeight) -> dict:
@@ -57,46 +117,62 @@ def load_packed(path, cls=PackedWeight) -> dict:
     Parameters
     ----------
     path : str or path-like
+        The file, with its ``.npz`` suffix (which `save_packed` adds).
     cls : type, default=PackedWeight
         Class with ``from_dict`` that rebuilds each packed weight.
 
     Returns
     -------
     dict[str, PackedWeight]
+        In the order they were saved.
 
     Raises
     ------
+    FileNotFoundError
+        If `path` does not exist (the message names it).
+    OSError
+        If `path` cannot be opened otherwise (a directory, no permission).
     ValueError
-        If the file is corrupted, truncated, not a packed-weight file or of
-        an unsupported format version.
+        If the contents are not a valid packed-weight file; the message names the file
+        and, where there is one, the entry or tensor: not an ``.npz`` archive of
+        ``save_packed``, corrupted or truncated (a failed zip CRC included), duplicate
+        entries or tensor names, an entry of the wrong type or shape, an unsupported
+        container format version, or a packed weight ``cls.from_dict`` rejects.
     """
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            files = set(npz.files)
-            if _FORMAT_KEY not in files or _NAMES_KEY not in files:
-                raise ValueError(f"{path}: not a pyw8a8 packed-weight file")
-            version = int(npz[_FORMAT_KEY])
-            if version != PACKED_FORMAT_VERSION:
-                raise ValueError(
-                    f"{path}: unsupported packed format version {version} "
-                    f"(this pyw8a8 reads {PACKED_FORMAT_VERSION})"
-                )
-            names = [str(n) for n in npz[_NAMES_KEY].tolist()]
-            parts = [dict() for _ in names]
-            for f in files:
-                if f in (_FORMAT_KEY, _NAMES_KEY):
-                    continue
-                idx, sep, key = f.partition("/")
-                if not sep or not idx.isdigit() or int(idx) >= len(names):
-                    raise ValueError(f"{path}: unexpected entry {f!r}")
-                parts[int(idx)][key] = npz[f]  # reading checks the CRC
-    except ValueError as exc:
-        msg = str(exc)
-        if str(path) in msg:
-            raise
-        raise ValueError(f"{path}: corrupted or truncated packed-weight file ({msg})") from exc
-    except (zipfile.BadZipFile, EOFError, OSError, KeyError) as exc:
-        raise ValueError(f"{path}: corrupted or truncated packed-weight file ({exc})") from exc
+    members = _read_members(path)
+    if members is None:
+        raise ValueError(f"{path}: not a pyw8a8 packed-weight file (not an .npz archive)")
+    if not {_FORMAT_KEY, _NAMES_KEY} <= {f for f, _ in members}:
+        raise ValueError(f"{path}: not a pyw8a8 packed-weight file (no {_FORMAT_KEY!r} "
+                         f"and {_NAMES_KEY!r} entries)")
+    repeated = _repeated(f for f, _ in members)
+    if repeated:
+        raise ValueError(f"{path}: duplicate entries {repeated}")
+    entries = dict(members)
+    version = entries.pop(_FORMAT_KEY)
+    if not (isinstance(version, np.ndarray) and version.shape == ()
+            and version.dtype.kind in "iu"):
+        raise ValueError(f"{path}: entry {_FORMAT_KEY!r} must be an integer scalar, got "
+                         f"{_describe(version)}")
+    if int(version) != PACKED_FORMAT_VERSION:
+        raise ValueError(f"{path}: unsupported packed format version {int(version)} "
+                         f"(this pyw8a8 reads {PACKED_FORMAT_VERSION})")
+    names = entries.pop(_NAMES_KEY)
+    if not (isinstance(names, np.ndarray) and names.ndim == 1 and names.dtype.kind == "U"):
+        raise ValueError(f"{path}: entry {_NAMES_KEY!r} must be a 1-D array of strings, got "
+                         f"{_describe(names)}")
+    names = names.tolist()
+    repeated = _repeated(names)
+    if repeated:
+        raise ValueError(f"{path}: duplicate tensor names {repeated}")
+    parts = [{} for _ in names]
+    for f, value in entries.items():
+        m = _ENTRY_RE.fullmatch(f)
+        if m is None or int(m[1]) >= len(names):
+            raise ValueError(f"{path}: unexpected entry {f!r}")
+        if not isinstance(value, np.ndarray):
+            raise ValueError(f"{path}: entry {f!r} is {_describe(value)}, not an array")
+        parts[int(m[1])][m[2]] = value
     out = {}
     for name, d in zip(names, parts):
         if not d:

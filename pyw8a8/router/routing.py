@@ -113,14 +113,7 @@ class Router:
                 )
         elif use:
             c = self.config
-            rotate = c.rotate
-            if rotate and w.shape[1] % c.block:
-                # The rotation needs whole blocks; such a matrix is quantized unrotated.
-                rotate = False
-                logger.log(logging.INFO if c.verbose else logging.DEBUG,
-                           "pyw8a8: %s: K=%d not a multiple of block=%d, packing unrotated",
-                           name, w.shape[1], c.block)
-            layer = Linear(w, rotate=rotate, block=c.block, seed=c.seed, encoding=c.encoding,
+            layer = Linear(w, rotate=c.rotate, block=c.block, seed=c.seed, encoding=c.encoding,
                            name=name, cache=self.cache, verbose=c.verbose, backend=self.backend,
                            _source=self._source(name, w))
         else:

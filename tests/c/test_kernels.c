@@ -231,7 +231,8 @@ static void test_gemm_case(const w8_isa_ops *ops, int kind, int64_t M, int64_t N
                     } else if (var->out_kind == W8_OUT_I32 || n == N) {
                         ok = o32[m * ldo + n] == (n < N ? ref[m * N + n] : SENTINEL);
                     } else {
-                        const float want = (float)(int32_t)ref[m * N + n] * (sa[m] * sb[n]);
+                        const float want =
+                            w8_apply_scales((float)(int32_t)ref[m * N + n], sa[m], sb[n]);
                         float got;
                         memcpy(&got, &o32[m * ldo + n], sizeof(float));
                         ok = same_float(got, want);
