@@ -67,6 +67,11 @@ cdef extern from "_simd/dispatch.h" nogil:
         int64_t ldo
         int64_t kc, mc, nc
 
+    ctypedef struct w8_gemm_job:
+        w8_gemm_plan g
+        int64_t m_step, n_step
+        int64_t first_task
+
     const w8_isa_ops w8_isas[]
     int W8_NUM_ISAS
     const w8_isa_ops *w8_isa_lookup(const char *name)
@@ -78,8 +83,32 @@ cdef extern from "_simd/dispatch.h" nogil:
                                 int64_t Kp, uint8_t flip, uint8_t *q, float *scale,
                                 int32_t *psum, int64_t block, uint32_t seed,
                                 float *scratch)
-    void w8_gemm_range(const w8_gemm_plan *g, int64_t m0, int64_t m1, int64_t n0,
-                       int64_t n1)
+
+    # The call path of every product (product.h).
+    enum:
+        W8_MAX_WEIGHTS
+    ctypedef struct w8_row_format:
+        uint8_t flip
+        int row_sums
+        uint8_t *q
+        int32_t *psum
+    ctypedef struct w8_product:
+        const w8_isa_ops *ops
+        const void *x
+        int int8_input
+        int64_t M, K, Kp, block
+        uint32_t seed
+        w8_row_format fmt[2]
+        int nformats
+        float *a_scale
+        uint8_t *status
+        float *rot
+        int64_t rot_stride
+        w8_gemm_job jobs[2]
+        int njobs
+        float *wide_out[2]
+        int64_t wide_ldo[2]
+    int64_t w8_run_product(w8_product *p, int nthreads)
     int w8_amx_config_roundtrip()
     # The rotation (fwht.h): the sign hash and the row transforms.
     uint32_t w8_sign_bit(uint32_t pos, uint32_t seed)

@@ -162,100 +162,6 @@ def quantize_rows(IsaOps isa, int enc, const float[:, ::1] x, uint8_t[:, ::1] q,
     return bad
 
 
-def gemm(IsaOps isa, list jobs, int nthreads):
-    """Run GEMM jobs in one parallel region.
-
-    Each job is a tuple ``(enc, a, m, a_psum, b, b_psum, a_scale, b_scale, N, out,
-    out_kind, kc, mc, nc, m_step, n_step)``: C[:m, :N] of `out` (a C-contiguous 2-D
-    float32, int32 or int64 array per out_kind, rows possibly longer than N) = the first m
-    rows of the quantized activations `a` (its rows a multiple of W8_A_ROW_PAD, Kp
-    columns) times the packed panels `b`, split into m_step x n_step tasks.  float32 and
-    int32 outputs need Kp <= W8_EXACT_K.  Empty psum/scale arrays (zero rows) mean "not
-    needed".  Arrays must stay alive (the caller's list keeps them) and are trusted: the
-    Python layer has validated them.
-    """
-    cdef int njobs = len(jobs), j
-    cdef int64_t M, N, Kp, m_step, n_step, t, ntasks = 0
-    cdef const uint8_t[:, ::1] a
-    cdef const int32_t[:, ::1] a_psum, b_psum
-    cdef const uint8_t[::1] b
-    cdef const float[::1] a_scale, b_scale
-    cdef cnp.ndarray outa
-    cdef int64_t job_m_step[64]
-    cdef int64_t job_n_step[64]
-    cdef int64_t job_first[65]
-    if njobs > 64:
-        raise ValueError("at most 64 jobs per call")
-    cdef w8_gemm_plan plans[64]
-    job_first[0] = 0
-    for j in range(njobs):
-        (enc, a, M, a_psum, b, b_psum, a_scale, b_scale, N, outa, out_kind,
-         kc, mc, nc, m_step, n_step) = jobs[j]
-        Kp = a.shape[1]
-        job_m_step[j] = m_step
-        job_n_step[j] = n_step
-        if M == 0 or N == 0 or Kp == 0:
-            job_first[j + 1] = job_first[j]
-            continue
-        if out_kind != W8_OUT_I64 and Kp > W8_EXACT_K:
-            raise ValueError(f"K of {Kp} needs the int64 output (W8_EXACT_K)")
-        if a.shape[0] < M or a.shape[0] % W8_A_ROW_PAD:
-            raise ValueError("the activation buffer must hold whole W8_A_ROW_PAD row tiles")
-        plans[j].ops = isa.ops
-        plans[j].enc = enc
-        plans[j].M = M
-        plans[j].N = N
-        plans[j].Kp = Kp
-        plans[j].a = &a[0, 0]
-        plans[j].lda = Kp
-        plans[j].a_psum = &a_psum[0, 0] if a_psum.shape[0] > 0 else NULL
-        plans[j].b = &b[0]
-        plans[j].b_psum = &b_psum[0, 0] if b_psum.shape[0] > 0 else NULL
-        plans[j].a_scale = &a_scale[0] if a_scale.shape[0] > 0 else NULL
-        plans[j].b_scale = &b_scale[0] if b_scale.shape[0] > 0 else NULL
-        plans[j].out_kind = out_kind
-        plans[j].out = cnp.PyArray_DATA(outa)
-        plans[j].ldo = outa.strides[0] // outa.itemsize
-        plans[j].kc = kc
-        plans[j].mc = mc
-        plans[j].nc = nc
-        job_first[j + 1] = job_first[j] + ((M + m_step - 1) // m_step) * \
-            ((N + n_step - 1) // n_step)
-    ntasks = job_first[njobs]
-    if ntasks == 0:
-        return
-    cdef const w8_isa_ops *ops = isa.ops
-    with nogil:
-        if nthreads <= 1 or ntasks == 1:
-            # No OpenMP region: waking a team costs more than a small product.
-            w8_task_begin(ops)
-            for t in range(ntasks):
-                _run_task(plans, njobs, job_first, job_m_step, job_n_step, t)
-            w8_task_end(ops)
-        else:
-            with parallel(num_threads=nthreads):
-                # Once per thread and call (AMX: the tile configuration).
-                w8_task_begin(ops)
-                for t in prange(ntasks, schedule="dynamic"):
-                    _run_task(plans, njobs, job_first, job_m_step, job_n_step, t)
-                w8_task_end(ops)
-
-
-cdef void _run_task(const w8_gemm_plan *plans, int njobs, const int64_t *job_first,
-                    const int64_t *m_steps, const int64_t *n_steps,
-                    int64_t t) noexcept nogil:
-    """Task t: the job whose task range holds t, then its (m block, n block) in row-major
-    order of blocks."""
-    cdef int j = 0
-    while t >= job_first[j + 1]:
-        j += 1
-    cdef const w8_gemm_plan *g = &plans[j]
-    cdef int64_t local = t - job_first[j]
-    cdef int64_t n_blocks = (g.N + n_steps[j] - 1) // n_steps[j]
-    cdef int64_t m0 = (local // n_blocks) * m_steps[j], n0 = (local % n_blocks) * n_steps[j]
-    w8_gemm_range(g, m0, min(m0 + m_steps[j], g.M), n0, min(n0 + n_steps[j], g.N))
-
-
 def amx_config_roundtrip():
     """Load the AMX tile configuration and read it back (call only where the amx path is
     supported): True when every byte arrived, None when this build has no AMX path."""
@@ -374,94 +280,99 @@ cdef inline size_t _aligned(size_t n) nogil:
     return (n + 63) // 64 * 64
 
 
-def matmul_rows(IsaOps isa, WeightPlan w, cnp.ndarray x, cnp.ndarray out, Scratch scratch,
-                int nthreads, int64_t kc, int64_t mc, int64_t nc, int64_t m_step,
-                int64_t n_step):
-    """out = the W8A8 product of the rows of x with the weight `w`, in one call.
+def product(IsaOps isa, cnp.ndarray x, list weights, list outs, Scratch scratch,
+            int nthreads, list blockings):
+    """The products of the rows of x with one or two weights, in one call of the C call
+    path (``_simd/product.h``): the rows are prepared once per activation format, then
+    every block of every product runs, in one parallel region, the GIL released.
 
-    x: (M, K) C-contiguous float32 with K == w.K; out: (M, N) C-contiguous float32, not
-    overlapping x; w.Kp <= W8_EXACT_K; M >= 1.  Quantizes every row (rotated first when
-    the weight is) into `scratch`, then runs the blocked product with the given blocking,
-    the GIL released throughout.  Returns -1, or the index of the first row that holds
-    NaN/Inf or whose rotation overflows (out is then unspecified).
+    x: (M, K) C-contiguous float32 (a W8A8 product: rows quantized, rotated first when the
+    weights are) or int8 in [-127, 127] (an exact integer product of unrotated weights);
+    M, K >= 1.  weights: WeightPlans of this K and one rotation.  outs[j]: (M, N_j) with
+    C-contiguous rows, not overlapping x: float32 for float x, int32 or int64 for int8 x
+    (int32 only up to W8_EXACT_K).  blockings[j]: (kc, mc, nc, m_step, n_step).  Returns
+    -1, or the index of the first row that holds NaN/Inf or whose rotation overflows (the
+    outputs are then unspecified).
     """
-    cdef int64_t M = x.shape[0], K = w.K, Kp = w.Kp, N = w.N
-    cdef int64_t Mp = (M + W8_A_ROW_PAD - 1) // W8_A_ROW_PAD * W8_A_ROW_PAD
-    cdef int64_t np1 = Kp // W8_KPAD + 1, i, t, ntasks, n_blocks
     cdef const w8_isa_ops *ops = isa.ops
-    cdef uint8_t flip = ops.a_flip[w.enc]
-    cdef bint row_sums = ops.corr[w.enc] == W8_CORR_ROW
-    cdef int64_t kr = (K + w.block - 1) // w.block * w.block if w.rotate else K
+    cdef int nw = len(weights), j, f
+    cdef WeightPlan w = weights[0]
+    cdef int64_t M = x.shape[0], K = x.shape[1], Kp = w.Kp
+    cdef int64_t Mp = (M + W8_A_ROW_PAD - 1) // W8_A_ROW_PAD * W8_A_ROW_PAD
+    cdef int64_t np1 = Kp // W8_KPAD + 1, bad
+    cdef bint int8_input = cnp.PyArray_TYPE(x) == cnp.NPY_INT8
+    cdef bint wide = not int8_input and Kp > W8_EXACT_K
     cdef int nworkers = nthreads if nthreads > 1 else 1
-    # Layout of the scratch: q | scales | prefix sums | status | one rotation row a thread.
-    cdef size_t off_scale = _aligned(Mp * Kp)
-    cdef size_t off_psum = off_scale + _aligned(M * sizeof(float))
-    cdef size_t off_st = off_psum + _aligned(M * np1 * sizeof(int32_t) if row_sums else 0)
-    cdef size_t off_rot = off_st + _aligned(M)
-    cdef size_t rot_row = _aligned(kr * sizeof(float)) if w.rotate else 0
-    cdef char *base = scratch.reserve(off_rot + rot_row * nworkers)
-    cdef uint8_t *q = <uint8_t *>base
-    cdef float *a_scale = <float *>(base + off_scale)
-    cdef int32_t *a_psum = <int32_t *>(base + off_psum) if row_sums else NULL
-    cdef uint8_t *st = <uint8_t *>(base + off_st)
-    cdef const float *xp = <const float *>cnp.PyArray_DATA(x)
-    cdef int64_t block = w.block if w.rotate else 0
-    cdef uint32_t seed = w.seed
-    cdef w8_gemm_plan g
-    cdef int tid
+    cdef size_t fmt_off[W8_MAX_WEIGHTS]
+    cdef size_t wide_off[W8_MAX_WEIGHTS]
+    cdef int fmt_of[W8_MAX_WEIGHTS]
+    cdef size_t off = 0, off_scale, off_st, off_rot
+    cdef int64_t kc, mc, nc, m_step, n_step
+    cdef cnp.ndarray out
+    cdef uint8_t flip
+    cdef bint row_sums
+    cdef char *base
+    cdef w8_product p
+    cdef w8_gemm_job *job
+    if not 1 <= nw <= W8_MAX_WEIGHTS or len(outs) != nw or len(blockings) != nw:
+        raise ValueError("one or two weights, each with an output and a blocking")
+    p.ops, p.x, p.int8_input, p.M, p.K, p.Kp = ops, cnp.PyArray_DATA(x), int8_input, M, K, Kp
+    p.block = w.block if w.rotate and not int8_input else 0
+    p.seed = w.seed
+    # The scratch: each format's bytes and sums, the scales, the row statuses, the int64
+    # sums of a float product beyond W8_EXACT_K, one rotation row per thread.
+    p.nformats = 0
+    for j in range(nw):
+        w = weights[j]
+        flip, row_sums = ops.a_flip[w.enc], ops.corr[w.enc] == W8_CORR_ROW
+        fmt_of[j] = -1
+        for f in range(p.nformats):
+            if p.fmt[f].flip == flip and p.fmt[f].row_sums == row_sums:
+                fmt_of[j] = f
+        if fmt_of[j] < 0:
+            f = fmt_of[j] = p.nformats
+            p.fmt[f].flip, p.fmt[f].row_sums = flip, row_sums
+            fmt_off[f] = off
+            off += _aligned(Mp * Kp) + _aligned(M * np1 * sizeof(int32_t) if row_sums else 0)
+            p.nformats += 1
+    off_scale = off
+    off_st = off_scale + _aligned(M * sizeof(float))
+    off = off_st + _aligned(M)
+    for j in range(nw):
+        wide_off[j] = off
+        if wide:
+            off += _aligned(M * (<WeightPlan>weights[j]).N * sizeof(int64_t))
+    off_rot = off
+    p.rot_stride = (K + p.block - 1) // p.block * p.block if p.block else 0
+    p.rot_stride = _aligned(p.rot_stride * sizeof(float)) // sizeof(float)
+    base = scratch.reserve(off_rot + p.rot_stride * sizeof(float) * nworkers)
+    for f in range(p.nformats):
+        p.fmt[f].q = <uint8_t *>(base + fmt_off[f])
+        p.fmt[f].psum = <int32_t *>(base + fmt_off[f] + _aligned(Mp * Kp))
+    p.a_scale = <float *>(base + off_scale)
+    p.status = <uint8_t *>(base + off_st)
+    p.rot = <float *>(base + off_rot)
+    p.njobs = nw
+    for j in range(nw):
+        w, out, job = weights[j], outs[j], &p.jobs[j]
+        f = fmt_of[j]
+        kc, mc, nc, m_step, n_step = blockings[j]
+        job.g.ops, job.g.enc, job.g.M, job.g.N, job.g.Kp = ops, w.enc, M, w.N, Kp
+        job.g.a, job.g.lda = p.fmt[f].q, Kp
+        job.g.a_psum = p.fmt[f].psum if p.fmt[f].row_sums else NULL
+        job.g.b, job.g.b_psum, job.g.a_scale, job.g.b_scale = w.b, w.b_psum, p.a_scale, w.b_scale
+        job.g.out, job.g.ldo = cnp.PyArray_DATA(out), out.strides[0] // out.itemsize
+        job.g.out_kind = W8_OUT_F32
+        p.wide_out[j] = NULL
+        if int8_input:
+            job.g.out_kind = W8_OUT_I64 if out.itemsize == 8 else W8_OUT_I32
+        elif wide:
+            # Exact int32 sums per W8_EXACT_K-range, added in int64, converted at the end.
+            job.g.out_kind = W8_OUT_I64
+            p.wide_out[j], p.wide_ldo[j] = <float *>job.g.out, job.g.ldo
+            job.g.out, job.g.ldo = base + wide_off[j], w.N
+        job.g.kc, job.g.mc, job.g.nc = kc, mc, nc
+        job.m_step, job.n_step = m_step, n_step
     with nogil:
-        if nworkers == 1:
-            for i in range(M):
-                st[i] = _quantize_one(ops, block, seed, xp + i * K, K, Kp, flip, q + i * Kp,
-                                      a_scale + i, a_psum + i * np1 if row_sums else NULL,
-                                      <float *>(base + off_rot))
-        else:
-            for i in prange(M, schedule="static", num_threads=nworkers):
-                tid = openmp.omp_get_thread_num()
-                st[i] = _quantize_one(ops, block, seed, xp + i * K, K, Kp, flip, q + i * Kp,
-                                      a_scale + i, a_psum + i * np1 if row_sums else NULL,
-                                      <float *>(base + off_rot + tid * rot_row))
-    for i in range(M):
-        if st[i]:
-            return i
-    g.ops = ops
-    g.enc = w.enc
-    g.M, g.N, g.Kp = M, N, Kp
-    g.a, g.lda, g.a_psum = q, Kp, a_psum
-    g.b, g.b_psum = w.b, w.b_psum
-    g.a_scale, g.b_scale = a_scale, w.b_scale
-    g.out_kind = W8_OUT_F32
-    g.out = cnp.PyArray_DATA(out)
-    g.ldo = N
-    g.kc, g.mc, g.nc = kc, mc, nc
-    n_blocks = (N + n_step - 1) // n_step
-    ntasks = ((M + m_step - 1) // m_step) * n_blocks
-    with nogil:
-        if nworkers == 1 or ntasks == 1:
-            w8_task_begin(ops)
-            for t in range(ntasks):
-                _run_block(&g, t, n_blocks, m_step, n_step)
-            w8_task_end(ops)
-        else:
-            with parallel(num_threads=nworkers):
-                w8_task_begin(ops)
-                for t in prange(ntasks, schedule="dynamic"):
-                    _run_block(&g, t, n_blocks, m_step, n_step)
-                w8_task_end(ops)
-    return -1
-
-
-cdef inline uint8_t _quantize_one(const w8_isa_ops *ops, int64_t block, uint32_t seed,
-                                  const float *x, int64_t K, int64_t Kp, uint8_t flip,
-                                  uint8_t *q, float *scale, int32_t *psum,
-                                  float *rot) noexcept nogil:
-    """One row as the kernels read it; block 0: no rotation."""
-    if block:
-        return w8_quantize_row_rotated(ops, x, K, Kp, flip, q, scale, psum, block, seed, rot)
-    return w8_quantize_row(ops, x, K, Kp, flip, q, scale, psum)
-
-
-cdef inline void _run_block(const w8_gemm_plan *g, int64_t t, int64_t n_blocks,
-                            int64_t m_step, int64_t n_step) noexcept nogil:
-    cdef int64_t m0 = (t // n_blocks) * m_step, n0 = (t % n_blocks) * n_step
-    w8_gemm_range(g, m0, min(m0 + m_step, g.M), n0, min(n0 + n_step, g.N))
+        bad = w8_run_product(&p, nworkers)
+    return bad

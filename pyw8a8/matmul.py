@@ -1,4 +1,7 @@
-"""W8A8 products: validation, activation quantization, blocking choice, output handling.
+"""W8A8 products: validation, blocking choice and output handling around the one compiled
+entry point, ``_kernels.product``, which every product enters once (matmul, matmul_pair,
+int8_matmul; any leading dimensions, float32 or float64): it prepares the activation rows
+once and runs every block of the product(s) in one parallel region.
 
 The arithmetic: ``C[m, n] = s_a[m] * s_w[n] * sum_k qa[m, k] * qw[n, k]``, with the integer
 sum exact and converted to float once: in int32 for K <= 131072 (``_kernels.W8_EXACT_K``,
@@ -13,20 +16,24 @@ import time
 import numpy as np
 
 from . import _cpu, _kernels, _threads
+from ._validation import check_finite_row, float_array, int8_matrix
+from .packing import PackedWeight, pack_int8
 from .tuning import TUNER
-from .packing import PackedWeight, pack_int8, padded, prefix_sums
-from .quantize import Workspace, quantize_rows
-from ._validation import float_array, int8_matrix
 
-_WORKSPACE = Workspace()
+_F32 = np.dtype(np.float32)
+_SCRATCH = threading.local()  # .buffer: the thread's reused _kernels.Scratch
+# Settled blockings a weight remembers (one per path, weight count, M and thread count it
+# met): spares a call the tuner's lock and lookups.
+_SETTLED_PER_WEIGHT = 256
 
 
-def _check_packed(packed, name):
+def _plan(packed, name):
+    """The WeightPlan of `packed`, checked (O(1): the kernels read its arrays unchecked)."""
     if not isinstance(packed, PackedWeight):
         raise TypeError(f"{name} must be a PackedWeight from pyw8a8.pack_weight, got "
                         f"{type(packed).__name__}")
     try:
-        packed.check_layout()  # O(1); the kernels read the arrays unchecked
+        return packed.plan()
     except ValueError as exc:
         raise ValueError(f"{name} is not a consistent PackedWeight: {exc}") from None
 
@@ -37,15 +44,6 @@ def _activations(x, k, name="x"):
         raise ValueError(f"{name} has {arr.shape[-1]} features in its last dimension "
                          f"(shape {arr.shape}) but the weight expects K={k}")
     return arr
-
-
-def _quantized_activations(x2d, packed, ops, enc, shape):
-    """(q (Mp, Kp) bytes for the kernel of `enc`, scale (M,), prefix sums or empty), in
-    this thread's workspace."""
-    return quantize_rows(np.ascontiguousarray(x2d), packed.kp, ops, enc, name="x",
-                         shape=tuple(shape) + x2d.shape[1:],
-                         block=packed.block if packed.rotate else 0, seed=packed.seed,
-                         workspace=_WORKSPACE)
 
 
 def _output(out, out_dtype, shape, x):
@@ -84,29 +82,63 @@ def _finish(result, target):
     return target
 
 
-def _job(ops, enc, qa, m, a_psum, packed, a_scale, out2d, out_kind, group, nthreads):
-    """One GEMM job for _kernels.gemm, with tuned blocking; also returns the tuner slot."""
-    kp = qa.shape[1]
-    n = packed.shape[0]
-    key, index, (kc, mc, nc, m_step, n_step) = TUNER.choose(ops, (enc, group), m, n, kp,
-                                                            nthreads)
-    job = (enc, qa, m, a_psum, packed.panels.reshape(-1), packed.psum, a_scale,
-           packed.scales, n, out2d, out_kind, kc, mc, nc, m_step, n_step)
-    return job, (key, index)
+def _blocking(ops, plan, group, m, nthreads):
+    """(kc, mc, nc, m_step, n_step) of this weight in a call of `group` weights, and the
+    tuner's slot to report the call's time to (None once settled)."""
+    settled = (ops.name, group, m, nthreads)
+    blocking = plan.blocking.get(settled)
+    if blocking is not None:
+        return blocking, None
+    key, index, blocking = TUNER.choose(ops, plan.enc, group, m, plan.N, plan.Kp, nthreads)
+    if index is None:
+        if len(plan.blocking) < _SETTLED_PER_WEIGHT:
+            plan.blocking[settled] = blocking
+        return blocking, None
+    return blocking, (key, index)
 
 
-def _gemm(ops, jobs_and_slots, nthreads):
-    """Run jobs in one parallel region and report its time to the tuner."""
-    jobs = [job for job, _ in jobs_and_slots]
+def _product(rows, plans, outs, name, shape, kc=None):
+    """Run the products of `rows` ((M, K) C-contiguous float32, or int8 for an integer
+    product; M, K >= 1) with every plan into its output, through the one compiled entry
+    point (``_kernels.product``).  A row holding NaN/Inf raises ValueError naming it in
+    `shape`, the caller's shape of `rows`; `kc` forces the K-range width (tests)."""
+    m = rows.shape[0]
+    ops = _cpu.active_ops(m)
+    nthreads = _threads.threads_for(m * plans[0].K * sum(p.N for p in plans))
+    blockings, slots = [], []
+    for plan in plans:
+        blocking, slot = _blocking(ops, plan, len(plans), m, nthreads)
+        blockings.append(blocking if kc is None else (kc,) + tuple(blocking[1:]))
+        if slot is not None:
+            slots.append(slot)
+    scratch = getattr(_SCRATCH, "buffer", None)
+    if scratch is None:
+        scratch = _SCRATCH.buffer = _kernels.Scratch()
     t0 = time.perf_counter()
-    _kernels.gemm(ops, jobs, nthreads)
+    bad = _kernels.product(ops, rows, plans, outs, scratch, nthreads, blockings)
+    if bad >= 0:
+        if plans[0].rotate and np.all(np.isfinite(rows[bad])):
+            raise ValueError(f"{name} row {bad} is finite but too large to rotate: its "
+                             "rotation exceeds the float32 range")
+        check_finite_row(bad, name, shape)
     elapsed = time.perf_counter() - t0
-    for _, (key, index) in jobs_and_slots:
+    for key, index in slots:
         TUNER.record(key, index, elapsed)
 
 
-def _encoding_index(packed):
-    return 0 if packed.encoding == "biased" else 1
+def _float_products(x, plans, outs, lead):
+    """The W8A8 products of activations x (float32, shape lead + (K,)) with every plan into
+    its float32 output (shape lead + (N,), C-contiguous)."""
+    m, k = math.prod(lead), plans[0].K
+    if m == 0 or all(p.N == 0 for p in plans):
+        return
+    if k == 0:
+        for out in outs:
+            out.fill(0)
+        return
+    rows = np.ascontiguousarray(x).reshape(m, k)  # a view when x is C-contiguous
+    _product(rows, plans, [out.reshape(m, p.N) for out, p in zip(outs, plans)], "x",
+             x.shape)
 
 
 def matmul(x, packed, *, out=None, out_dtype=None):
@@ -140,99 +172,22 @@ def matmul(x, packed, *, out=None, out_dtype=None):
         message), or `out` has the wrong shape, is read-only or overlaps x. Nothing is
         written to `out` when an error is raised.
     """
-    if (out is None and out_dtype is None and type(x) is np.ndarray and
-            x.dtype == _F32 and x.flags.c_contiguous and type(packed) is PackedWeight):
-        y = _compiled_product(x, packed)
-        if y is not None:
-            return y
-    _check_packed(packed, "packed")
-    n, k = packed.shape
-    arr = _activations(x, k)
+    if (out is None and out_dtype is None and type(x) is np.ndarray and x.dtype is _F32
+            and x.flags.c_contiguous and x.ndim <= 2 and x.size and type(packed) is
+            PackedWeight):
+        # The common call, a C-contiguous float32 batch of rows: straight to the product.
+        plan = _plan(packed, "packed")
+        if x.shape[-1] == plan.K and plan.N:
+            rows = x.reshape(-1, plan.K)
+            y = np.empty((rows.shape[0], plan.N), dtype=np.float32)
+            _product(rows, [plan], [y], "x", x.shape)
+            return y if x.ndim == 2 else y.reshape(plan.N)
+    plan = _plan(packed, "packed")
+    arr = _activations(x, plan.K)
     lead = arr.shape[:-1]
-    result, target = _output(out, out_dtype, lead + (n,), x)
-    m = math.prod(lead)
-    _run(arr.reshape(m, k), [(packed, result.reshape(m, n))], lead)
+    result, target = _output(out, out_dtype, lead + (plan.N,), x)
+    _float_products(arr, [plan], [result], lead)
     return _finish(result, target)
-
-
-_F32 = np.dtype(np.float32)
-_SCRATCH = threading.local()
-# Settled blockings a weight remembers (one per path, M and thread count it met): spares
-# a call the tuner's lock and lookups.
-_SETTLED_PER_WEIGHT = 256
-
-
-def _compiled_product(x, packed):
-    """matmul of a C-contiguous float32 x (K,) or (M, K) through the one compiled entry
-    point (``_kernels.matmul_rows``), or None for every other case, which the general path
-    handles, errors included (a row holding NaN/Inf comes back here as None too)."""
-    try:
-        plan = packed.plan()
-    except ValueError:
-        return None
-    if x.ndim not in (1, 2) or x.shape[-1] != plan.K or plan.K == 0 or plan.N == 0 or \
-            plan.Kp > _kernels.W8_EXACT_K:
-        return None
-    m = x.shape[0] if x.ndim == 2 else 1
-    if m == 0:
-        return None
-    ops = _cpu.active_ops(m)
-    nthreads = _threads.threads_for(m * plan.K * plan.N)
-    settled = (ops.name, m, nthreads)
-    blocking = plan.blocking.get(settled)
-    index = None
-    if blocking is None:
-        key, index, blocking = TUNER.choose(ops, (plan.enc, 1), m, plan.N, plan.Kp, nthreads)
-        if index is None and len(plan.blocking) < _SETTLED_PER_WEIGHT:
-            plan.blocking[settled] = blocking
-    kc, mc, nc, m_step, n_step = blocking
-    scratch = getattr(_SCRATCH, "buffer", None)
-    if scratch is None:
-        scratch = _SCRATCH.buffer = _kernels.Scratch()
-    out = np.empty((m, plan.N), dtype=np.float32)
-    t0 = time.perf_counter()
-    if _kernels.matmul_rows(ops, plan, x if x.ndim == 2 else x.reshape(1, -1), out,
-                            scratch, nthreads, kc, mc, nc, m_step, n_step) >= 0:
-        return None
-    if index is not None:
-        TUNER.record(key, index, time.perf_counter() - t0)
-    return out if x.ndim == 2 else out.reshape(plan.N)
-
-
-def _run(x2d, pairs, lead):
-    """Quantize x2d once per distinct activation encoding and run every product."""
-    m, k = x2d.shape
-    ops = _cpu.active_ops(m)
-    if any(o.size == 0 for _, o in pairs) or m == 0:
-        return
-    if k == 0:
-        for _, o in pairs:
-            o.fill(0)
-        return
-    _WORKSPACE.reset()
-    cache = {}
-    jobs = []
-    wide = []  # (int64 sums, float32 output, activation scales, weight) when K is huge
-    nthreads = _threads.threads_for(m * k * sum(p.shape[0] for p, _ in pairs))
-    for packed, out2d in pairs:
-        enc = _encoding_index(packed)
-        key = ops.activation_key(enc)
-        if key not in cache:
-            cache[key] = _quantized_activations(x2d, packed, ops, enc, lead)
-        qa, a_scale, a_psum = cache[key]
-        target, kind = out2d, _kernels.W8_OUT_F32
-        if packed.kp > _kernels.W8_EXACT_K:
-            target, kind = np.empty(out2d.shape, np.int64), _kernels.W8_OUT_I64
-            wide.append((target, out2d, a_scale, packed))
-        jobs.append(_job(ops, enc, qa, m, a_psum, packed, a_scale, target, kind, len(pairs),
-                         nthreads))
-    _gemm(ops, jobs, nthreads)
-    for sums, out2d, a_scale, packed in wide:
-        # The one conversion and the two float32 products of the C epilogue
-        # (w8_apply_scales: the smaller scale first), in numpy.
-        sa, sw = a_scale[:, None], packed.scales[None, :]
-        np.multiply(sums.astype(np.float32) * np.minimum(sa, sw), np.maximum(sa, sw),
-                    out=out2d)
 
 
 def matmul_pair(x, packed1, packed2):
@@ -254,24 +209,19 @@ def matmul_pair(x, packed1, packed2):
     TypeError, ValueError
         As :func:`matmul`; also ValueError if the two weights differ in K or rotation.
     """
-    _check_packed(packed1, "packed1")
-    _check_packed(packed2, "packed2")
-    if packed1.shape[1] != packed2.shape[1]:
-        raise ValueError(f"packed1 and packed2 differ in K: {packed1.shape[1]} vs "
-                         f"{packed2.shape[1]}")
+    plan1, plan2 = _plan(packed1, "packed1"), _plan(packed2, "packed2")
+    if plan1.K != plan2.K:
+        raise ValueError(f"packed1 and packed2 differ in K: {plan1.K} vs {plan2.K}")
     rot1 = (packed1.rotate, packed1.block, packed1.seed)
     rot2 = (packed2.rotate, packed2.block, packed2.seed)
     if rot1 != rot2:
         raise ValueError(f"packed1 and packed2 use different rotations (rotate, block, "
                          f"seed): {rot1} vs {rot2}")
-    k = packed1.shape[1]
-    arr = _activations(x, k)
+    arr = _activations(x, plan1.K)
     lead = arr.shape[:-1]
-    y1 = np.empty(lead + (packed1.shape[0],), dtype=np.float32)
-    y2 = np.empty(lead + (packed2.shape[0],), dtype=np.float32)
-    m = math.prod(lead)
-    _run(arr.reshape(m, k), [(packed1, y1.reshape(m, packed1.shape[0])),
-                             (packed2, y2.reshape(m, packed2.shape[0]))], lead)
+    y1 = np.empty(lead + (plan1.N,), dtype=np.float32)
+    y2 = np.empty(lead + (plan2.N,), dtype=np.float32)
+    _float_products(arr, [plan1, plan2], [y1, y2], lead)
     return y1, y2
 
 
@@ -314,28 +264,13 @@ def int8_matmul(qa, qw, *, encoding="auto", out_dtype=np.int32, _kc=None):
     if out_dtype not in (np.int32, np.int64):
         raise TypeError(f"out_dtype must be int32 or int64, got {out_dtype}")
     m, k = a.shape
-    n = w.shape[0]
-    packed = pack_int8(w, np.ones(n, dtype=np.float32), encoding)
-    ops = _cpu.active_ops(m)
-    enc = _encoding_index(packed)
-    kp = packed.kp
-    flip, row_sums = ops.activation_key(enc)
-    abytes = np.full((padded(m, _kernels.W8_A_ROW_PAD), kp), flip, dtype=np.uint8)
-    abytes[:m, :k] = a.view(np.uint8) ^ np.uint8(flip)
-    psum = np.zeros((m if row_sums else 0, kp // _kernels.W8_KPAD + 1), dtype=np.int32)
-    if psum.shape[0]:
-        prefix_sums(a, kp, psum)
+    plan = pack_int8(w, np.ones(w.shape[0], dtype=np.float32), encoding).plan()
     # int32 sums are exact up to W8_EXACT_K; beyond, the kernels add exact int32 sums of
     # W8_EXACT_K-wide ranges in int64.
-    wide = kp > _kernels.W8_EXACT_K
-    acc = np.zeros((m, n), dtype=np.int64 if wide else np.int32)
-    if m and n and k:
-        nthreads = _threads.threads_for(m * n * k)
-        job, slot = _job(ops, enc, abytes, m, psum, packed, np.empty(0, np.float32), acc,
-                         _kernels.W8_OUT_I64 if wide else _kernels.W8_OUT_I32, 1, nthreads)
-        if _kc is not None:
-            job = job[:11] + (_kc,) + job[12:]
-        _gemm(ops, [(job, slot)], nthreads)
+    wide = plan.Kp > _kernels.W8_EXACT_K
+    acc = np.zeros((m, plan.N), dtype=np.int64 if wide else np.int32)
+    if m and plan.N and k:
+        _product(a, [plan], [acc], "qa", a.shape, kc=_kc)
     if out_dtype == np.int64 or not wide:
         return acc.astype(out_dtype, copy=False)
     if acc.size and (acc.max() > 2**31 - 1 or acc.min() < -2**31):

@@ -6,9 +6,6 @@ needs no zero point. A row whose max |x| is below ``127 * FLT_MIN`` (about 1.5e-
 zeros included) gets ``scale = 0`` and ``q = 0``: dequantizing gives exact zeros. A row
 holding NaN or Inf raises ``ValueError`` naming the row.
 """
-import math
-import threading
-
 import numpy as np
 
 from . import _cpu, _kernels, _threads
@@ -18,14 +15,12 @@ from .rotation import check_rotation, rotated_length
 
 
 def quantize_rows(x2d, kp, ops=None, enc=_kernels.W8_ENC_BIASED, name="x", shape=None,
-                  block=0, seed=0, row_offset=0, workspace=None):
+                  block=0, seed=0, row_offset=0):
     """Quantize a C-contiguous float32 (M, K) matrix into bytes as the kernel of path `ops`
     (default: the active one) and weight encoding `enc` reads them (internal).
 
     `shape` is the caller's shape of x (..., K), for the error message of a bad row;
     `row_offset` is the index of x2d's first row in it (x2d may be a block of rows).
-    With a `workspace` (see :class:`Workspace`) the results are views of its reused
-    buffers, valid until the workspace's next use.
     block > 0 quantizes ``rotation.rotate(x2d, block, seed, pad=True)`` instead, fused
     (bit-identical): a last partial block is zero-padded in a per-thread scratch row, never
     in a copy of x2d, so kp must cover K rounded up to block.
@@ -36,10 +31,9 @@ def quantize_rows(x2d, kp, ops=None, enc=_kernels.W8_ENC_BIASED, name="x", shape
     """
     ops = _cpu.active_ops() if ops is None else ops
     m, k = x2d.shape
-    alloc = np.empty if workspace is None else workspace.array
-    q = alloc((padded(m, _kernels.W8_A_ROW_PAD), kp), np.uint8)
-    scale = alloc((m,), np.float32)
-    sums = alloc((m if ops.row_sums(enc) else 0, kp // _kernels.W8_KPAD + 1), np.int32)
+    q = np.empty((padded(m, _kernels.W8_A_ROW_PAD), kp), np.uint8)
+    scale = np.empty((m,), np.float32)
+    sums = np.empty((m if ops.row_sums(enc) else 0, kp // _kernels.W8_KPAD + 1), np.int32)
     if k == 0:
         q.fill(ops.activation_key(enc)[0])
         scale.fill(0)
@@ -116,32 +110,3 @@ def quantize_per_channel(w):
         If w is not 2-D, or a row holds NaN or Inf (the message names the row).
     """
     return _quantize_matrix(w, "w")
-
-
-class Workspace(threading.local):
-    """Scratch arrays reused across calls by one thread (internal).
-
-    The quantized activations of a product live only for that call; reusing their memory
-    spares a large product the allocation and the page faults of a fresh buffer.
-    :meth:`reset` starts a call; each :meth:`array` then takes the next buffer, grown as
-    needed. Being thread-local, concurrent calls from several threads never share one.
-    """
-
-    def __init__(self):
-        self._buffers = []
-        self._next = 0
-
-    def reset(self):
-        self._next = 0
-        return self
-
-    def array(self, shape, dtype):
-        nbytes = math.prod(shape) * np.dtype(dtype).itemsize
-        if self._next == len(self._buffers):
-            self._buffers.append(np.empty(0, dtype=np.uint8))
-        buf = self._buffers[self._next]
-        if buf.nbytes < nbytes:
-            # 64-byte multiples keep every view aligned for the kernels' loads.
-            buf = self._buffers[self._next] = np.empty(-(-nbytes // 64) * 64, np.uint8)
-        self._next += 1
-        return buf[:nbytes].view(dtype).reshape(shape)

@@ -83,9 +83,10 @@ class Tuner:
         with self._lock:
             self._entries.clear()
 
-    def choose(self, ops, enc, m, n, kp, nthreads):
-        """(key, index, (kc, mc, nc, m_step, n_step)) for the next call of this shape."""
-        key = (ops.name, enc, m_bucket(m), kp, n, nthreads)
+    def choose(self, ops, enc, group, m, n, kp, nthreads):
+        """(key, index, (kc, mc, nc, m_step, n_step)) for the next call of this shape, with
+        weight encoding `enc`, in a call of `group` weights (one, or matmul_pair's two)."""
+        key = (ops.name, enc, group, m_bucket(m), kp, n, nthreads)
         kc = kc_for(ops, kp)
         with self._lock:
             entry = self._entries.get(key)

@@ -173,7 +173,7 @@ def test_padding_does_not_copy_the_activations():
     x = rng.standard_normal((m, k)).astype(np.float32)
     packed = pyw8a8.pack_weight(rng.standard_normal((n, k)).astype(np.float32))
     assert packed.rotated_k == 1024
-    pyw8a8.matmul(x, packed)  # warms up the workspace
+    pyw8a8.matmul(x, packed)  # warms up the thread's scratch
     tracemalloc.start()
     try:
         pyw8a8.matmul(x, packed)

@@ -11,6 +11,7 @@
 #include "scalar.h"
 #include "quant.h"
 #include "gemm_loops.h"
+#include "product.h"
 #if defined(W8_X86)
 #include "avx2.h"
 #include "avxvnni.h"

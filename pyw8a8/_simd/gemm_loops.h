@@ -202,6 +202,58 @@ static inline void w8_gemm_range(const w8_gemm_plan *g, int64_t m0, int64_t m1, 
         w8_gemm_range_i32(g, m0, m1, n0, n1);
 }
 
+/* One product of a call (a call holds one, or two sharing their activations: matmul_pair)
+ * and its task split: blocks of m_step rows x n_step columns (n_step a multiple of 16),
+ * numbered in row-major order from first_task on. */
+typedef struct {
+    w8_gemm_plan g;
+    int64_t m_step, n_step;
+    int64_t first_task;
+} w8_gemm_job;
+
+/* Tasks of a job: 0 when its product is empty. */
+static inline int64_t w8_job_tasks(const w8_gemm_job *j)
+{
+    if (j->g.M == 0 || j->g.N == 0 || j->g.Kp == 0) return 0;
+    return ((j->g.M + j->m_step - 1) / j->m_step) * ((j->g.N + j->n_step - 1) / j->n_step);
+}
+
+/* Numbers the tasks of the jobs one after the other; returns their total. */
+static inline int64_t w8_number_tasks(w8_gemm_job *jobs, int njobs)
+{
+    int64_t total = 0;
+    for (int j = 0; j < njobs; j++) {
+        jobs[j].first_task = total;
+        total += w8_job_tasks(&jobs[j]);
+    }
+    return total;
+}
+
+/* Task t of the numbered jobs, on the calling thread (any thread, any order: tasks write
+ * disjoint blocks of the outputs). */
+static inline void w8_run_task(const w8_gemm_job *jobs, int njobs, int64_t t)
+{
+    int j = 0;
+    while (j + 1 < njobs && t >= jobs[j + 1].first_task) j++;
+    const w8_gemm_job *job = &jobs[j];
+    const int64_t n_blocks = (job->g.N + job->n_step - 1) / job->n_step;
+    const int64_t local = t - job->first_task;
+    const int64_t m0 = (local / n_blocks) * job->m_step, n0 = (local % n_blocks) * job->n_step;
+    w8_gemm_range(&job->g, m0, m0 + job->m_step < job->g.M ? m0 + job->m_step : job->g.M,
+                  n0, n0 + job->n_step < job->g.N ? n0 + job->n_step : job->g.N);
+}
+
+/* The float result of the int64 sums of a product with K beyond W8_EXACT_K: one conversion
+ * (round to nearest, as numpy's) and the scales as in every epilogue (w8_apply_scales). */
+static inline void w8_finish_wide(const int64_t *sums, int64_t M, int64_t N,
+                                  const float *a_scale, const float *b_scale, float *out,
+                                  int64_t ldo)
+{
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++)
+            out[m * ldo + n] = w8_apply_scales((float)sums[m * N + n], a_scale[m], b_scale[n]);
+}
+
 static inline void w8_task_begin(const w8_isa_ops *ops)
 {
     if (ops->task_begin) ops->task_begin();

@@ -1,0 +1,135 @@
+/* The one call path of every product (matmul, matmul_pair, int8_matmul): the activation
+ * rows are prepared once, in each format the call's weights read (quantized, rotated first
+ * when the weights are, or copied when already int8), then every block of every product
+ * runs, all in one parallel region, so a call wakes the thread team once:
+ *
+ *   parallel
+ *     for each row (static)      -> its bytes, scale and prefix sums; its status
+ *     (barrier)
+ *     unless a row failed:
+ *       for each task (dynamic) -> w8_run_task: an m_step x n_step block of one product
+ *
+ * The caller (_kernels.product) lays out the scratch and the jobs; this file trusts them. */
+#ifndef PYW8A8_SIMD_PRODUCT_H
+#define PYW8A8_SIMD_PRODUCT_H
+
+#include "common.h"
+#include "gemm_loops.h"
+#include "quant.h"
+#if defined(_OPENMP)
+#include <omp.h>
+#define W8_OMP(directive) _Pragma(#directive)
+#else
+#define W8_OMP(directive)
+#endif
+
+#define W8_MAX_WEIGHTS 2 /* one product, or two sharing their activations (matmul_pair) */
+
+/* The activation rows as the kernels of one weight encoding read them. */
+typedef struct {
+    uint8_t flip;  /* XOR applied to the signed bytes (the +128 shift of W8_CORR_COL) */
+    int row_sums;  /* whether its kernels need the rows' prefix sums (W8_CORR_ROW) */
+    uint8_t *q;    /* Mp x Kp bytes */
+    int32_t *psum; /* M x (Kp / 64 + 1), when row_sums */
+} w8_row_format;
+
+typedef struct {
+    const w8_isa_ops *ops;
+    const void *x;           /* M x K, C order: float32, or int8 when int8_input */
+    int int8_input;
+    int64_t M, K, Kp;
+    int64_t block;           /* > 0: float rows are rotated first (K padded to a block) */
+    uint32_t seed;
+    w8_row_format fmt[W8_MAX_WEIGHTS];
+    int nformats;
+    float *a_scale;          /* M */
+    uint8_t *status;         /* M: 0, or 1 for a row holding NaN/Inf or overflowing */
+    float *rot;              /* one rotation row per thread, rot_stride floats apart */
+    int64_t rot_stride;
+    w8_gemm_job jobs[W8_MAX_WEIGHTS];
+    int njobs;
+    float *wide_out[W8_MAX_WEIGHTS]; /* a float product beyond W8_EXACT_K: its output */
+    int64_t wide_ldo[W8_MAX_WEIGHTS];
+} w8_product;
+
+/* Row i in every format; 0, or 1 when it holds NaN/Inf or its rotation overflows. */
+static inline uint8_t w8_prepare_row(const w8_product *p, int64_t i, float *rot)
+{
+    const w8_row_format *f0 = &p->fmt[0];
+    const int64_t np1 = p->Kp / W8_KPAD + 1;
+    uint8_t *q = f0->q + i * p->Kp;
+    int32_t *psum = f0->row_sums ? f0->psum + i * np1 : NULL;
+    if (p->int8_input) {
+        w8_load_int8_row((const int8_t *)p->x + i * p->K, p->K, p->Kp, f0->flip, q, psum);
+    } else {
+        const float *x = (const float *)p->x + i * p->K;
+        const int bad = p->block
+            ? w8_quantize_row_rotated(p->ops, x, p->K, p->Kp, f0->flip, q, p->a_scale + i,
+                                      psum, p->block, p->seed, rot)
+            : w8_quantize_row(p->ops, x, p->K, p->Kp, f0->flip, q, p->a_scale + i, psum);
+        if (bad) return 1;
+    }
+    /* Another format differs only in its XOR (the signed values, and so their sums, are
+     * the same): derived from the first rather than quantized again. */
+    for (int f = 1; f < p->nformats; f++) {
+        const w8_row_format *fo = &p->fmt[f];
+        const uint8_t delta = fo->flip ^ f0->flip;
+        uint8_t *qo = fo->q + i * p->Kp;
+        for (int64_t k = 0; k < p->Kp; k++) qo[k] = q[k] ^ delta;
+        if (fo->row_sums) w8_prefix_sums(qo, p->Kp, fo->flip, fo->psum + i * np1);
+    }
+    return 0;
+}
+
+static inline int64_t w8_first_bad_row(const w8_product *p)
+{
+    for (int64_t i = 0; i < p->M; i++)
+        if (p->status[i]) return i;
+    return -1;
+}
+
+/* Runs the product(s) on `nthreads` threads (1: no parallel region at all, since waking a
+ * team costs more than a small product).  Returns -1, or the first row that failed (the
+ * outputs are then unspecified). */
+static inline int64_t w8_run_product(w8_product *p, int nthreads)
+{
+    const int64_t ntasks = w8_number_tasks(p->jobs, p->njobs);
+    if (nthreads <= 1) {
+        for (int64_t i = 0; i < p->M; i++) p->status[i] = w8_prepare_row(p, i, p->rot);
+        if (w8_first_bad_row(p) < 0) {
+            w8_task_begin(p->ops);
+            for (int64_t t = 0; t < ntasks; t++) w8_run_task(p->jobs, p->njobs, t);
+            w8_task_end(p->ops);
+        }
+    } else {
+        W8_OMP(omp parallel num_threads(nthreads))
+        {
+#if defined(_OPENMP)
+            float *rot = p->rot + (int64_t)omp_get_thread_num() * p->rot_stride;
+#else
+            float *rot = p->rot;
+#endif
+            W8_OMP(omp for schedule(static))
+            for (int64_t i = 0; i < p->M; i++) p->status[i] = w8_prepare_row(p, i, rot);
+            /* The loop's barrier: every thread reads the same statuses, so all of them
+             * run the product or none does. */
+            if (w8_first_bad_row(p) < 0) {
+                w8_task_begin(p->ops); /* once per thread and call (AMX: the tiles) */
+                W8_OMP(omp for schedule(dynamic))
+                for (int64_t t = 0; t < ntasks; t++) w8_run_task(p->jobs, p->njobs, t);
+                w8_task_end(p->ops);
+            }
+        }
+    }
+    const int64_t bad = w8_first_bad_row(p);
+    if (bad < 0)
+        for (int j = 0; j < p->njobs; j++)
+            if (p->wide_out[j])
+                w8_finish_wide((const int64_t *)p->jobs[j].g.out, p->M, p->jobs[j].g.N,
+                               p->a_scale, p->jobs[j].g.b_scale, p->wide_out[j],
+                               p->wide_ldo[j]);
+    return bad;
+}
+
+#undef W8_OMP
+#endif
