@@ -46,7 +46,7 @@ extensions = [
         extra_compile_args=compile_args,
         extra_link_args=link_args,
     )
-    for name in ("pyw8a8._kernels", "pyw8a8._rotation")
+    for name in ("pyw8a8._kernels", "pyw8a8._rotation", "pyw8a8._probes")
 ]
 
 setup(

@@ -48,13 +48,13 @@ def main(argv=None):
         return 0
     command = argv.pop(0) if argv and not argv[0].startswith("-") else "info"
     if command in ("info", "bench"):
-        from .bench import main as run
+        from .tools.bench import main as run
         return run(argv, quick=command == "info")
     if command == "eval":
         from .evaluate import main as run
         return run(argv)
     if command == "quality":
-        from .quality import main as run
+        from .tools.quality import main as run
         return run(argv)
     print(f"pyw8a8: unknown command {command!r}; expected one of {', '.join(COMMANDS)} "
           "(python -m pyw8a8 --help)", file=sys.stderr)

@@ -174,49 +174,7 @@ def omp_max_threads():
     return omp_get_max_threads()
 
 
-cdef int64_t _run_peak(w8_peak_fn fn, int64_t iters, int nthreads):
-    sinks = np.zeros(nthreads, dtype=np.int32)
-    macs = np.zeros(nthreads, dtype=np.int64)
-    cdef int32_t[::1] s = sinks
-    cdef int64_t[::1] mv = macs
-    cdef int t
-    with nogil:
-        for t in prange(nthreads, schedule="static", num_threads=nthreads):
-            mv[t] = fn(iters, &s[t])
-    return int(macs.sum())
-
-
-def peak_macs(IsaOps isa, int64_t iters, int nthreads):
-    """Run the int8 instruction-peak loop of path `isa` on `nthreads` threads (the caller
-    has checked that this CPU runs it).
-
-    Returns the total multiply-accumulates performed (divide by the wall time).
-    """
-    return _run_peak(isa.ops.peak, iters, nthreads)
-
-
-def fp32_peak_macs(bint zmm, int64_t iters, int nthreads):
-    """The float32 FMA peak loop (ymm, or zmm where the CPU has AVX-512), as peak_macs."""
-    cdef w8_peak_fn fn = w8_fp32_peak(zmm)
-    if fn == NULL:
-        raise RuntimeError("no float32 peak loop for this architecture")
-    return _run_peak(fn, iters, nthreads)
-
-
-def read_bytes(const uint8_t[::1] buf, int nthreads):
-    """Read every byte of buf, split across `nthreads` threads (a bandwidth probe)."""
-    cdef int64_t n = buf.shape[0], chunk = (n // nthreads) // 64 * 64, t
-    out = np.zeros(nthreads, dtype=np.uint64)
-    cdef uint64_t[::1] o = out
-    if chunk == 0:
-        return 0
-    with nogil:
-        for t in prange(nthreads, schedule="static", num_threads=nthreads):
-            o[t] = w8_read_bytes(&buf[t * chunk], chunk)
-    return int(np.bitwise_xor.reduce(out))
-
-
-# ---- the compiled call path of matmul (one weight, float32 rows in, float32 rows out) ----
+# ---- the compiled call path of every product ----
 
 cdef class WeightPlan:
     """The per-weight half of a product, built once per packed weight: the kernel-ready

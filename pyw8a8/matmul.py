@@ -173,15 +173,15 @@ def matmul(x, packed, *, out=None, out_dtype=None):
         written to `out` when an error is raised.
     """
     if (out is None and out_dtype is None and type(x) is np.ndarray and x.dtype is _F32
-            and x.flags.c_contiguous and x.ndim <= 2 and x.size and type(packed) is
+            and x.flags.c_contiguous and x.ndim and x.size and type(packed) is
             PackedWeight):
-        # The common call, a C-contiguous float32 batch of rows: straight to the product.
+        # The common call, C-contiguous float32 rows (any leading dimensions, a view as
+        # 2-D): straight to the product.
         plan = _plan(packed, "packed")
         if x.shape[-1] == plan.K and plan.N:
-            rows = x.reshape(-1, plan.K)
-            y = np.empty((rows.shape[0], plan.N), dtype=np.float32)
-            _product(rows, [plan], [y], "x", x.shape)
-            return y if x.ndim == 2 else y.reshape(plan.N)
+            y = np.empty(x.shape[:-1] + (plan.N,), dtype=np.float32)
+            _product(x.reshape(-1, plan.K), [plan], [y.reshape(-1, plan.N)], "x", x.shape)
+            return y
     plan = _plan(packed, "packed")
     arr = _activations(x, plan.K)
     lead = arr.shape[:-1]

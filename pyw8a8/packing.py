@@ -15,7 +15,9 @@ import operator
 import numpy as np
 
 from . import _cpu, _kernels
+from ._layout import W8_KPAD, W8_NR, packed_k, padded
 from ._validation import float_array, positive_int
+from .quantize import quantize_rows
 from .rotation import (MAX_BLOCK, MAX_SEED, MIN_BLOCK, auto_block, check_rotation,
                        unrotate)
 
@@ -37,10 +39,6 @@ def resolve_encoding(encoding):
     return encoding
 
 
-def padded(n, multiple):
-    return -(-n // multiple) * multiple
-
-
 def prefix_sums(q, kp, out):
     """The prefix sums over 64-value chunks of int8 rows q ((rows, K), zero-padded to kp)
     into out ((rows, kp/64 + 1) int32): the compensation of the +128 encodings over any
@@ -51,22 +49,16 @@ def prefix_sums(q, kp, out):
         full = np.zeros((rows, kp), dtype=np.int8)
         full[:, :k] = q
     out[:, 0] = 0
-    np.cumsum(full.reshape(rows, kp // _kernels.W8_KPAD, _kernels.W8_KPAD).sum(
+    np.cumsum(full.reshape(rows, kp // W8_KPAD, W8_KPAD).sum(
         axis=2, dtype=np.int32), axis=1, out=out[:, 1:])
-
-
-def _kp(k, rotate, block):
-    """Packed K of a weight of K = `k` features: its rotated length (K rounded up to the
-    rotation block) rounded up to a multiple of 64."""
-    return padded(padded(k, block) if rotate else k, _kernels.W8_KPAD)
 
 
 def _layout(n, kp, encoding):
     """(dtype, shape) of the panels, psum and scales arrays of an (N, K) weight packed
     into Kp columns."""
-    np_ = padded(n, _kernels.W8_NR)
-    return ((_U8, (np_ // _kernels.W8_NR, kp // 4, 4 * _kernels.W8_NR)),
-            (_I32, (np_ if encoding == "signed" else 0, kp // _kernels.W8_KPAD + 1)),
+    np_ = padded(n, W8_NR)
+    return ((_U8, (np_ // W8_NR, kp // 4, 4 * W8_NR)),
+            (_I32, (np_ if encoding == "signed" else 0, kp // W8_KPAD + 1)),
             (_F32, (n,)))
 
 
@@ -85,7 +77,7 @@ def _fill_panels(panels, psum, row0, q, encoding):
     over 64-K chunks: the compensation of kernels that shift the activations by +128
     against signed weights (see W8_CORR_COL)."""
     rows, kp = q.shape
-    nr = _kernels.W8_NR
+    nr = W8_NR
     full = q
     if rows % nr:  # the last panel's missing channels encode 0
         full = np.zeros((padded(rows, nr), kp), dtype=np.int8)
@@ -248,7 +240,7 @@ class PackedWeight:
     @property
     def kp(self):
         """Packed K: `rotated_k` rounded up to a multiple of 64."""
-        return _kp(self.shape[1], self.rotate, self.block)
+        return packed_k(self.shape[1], self.rotate, self.block)
 
     @property
     def rotated_k(self):
@@ -284,8 +276,8 @@ class PackedWeight:
         """
         n = self.shape[0]
         panels = self.panels.shape[0]  # explicit sizes: -1 is ambiguous when K == 0
-        raw = self.panels.reshape(panels, self.kp // 4, _kernels.W8_NR, 4).transpose(0, 2, 1, 3)
-        raw = raw.reshape(panels * _kernels.W8_NR, self.kp)[:n, :self.rotated_k]
+        raw = self.panels.reshape(panels, self.kp // 4, W8_NR, 4).transpose(0, 2, 1, 3)
+        raw = raw.reshape(panels * W8_NR, self.kp)[:n, :self.rotated_k]
         if self.encoding == "biased":
             raw = raw ^ np.uint8(0x80)
         return np.ascontiguousarray(raw).view(np.int8)
@@ -402,7 +394,7 @@ def pack_int8(q, scales, encoding="auto", rotate=False, block=128, seed=0):
     """Pack already-quantized weights (internal; q (N, K) int8 in [-127, 127])."""
     encoding = resolve_encoding(encoding)
     n, k = q.shape
-    kp = padded(k, _kernels.W8_KPAD)
+    kp = padded(k, W8_KPAD)
     panels, psum = _empty_arrays(n, kp, encoding)
     for r0 in range(0, n, _PACK_ROWS):
         block_rows = q[r0:r0 + _PACK_ROWS]
@@ -461,8 +453,6 @@ def pack_weight(w, *, encoding="auto", rotate=True, block="auto", seed=0, pad=No
         K and `pad` is not set: the message names ``pad=True`` and suggests a block that
         divides K, if any; ``rotate=False`` packs any K too.
     """
-    from .quantize import quantize_rows
-
     arr = float_array(w, "w", ndim=2)
     encoding = resolve_encoding(encoding)
     n, k = arr.shape
@@ -477,7 +467,7 @@ def pack_weight(w, *, encoding="auto", rotate=True, block="auto", seed=0, pad=No
         raise TypeError(f"pad must be True, False or None, got {pad!r}")
     if rotate:
         block, seed = check_rotation(k, block, seed, name="w", pad=bool(pad))
-    kp = _kp(k, rotate, block)
+    kp = packed_k(k, rotate, block)
     panels, psum = _empty_arrays(n, kp, encoding)
     scales = np.empty(n, dtype=np.float32)
     # Block by block, rotation fused with quantization: no float copy of the whole weight.

@@ -9,8 +9,8 @@ holding NaN or Inf raises ``ValueError`` naming the row.
 import numpy as np
 
 from . import _cpu, _kernels, _threads
+from ._layout import W8_A_ROW_PAD, W8_KPAD, padded
 from ._validation import check_finite_row, float_array
-from .packing import padded
 from .rotation import check_rotation, rotated_length
 
 
@@ -31,9 +31,9 @@ def quantize_rows(x2d, kp, ops=None, enc=_kernels.W8_ENC_BIASED, name="x", shape
     """
     ops = _cpu.active_ops() if ops is None else ops
     m, k = x2d.shape
-    q = np.empty((padded(m, _kernels.W8_A_ROW_PAD), kp), np.uint8)
+    q = np.empty((padded(m, W8_A_ROW_PAD), kp), np.uint8)
     scale = np.empty((m,), np.float32)
-    sums = np.empty((m if ops.row_sums(enc) else 0, kp // _kernels.W8_KPAD + 1), np.int32)
+    sums = np.empty((m if ops.row_sums(enc) else 0, kp // W8_KPAD + 1), np.int32)
     if k == 0:
         q.fill(ops.activation_key(enc)[0])
         scale.fill(0)

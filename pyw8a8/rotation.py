@@ -22,6 +22,7 @@ import operator
 import numpy as np
 
 from . import _cpu, _rotation, _threads
+from ._layout import padded
 from ._validation import float_array
 
 MIN_BLOCK = 16
@@ -35,7 +36,7 @@ def _is_power_of_two(n):
 
 def rotated_length(k, block):
     """K rounded up to a multiple of `block`: the length of a zero-padded rotated row."""
-    return -(-k // block) * block
+    return padded(k, block)
 
 
 def auto_block(k):

@@ -10,8 +10,7 @@ an M bucket, K, N and the thread count, so different kernels never share an entr
 """
 import threading
 
-from . import _kernels
-from .packing import padded
+from ._layout import W8_KPAD, W8_NR, padded
 
 _L1_BYTES = 32 * 1024
 _L2_BYTES = 512 * 1024
@@ -24,8 +23,8 @@ def kc_for(ops, kp):
     a path whose traits say so (AMX: its C tiles accumulate over all of K)."""
     if ops.whole_k:
         return kp
-    ncols = _kernels.W8_NR * ops.nv
-    kc = max(_kernels.W8_KPAD, (_L1_BYTES // ncols) // _kernels.W8_KPAD * _kernels.W8_KPAD)
+    ncols = W8_NR * ops.nv
+    kc = max(W8_KPAD, (_L1_BYTES // ncols) // W8_KPAD * W8_KPAD)
     return min(kc, kp)
 
 
@@ -39,13 +38,13 @@ def m_bucket(m):
 def candidates(ops, m, n, kp, nthreads):
     """(mc, nc, m_step, n_step) choices, the heuristic default first."""
     kc = kc_for(ops, kp)
-    ncols = _kernels.W8_NR * ops.nv
-    groups = -(-n // ncols)
+    ncols = W8_NR * ops.nv
+    groups = padded(n, ncols) // ncols
     mc_fit = max(ops.mr, (_L2_BYTES // 2 // max(kc, 1)) // ops.mr * ops.mr)
     out = []
     for tasks_per_thread in (2, 1, 4):
         n_tasks = max(1, min(groups, tasks_per_thread * nthreads))
-        n_step = -(-groups // n_tasks) * ncols
+        n_step = padded(groups, n_tasks) // n_tasks * ncols
         m_tasks = 1
         if nthreads > 1 and n_tasks < tasks_per_thread * nthreads and \
                 m >= 2 * ops.mr * nthreads:

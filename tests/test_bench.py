@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import pyw8a8
-from pyw8a8 import bench
+from pyw8a8.tools import bench
 
 
 @pytest.mark.parametrize("shape", [(1,), (3, 5), (48, 2048)])
@@ -35,16 +35,16 @@ def test_format_table_reports_peaks_and_ratios():
 def test_peak_loops_count_their_work():
     """Each path reaches its own loop (the registry's): the work per iteration is chains x
     lanes (12 chains) or the scalar loop's 16."""
-    from pyw8a8 import _cpu, _kernels
+    from pyw8a8 import _cpu, _probes
     per_iter = {"scalar": 16, "avx2": 12 * 32, "avxvnni": 12 * 32, "avx512vnni": 12 * 64,
                 "amx": 4 * 16 * 16 * 64}
     for name in pyw8a8.available_isas():
         macs = per_iter.get(name, 16)
-        assert _kernels.peak_macs(_cpu.checked_ops(name, "isa"), 10, 2) == 2 * 10 * macs, name
+        assert _probes.peak_macs(_cpu.checked_ops(name, "isa"), 10, 2) == 2 * 10 * macs, name
     features = _cpu.cpu_features()
     if features["avx2"]:
         lanes = 16 if features["avx512f"] else 8
-        assert _kernels.fp32_peak_macs(features["avx512f"], 10, 2) == 2 * 10 * 12 * lanes
+        assert _probes.fp32_peak_macs(features["avx512f"], 10, 2) == 2 * 10 * 12 * lanes
     assert bench.int8_peak_gops("scalar", 1, seconds=0.01) > 0
 
 
@@ -67,7 +67,7 @@ def test_fwht_vs_copy_measures_both_contenders():
 def test_crossover_finds_where_the_wide_path_wins_for_good():
     """The threshold of the small-M fallback (amx below it runs avx512vnni) is measured,
     not guessed: the smallest M from which the wide path wins at every larger M."""
-    from pyw8a8 import proxies
+    from pyw8a8.tools import proxies
     wide = pyw8a8.available_isas()[0]
     rows, start = proxies.crossover(wide, "scalar", 128, 64, rounds=1, min_time=0.001,
                                     rows=(1, 8))

@@ -15,7 +15,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import pyw8a8
-from pyw8a8 import bench, quality
+from pyw8a8.tools import bench, quality
 
 REPO = Path(__file__).resolve().parents[1]
 

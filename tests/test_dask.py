@@ -100,13 +100,13 @@ def test_bench_dask_command(capsys):
 
 
 def test_bench_format_rows():
-    from pyw8a8 import _dask_bench
+    from pyw8a8.tools import dask_bench
     rows = [dict(name="in", workers=0, threads=2, seconds=2.0),
             dict(name="one", workers=1, threads=1, seconds=3.0),
             dict(name="two", workers=2, threads=1, seconds=1.5)]
     for r in rows:
         r["gops"], r["rows_per_s"] = 10 / r["seconds"], 1000 / r["seconds"]
-    lines = _dask_bench.format_rows(rows)
+    lines = dask_bench.format_rows(rows)
     assert lines[2] == "| in | 1 x 2 | 2.00 | 500 | 5 | 1.00x |  |"
     assert lines[3] == "| one | 1 x 1 | 3.00 | 333 | 3 | 0.67x | 100% |"
     assert lines[4] == "| two | 2 x 1 | 1.50 | 667 | 7 | 1.33x | 100% |"

@@ -36,7 +36,7 @@ from pyw8a8.evaluate.plot import plot_kl
 from pyw8a8.evaluate.report import build_comparison, render_markdown
 from pyw8a8.evaluate.samples import _answer_index, _split_options, load_samples, zero_shot_prompt
 from pyw8a8.evaluate.speed import speed_questions, speed_summary
-from pyw8a8.metrics import kl_divergence, option_kl
+from pyw8a8.evaluate.metrics import kl_divergence, option_kl
 from pyw8a8.router import FloatLinear, RouterConfig, float_linear
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

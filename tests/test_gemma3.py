@@ -362,7 +362,7 @@ def test_generate_through_the_cache_equals_reprefill(real):
 
 
 def test_w8a8_router_close_to_float(real):
-    from pyw8a8.metrics import kl_divergence
+    from pyw8a8.evaluate.metrics import kl_divergence
     from pyw8a8.router import Router, RouterConfig, WeightCache
     from pyw8a8.models.gemma3 import load_weights
 

@@ -1,11 +1,11 @@
-"""Unit tests for pyw8a8.metrics on hand-worked examples."""
+"""Unit tests for pyw8a8.evaluate.metrics on hand-worked examples."""
 
 import math
 
 import numpy as np
 import pytest
 
-from pyw8a8.metrics import (
+from pyw8a8.evaluate.metrics import (
     compare_answers,
     kl_divergence,
     kl_summary,

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from pyw8a8 import quality
+from pyw8a8.tools import quality
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import pyw8a8
-from pyw8a8.quality import gelu_tanh
+from pyw8a8.tools.quality import gelu_tanh
 
 
 def ffn(x, w_gate, w_up, w_down):

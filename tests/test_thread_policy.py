@@ -77,7 +77,7 @@ def test_numpy_still_computes_right_after_its_threads_restart():
 def test_a_numpy_model_with_pyw8a8_beats_its_float_version_by_default():
     """Timed, because this is what the policy is for: numpy attention between pyw8a8 linear
     layers, both models taking turns in one process, best of several forwards each."""
-    code = ("import json; from pyw8a8 import toy_transformer as t; "
+    code = ("import json; from pyw8a8.tools import toy_transformer as t; "
             "print(json.dumps(t.best_times(rounds=9)))")
     best = json.loads(run(code))
     assert best["w8a8"] < best["float"], best

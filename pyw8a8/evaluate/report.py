@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ..metrics import compare_answers, kl_summary
+from .metrics import compare_answers, kl_summary
 from .configs import NOISE_FLOOR
 from .speed import decode_summary, speed_summary, time_split
 

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from .. import set_num_threads
+from .._threads import set_num_threads
 from ..models import gemma3
 from ..router import Linear
 from .configs import linear_factory, parse_config

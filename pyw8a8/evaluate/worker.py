@@ -9,8 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import get_num_threads, isa, set_num_threads
-from ..metrics import kl_divergence, option_kl
+from .._cpu import isa
+from .._threads import get_num_threads, set_num_threads
+from .metrics import kl_divergence, option_kl
 from ..models import gemma3
 from .configs import build_model, parse_config
 

@@ -14,14 +14,17 @@ import warnings
 
 import numpy as np
 
-from . import _cpu, _threads
-from .matmul import matmul
-from .packing import pack_weight
+from .. import _cpu, _probes, _threads
+from .._thread_policy import thread_policy
+from ..matmul import matmul
+from ..packing import pack_weight
+from ..rotation import fwht
+from . import dask_bench, proxies, toy_transformer
+from .measure import measure
 
 SHAPES = [(1, 1152, 6912), (8, 1152, 6912), (64, 1152, 6912), (256, 1152, 6912),
           (1024, 2048, 640), (1, 4096, 4096), (64, 4096, 4096), (1, 640, 2048),
           (64, 2048, 640), (1, 640, 262144)]  # the last: a 168 MB LM head, DRAM-bound
-_SETTLE_SECONDS = 0.2
 QUICK_SHAPES = [(1, 1152, 6912), (64, 1152, 6912), (256, 1152, 6912)]
 
 
@@ -94,35 +97,6 @@ def _torch_dynamic(x, w):
     return run
 
 
-def _time_once(fn):
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
-def measure(contenders, rounds, min_time):
-    """Median seconds per call of each contender, timed in interleaved rounds."""
-    for fn in contenders.values():  # warm up: first-call costs, caches, tuning
-        fn()
-        fn()
-    reps = {}
-    for name, fn in contenders.items():
-        t = _time_once(fn)
-        reps[name] = max(1, int(min_time / max(t, 1e-7)))
-    samples = {name: [] for name in contenders}
-    for _ in range(rounds):
-        for name, fn in contenders.items():
-            # Idle thread pools spin for a while after a call (OpenBLAS for up to ~0.1 s);
-            # on a machine with few cores that steals the next contender's cores, so every
-            # contender starts from pools that have gone to sleep.
-            time.sleep(_SETTLE_SECONDS)
-            t0 = time.perf_counter()
-            for _ in range(reps[name]):
-                fn()
-            samples[name].append((time.perf_counter() - t0) / reps[name])
-    return {name: statistics.median(s) for name, s in samples.items()}
-
-
 def _gops_of(run, seconds):
     """GOPS (1 MAC = 2 ops) of a peak loop `run(iters)` that returns its MACs, timed for
     at least `seconds`."""
@@ -139,20 +113,18 @@ def _gops_of(run, seconds):
 def int8_peak_gops(isa, nthreads, seconds=0.3):
     """Instruction peak of path `isa` (which this CPU must run): its microkernel's inner
     instruction sequence in independent register chains on every thread (GOPS)."""
-    from . import _kernels
     ops = _cpu.checked_ops(isa, "isa")
-    return _gops_of(lambda iters: _kernels.peak_macs(ops, iters, nthreads), seconds)
+    return _gops_of(lambda iters: _probes.peak_macs(ops, iters, nthreads), seconds)
 
 
 def fp32_peak_gops(nthreads, seconds=0.3):
     """The float32 FMA peak (the instruction numpy's BLAS multiplies with) in GOPS, with
     the loop's vector width; None off x86."""
-    from . import _kernels
     features = _cpu.cpu_features()
     if not (features.get("avx2") and features.get("fma")):
         return None, None
     zmm = bool(features.get("avx512f"))
-    gops = _gops_of(lambda iters: _kernels.fp32_peak_macs(zmm, iters, nthreads), seconds)
+    gops = _gops_of(lambda iters: _probes.fp32_peak_macs(zmm, iters, nthreads), seconds)
     return gops, "avx512" if zmm else "avx2"
 
 
@@ -164,13 +136,12 @@ CACHE_RESIDENT_BYTES = 16 << 20
 def read_bandwidth_gbs(nthreads, nbytes=1 << 30, rounds=5):
     """Read bandwidth (GB/s, median) over a buffer of `nbytes`: 1 GiB for memory, 8 MiB
     for the last-level cache."""
-    from . import _kernels
     buf = np.ones(nbytes, dtype=np.uint8)
-    _kernels.read_bytes(buf, nthreads)
+    _probes.read_bytes(buf, nthreads)
     times = []
     for _ in range(rounds):
         t0 = time.perf_counter()
-        _kernels.read_bytes(buf, nthreads)
+        _probes.read_bytes(buf, nthreads)
         times.append(time.perf_counter() - t0)
     return nbytes / statistics.median(times) / 1e9
 
@@ -201,7 +172,6 @@ def fwht_vs_copy(rounds, calls=16, block=128, k=2048):
     -------
     list of (kib, fwht GB/s, copy GB/s), the medians over rounds.
     """
-    from .rotation import fwht
     rng = np.random.default_rng(0)
     out = []
     for kib in FWHT_KIB:
@@ -485,7 +455,6 @@ def main(argv=None, quick=False):
     if args.mixed:
         return _mixed_main(args.rounds)
     if args.mca or args.overhead or args.crossover:
-        from . import proxies
         return proxies.main(["--mca"] * args.mca + ["--overhead"] * args.overhead,
                             args.rounds, args.min_time, args.shapes, args.crossover)
     for line in _machine_info():
@@ -517,23 +486,20 @@ def main(argv=None, quick=False):
 
 
 def _dask_main(args, quick):
-    from . import _dask_bench
     m, k, n = args.dask_shape
     if args.dask_large:
         m = 2**20
     for line in _machine_info():
         print(line)
-    rows = _dask_bench.run(m, k, n, args.dask_chunk, rounds=1 if args.dask_large else 3)
+    rows = dask_bench.run(m, k, n, args.dask_chunk, rounds=1 if args.dask_large else 3)
     print("\nGOPS = 2*M*N*K / median time (activation draw, rotation, quantization and "
           "row sums included); efficiency = T(1 worker) / (workers * T)")
-    for line in _dask_bench.format_rows(rows):
+    for line in dask_bench.format_rows(rows):
         print(line)
     return 0
 
 
 def _mixed_main(rounds):
-    from . import toy_transformer
-    from ._thread_policy import thread_policy
     for line in _machine_info():
         print(line)
     print(f"thread policy: {thread_policy()}")

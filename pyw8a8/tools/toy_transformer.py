@@ -9,6 +9,9 @@ import time
 
 import numpy as np
 
+from ..matmul import matmul
+from ..packing import pack_weight
+
 LAYERS, D, F, HEADS, TOKENS = 6, 640, 2048, 10, 256
 
 
@@ -49,10 +52,8 @@ def float_linear(x, w):
 
 def w8a8_linear(layers, **pack_kw):
     """A linear(x, w) running pyw8a8.matmul on weights packed once, here."""
-    import pyw8a8
-    packed = {id(w): pyw8a8.pack_weight(w, **pack_kw) for layer in layers
-              for w in layer.values()}
-    return lambda x, w: pyw8a8.matmul(x, packed[id(w)])
+    packed = {id(w): pack_weight(w, **pack_kw) for layer in layers for w in layer.values()}
+    return lambda x, w: matmul(x, packed[id(w)])
 
 
 def best_times(rounds=7, seed=0, tokens=TOKENS):

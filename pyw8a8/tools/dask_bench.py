@@ -11,9 +11,9 @@ import time
 
 import numpy as np
 
-from . import _threads
-from .matmul import matmul
-from .packing import pack_weight
+from .. import _threads
+from ..matmul import matmul
+from ..packing import pack_weight
 
 
 def _in_process(packed, m, k, chunk, seed):
@@ -32,7 +32,7 @@ def _row_sums(y):
 def _on_cluster(client, shared, m, k, chunk, seed):
     import dask.array as da
 
-    from .dask import matmul as dask_matmul
+    from ..dask import matmul as dask_matmul
 
     x = da.random.default_rng(seed).standard_normal((m, k), chunks=(chunk, k),
                                                     dtype=np.float32)
@@ -57,7 +57,7 @@ def run(m, k, n, chunk, rounds, workers=(1, 2), seed=0, out=print):
         import distributed
     except ImportError:
         raise SystemExit('bench --dask needs dask and distributed: pip install -e ".[dask]"')
-    import pyw8a8.dask as pdask
+    from .. import dask as pdask
 
     w = np.random.default_rng(seed).standard_normal((n, k)).astype(np.float32)
     packed = pack_weight(w)

@@ -25,7 +25,10 @@ import tempfile
 
 import numpy as np
 
-from . import _cpu, _kernels, _threads
+from .. import _cpu, _kernels, _threads
+from ..matmul import matmul
+from ..packing import pack_weight
+from .measure import measure
 
 # One dot step of each path in registers, as the microkernel issues it: accumulator i,
 # operands from two fixed registers (the AVX2 step through a temporary of its own).
@@ -167,9 +170,6 @@ OVERHEAD_SHAPES = [(64, 1152, 6912), (256, 1152, 6912), (1024, 2048, 640),
 def overhead_report(shapes, rounds, min_time, rotate=False, tile_of=None):
     """Per shape: (shape, real seconds, no-op-kernel seconds) on the active path, the no-op
     kernel with the register tile of path `tile_of` (default: the active path's)."""
-    from .bench import measure
-    from .matmul import matmul
-    from .packing import pack_weight
     rng = np.random.default_rng(0)
     noop = _kernels.IsaOps(_cpu.isa(), noop_kernel=True, tile_of=tile_of)
     rows = []
@@ -221,9 +221,6 @@ def crossover(wide, narrow, k, n, rounds, min_time, rows=CROSSOVER_ROWS):
     """Per M: (M, seconds on path `wide`, seconds on path `narrow`), both paths forced
     (no small-M fallback), taking turns; and the smallest M from which `wide` is faster
     at every larger M measured (None if it never is)."""
-    from .bench import measure
-    from .matmul import matmul
-    from .packing import pack_weight
     ops = {name: _cpu.checked_ops(name, "--crossover") for name in (wide, narrow)}
     rng = np.random.default_rng(0)
     packed = pack_weight(rng.standard_normal((n, k)).astype(np.float32), rotate=False)

@@ -18,10 +18,10 @@ import math
 
 import numpy as np
 
-from .matmul import matmul, matmul_pair
-from .packing import pack_weight
-from .rotation import MAX_BLOCK, MAX_SEED, MIN_BLOCK
-from .scaling import equalize_ffn
+from ..matmul import matmul, matmul_pair
+from ..packing import pack_weight
+from ..rotation import MAX_BLOCK, MAX_SEED, MIN_BLOCK
+from ..scaling import equalize_ffn
 
 
 def gelu_tanh(z):
