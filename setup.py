@@ -10,6 +10,7 @@ Environment variables:
                         (used by ``make sanitize``; run with the sanitizer runtime preloaded).
     PYW8A8_NO_OPENMP=1  build without OpenMP (single-threaded).
 """
+import json
 import os
 import sys
 
@@ -19,19 +20,20 @@ from setuptools import Extension, setup
 
 
 def _compile_flags():
+    """(compile, link) flags from pyw8a8/_simd/build_flags.json, the one place they are set."""
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "pyw8a8", "_simd",
+                           "build_flags.json")) as f:
+        spec = json.load(f)
     if sys.platform == "win32":
-        flags, link = ["/O2", "/openmp"], []
-    else:
-        flags = ["-O3", "-fno-strict-aliasing", "-ffp-contract=off", "-std=c11"]
-        link = []
-        if os.environ.get("PYW8A8_NO_OPENMP") != "1":
-            flags.append("-fopenmp")
-            link.append("-fopenmp")
-        if os.environ.get("PYW8A8_SANITIZE") == "1":
-            san = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer",
-                   "-fno-sanitize-recover=undefined"]
-            flags = [f for f in flags if f != "-O3"] + ["-O1", "-g"] + san
-            link += san
+        return spec["msvc"], []
+    flags, link = list(spec["cflags"]), []
+    if os.environ.get("PYW8A8_NO_OPENMP") != "1":
+        flags += spec["openmp"]
+        link += spec["openmp"]
+    if os.environ.get("PYW8A8_SANITIZE") == "1":
+        san = [f for f in spec["sanitize"] if f.startswith("-f")]
+        flags = [f for f in flags if not f.startswith("-O")] + spec["sanitize"]
+        link += san
     return flags, link
 
 

@@ -75,14 +75,16 @@ _scoped = contextvars.ContextVar("pyw8a8_isa", default=None)
 
 
 # Below this many activation rows an AMX tile is mostly empty; the avx512vnni kernels
-# (which every AMX CPU has) are faster there.  16 (one A tile) is not yet measured: `python
-# -m pyw8a8 bench --crossover` measures the point on an AMX CPU, and PYW8A8_AMX_MIN_ROWS
-# overrides it.
+# (which every AMX CPU has) are faster there.  `python -m pyw8a8 bench --crossover amx
+# avx512vnni` measured 8 on a Sapphire Rapids Xeon (2 vCPUs, K = N = 2048: avx512vnni 0.8x
+# the time of amx at M <= 4, amx 1.12x faster at M = 8 and 1.4-2.4x from M = 16);
+# PYW8A8_AMX_MIN_ROWS overrides it.
 ENV_AMX_MIN_ROWS = "PYW8A8_AMX_MIN_ROWS"
+AMX_MIN_ROWS_MEASURED = 8
 
 
 def _amx_min_rows():
-    value = os.environ.get(ENV_AMX_MIN_ROWS, "8").strip()
+    value = os.environ.get(ENV_AMX_MIN_ROWS, str(AMX_MIN_ROWS_MEASURED)).strip()
     if not value.isdigit():
         raise ValueError(f"{ENV_AMX_MIN_ROWS}={value!r}: expected a row count >= 0")
     return int(value)
@@ -115,10 +117,9 @@ def isa():
     Returns
     -------
     str
-        One of ``amx``, ``avx512vnni``, ``avxvnni``, ``avx2``, ``scalar`` (x86),
-        ``neondot``, ``neon``, ``scalar`` (Arm): the one a :func:`use_isa` body of this
-        thread chose, else the process-wide one (:func:`set_isa`, the ``PYW8A8_ISA``
-        environment variable, or the CPU's best, chosen at import).
+        One of :func:`available_isas`: the one a :func:`use_isa` body of this thread
+        chose, else the process-wide one (:func:`set_isa`, the ``PYW8A8_ISA`` environment
+        variable, or the CPU's best, chosen at import).
     """
     return _current()[0].name
 

@@ -37,7 +37,7 @@ cdef extern from "_simd/dispatch.h" nogil:
     ctypedef struct w8_isa_ops:
         const char *name
         int mr
-        int nv
+        int npanels
         int whole_tiles
         int whole_k
         w8_ukernel_fn ukernel[2]
@@ -133,5 +133,5 @@ cdef class IsaOps:
     cdef w8_isa_ops table
     cdef const w8_isa_ops *ops
     cdef readonly str name
-    cdef readonly int index, mr, nv
+    cdef readonly int index, mr, npanels
     cdef readonly bint whole_k

@@ -81,7 +81,7 @@ cdef class IsaOps:
             if self.table.ukernel_f32[0] != NULL:  # the path finishes tiles in its kernels
                 self.table.ukernel_f32[0] = w8_noop_ukernel_f32
                 self.table.ukernel_f32[1] = w8_noop_ukernel_f32
-            self.table.mr, self.table.nv = tile.mr, tile.nv
+            self.table.mr, self.table.npanels = tile.mr, tile.npanels
             self.table.whole_tiles = tile.whole_tiles
         self.ops = &self.table
         # Its own name keeps the tuner's timings of the real kernels apart.
@@ -90,7 +90,7 @@ cdef class IsaOps:
             self.name += f"+noop({tile.name.decode()} tile)"
         self.index = entry - &w8_isas[0]
         self.mr = self.table.mr
-        self.nv = self.table.nv
+        self.npanels = self.table.npanels
         self.whole_k = self.table.whole_k
 
     @property

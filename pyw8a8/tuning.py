@@ -19,11 +19,11 @@ _SLOWER = 1.25  # candidates this much slower than the best after a round are dr
 
 
 def kc_for(ops, kp):
-    """K-range width: one B micro-panel (kc x 16*nv bytes) fits in L1, or the whole K for
-    a path whose traits say so (AMX: its C tiles accumulate over all of K)."""
+    """K-range width: one B micro-panel (kc x 16*npanels bytes) fits in L1, or the whole K
+    for a path whose traits say so (AMX: its C tiles accumulate over all of K)."""
     if ops.whole_k:
         return kp
-    ncols = W8_NR * ops.nv
+    ncols = W8_NR * ops.npanels
     kc = max(W8_KPAD, (_L1_BYTES // ncols) // W8_KPAD * W8_KPAD)
     return min(kc, kp)
 
@@ -38,7 +38,7 @@ def m_bucket(m):
 def candidates(ops, m, n, kp, nthreads):
     """(mc, nc, m_step, n_step) choices, the heuristic default first."""
     kc = kc_for(ops, kp)
-    ncols = W8_NR * ops.nv
+    ncols = W8_NR * ops.npanels
     groups = padded(n, ncols) // ncols
     mc_fit = max(ops.mr, (_L2_BYTES // 2 // max(kc, 1)) // ops.mr * ops.mr)
     out = []

@@ -66,3 +66,12 @@ def _restore_pyw8a8_state():
     yield
     pyw8a8.set_isa(isa)
     pyw8a8.set_num_threads(None)
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    """No ``PYW8A8_*`` variable in the environment for the test; returns `monkeypatch`, to set some."""
+    for var in list(os.environ):
+        if var.startswith("PYW8A8_"):
+            monkeypatch.delenv(var)
+    return monkeypatch

@@ -12,7 +12,6 @@ import pytest
 import pyw8a8
 from pyw8a8 import PackedWeight
 
-ISAS = pyw8a8.available_isas()
 ENCODINGS = ("biased", "signed")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -22,18 +21,11 @@ def weight():
     return np.random.default_rng(0).standard_normal((5, 70)).astype(np.float32)
 
 
-def _every_path():
-    for isa in ISAS:
-        with pyw8a8.use_isa(isa):
-            for enc in ENCODINGS:
-                yield isa, enc
-
-
 # --- wrong K, wrong weight objects ------------------------------------------------
 
 
-def test_wrong_k_is_rejected(weight):
-    for isa, enc in _every_path():
+def test_wrong_k_is_rejected(weight, any_isa):
+    for enc in ENCODINGS:
         packed = pyw8a8.pack_weight(weight, encoding=enc, rotate=False)
         for x in (np.ones((3, 71)), np.ones((3, 69)), np.ones(64), np.ones((2, 3, 0))):
             with pytest.raises(ValueError, match=r"\bx\b.*K=70"):
@@ -89,11 +81,11 @@ def test_inconsistent_packed_weight_never_reaches_the_kernels(weight):
 # --- out= ---------------------------------------------------------------------------
 
 
-def test_bad_out_is_rejected_and_untouched(weight):
+def test_bad_out_is_rejected_and_untouched(weight, any_isa):
     rng = np.random.default_rng(2)
     x = rng.standard_normal((3, 70)).astype(np.float32)
     x_copy = x.copy()
-    for isa, enc in _every_path():
+    for enc in ENCODINGS:
         packed = pyw8a8.pack_weight(weight, encoding=enc, rotate=False)
         cases = [
             (np.full((3, 4), 7, np.float32), ValueError, r"\bout\b.*shape"),
@@ -118,9 +110,9 @@ def test_bad_out_is_rejected_and_untouched(weight):
         np.testing.assert_array_equal(x, x_copy)
 
 
-def test_out_overlapping_the_input_is_rejected():
+def test_out_overlapping_the_input_is_rejected(any_isa):
     rng = np.random.default_rng(3)
-    for isa, enc in _every_path():
+    for enc in ENCODINGS:
         packed = pyw8a8.pack_weight(rng.standard_normal((8, 8)), encoding=enc, rotate=False)
         buf = rng.standard_normal(64).astype(np.float32)
         rows = buf.reshape(8, 8)
@@ -144,11 +136,11 @@ def test_out_overlapping_the_input_is_rejected():
 # --- int8_matmul ------------------------------------------------------------------
 
 
-def test_int8_matmul_misuse():
+def test_int8_matmul_misuse(any_isa):
     a = np.ones((3, 10), np.int8)
     w = np.ones((4, 10), np.int8)
     a_saved, w_saved = a.copy(), w.copy()
-    for isa, enc in _every_path():
+    for enc in ENCODINGS:
         for bad_a in (np.full((3, 10), -128, np.int8),):
             with pytest.raises(ValueError, match=r"\bqa\b.*-128"):
                 pyw8a8.int8_matmul(bad_a, w, encoding=enc)
@@ -181,38 +173,38 @@ def test_int8_matmul_misuse():
 
 @pytest.mark.parametrize("k", [2**17, 2**20])
 @pytest.mark.parametrize("sign", [1, -1], ids=["+127x+127", "-127x+127"])
-def test_int8_matmul_at_huge_k(k, sign):
+def test_int8_matmul_at_huge_k(k, sign, any_isa):
     a = np.full((2, k), 127 * sign, np.int8)
     w = np.full((1, k), 127, np.int8)
     exact = sign * 127 * 127 * k
     fits = -2**31 <= exact <= 2**31 - 1
     assert fits == (k == 2**17)  # 2^17 fits int32 (2.11e9), 2^20 does not
-    for isa, enc in _every_path():
+    for enc in ENCODINGS:
         r64 = pyw8a8.int8_matmul(a, w, encoding=enc, out_dtype=np.int64)
-        assert r64.dtype == np.int64 and np.all(r64 == exact), (isa, enc)
+        assert r64.dtype == np.int64 and np.all(r64 == exact), (any_isa, enc)
         if fits:
             r32 = pyw8a8.int8_matmul(a, w, encoding=enc)
-            assert r32.dtype == np.int32 and np.all(r32 == exact), (isa, enc)
+            assert r32.dtype == np.int32 and np.all(r32 == exact), (any_isa, enc)
         else:
             with pytest.raises(OverflowError, match=r"int32.*out_dtype=numpy\.int64"):
                 pyw8a8.int8_matmul(a, w, encoding=enc)
 
 
 @pytest.mark.parametrize("k", [2**17, 2**20])
-def test_matmul_at_huge_k(k):
+def test_matmul_at_huge_k(k, any_isa):
     rng = np.random.default_rng(k)
     x = np.ones((2, k), np.float32)
     x[1] = -1.0                     # rows quantize to all +127 / all -127
     w = np.ones((2, k), np.float32)
     w[1, ::3] = -0.5                # a second channel with mixed values
-    for isa, enc in _every_path():
+    for enc in ENCODINGS:
         packed = pyw8a8.pack_weight(w, encoding=enc, rotate=False)
         qa, sa = pyw8a8.quantize_per_token(x)
         ref = (qa.astype(np.int64) @ packed.int8().T.astype(np.int64)) * \
             sa[:, None].astype(np.float64) * packed.scales[None, :].astype(np.float64)
         y = pyw8a8.matmul(x, packed)
         err = np.max(np.abs(y - ref)) / np.sqrt(np.mean(ref**2))
-        assert err <= 1e-6, (isa, enc, err)
+        assert err <= 1e-6, (any_isa, enc, err)
         np.testing.assert_allclose(y[:, 0], [k, -k], rtol=1e-6)
     # A random one too: many K-ranges with cancellation.
     x = rng.standard_normal((1, k)).astype(np.float32)
@@ -220,10 +212,8 @@ def test_matmul_at_huge_k(k):
     qa, sa = pyw8a8.quantize_per_token(x)
     ref = (qa.astype(np.int64) @ packed.int8().T.astype(np.int64)) * \
         sa[:, None].astype(np.float64) * packed.scales[None, :].astype(np.float64)
-    for isa in ISAS:
-        with pyw8a8.use_isa(isa):
-            y = pyw8a8.matmul(x, packed)
-            assert np.max(np.abs(y - ref)) <= 1e-6 * np.sqrt(np.mean(ref**2)), isa
+    y = pyw8a8.matmul(x, packed)
+    assert np.max(np.abs(y - ref)) <= 1e-6 * np.sqrt(np.mean(ref**2)), any_isa
 
 
 # --- saved weights ----------------------------------------------------------------
@@ -235,15 +225,13 @@ def _save(packed, path):
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)
-def test_saved_weight_round_trip(tmp_path, weight, encoding):
+def test_saved_weight_round_trip(tmp_path, weight, encoding, any_isa):
     packed = pyw8a8.pack_weight(weight, encoding=encoding, rotate=False)
     path = _save(packed, tmp_path / "w.npz")
     with np.load(path) as f:
         loaded = PackedWeight.from_dict(f)
     x = np.random.default_rng(4).standard_normal((3, 70))
-    for isa in ISAS:
-        with pyw8a8.use_isa(isa):
-            np.testing.assert_array_equal(pyw8a8.matmul(x, loaded), pyw8a8.matmul(x, packed))
+    np.testing.assert_array_equal(pyw8a8.matmul(x, loaded), pyw8a8.matmul(x, packed))
 
 
 def test_truncated_or_damaged_file_gives_a_clear_error(tmp_path, weight):
@@ -358,7 +346,7 @@ def test_set_isa_with_bad_names(name):
 
 def _unsupported_isas():
     from pyw8a8 import _kernels
-    return [n for n in _kernels.isa_names() if n not in ISAS]
+    return [n for n in _kernels.isa_names() if n not in pyw8a8.available_isas()]
 
 
 def test_set_isa_the_cpu_lacks():
@@ -394,11 +382,10 @@ def test_pyw8a8_isa_the_cpu_lacks_fails_cleanly():
         assert "PYW8A8_ISA" in r.stderr and "does not support" in r.stderr
 
 
-def test_pyw8a8_isa_selects_each_available_path():
-    for name in ISAS:
-        r = _import_with_isa(f" {name} ")
-        assert r.returncode == 0, r.stderr
-        assert r.stdout.strip() == name
+def test_pyw8a8_isa_selects_each_available_path(any_isa):
+    r = _import_with_isa(f" {any_isa} ")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == any_isa
 
 
 @pytest.mark.parametrize("n", [0, -1, 1.5, "2", 2.0])
@@ -419,11 +406,11 @@ def _unaligned(a):
     return view
 
 
-def test_unaligned_out_and_arrays(weight):
+def test_unaligned_out_and_arrays(weight, any_isa):
     """The kernels load through typed pointers: unaligned buffers are copied (inputs, out)
     or rejected (arrays inside a PackedWeight), never read in place."""
     x = np.random.default_rng(12).standard_normal((3, 70)).astype(np.float32)
-    for isa, enc in _every_path():
+    for enc in ENCODINGS:
         packed = pyw8a8.pack_weight(weight, encoding=enc, rotate=False)
         want = pyw8a8.matmul(x, packed)
         out = _unaligned(np.zeros((3, 5), np.float32))
@@ -438,11 +425,11 @@ def test_unaligned_out_and_arrays(weight):
             pyw8a8.matmul(x, packed)
 
 
-def test_rotation_overflow_of_huge_finite_values():
+def test_rotation_overflow_of_huge_finite_values(any_isa):
     k = 128
     x = np.ones((3, k), np.float32)
     x[1] = 3.4e38  # finite, but its rotation exceeds the float32 range
-    for isa, enc in _every_path():
+    for enc in ENCODINGS:
         packed = pyw8a8.pack_weight(np.ones((4, k)), encoding=enc, rotate=True, block=k)
         out = np.full((3, 4), 7.0, np.float32)
         with pytest.raises(ValueError, match=r"\bx\b.*row 1\b"):

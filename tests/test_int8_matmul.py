@@ -6,7 +6,6 @@ import pytest
 
 import pyw8a8
 
-ISAS = pyw8a8.available_isas()
 ENCODINGS = ["biased", "signed"]
 SIZES = [1, 2, 3, 4, 5, 15, 16, 17, 63, 64, 65, 127, 128, 129, 640, 1000]
 
@@ -76,16 +75,13 @@ def test_many_k_ranges(isa, encoding, kc):
         pyw8a8.int8_matmul(qa, qw, encoding=encoding, _kc=kc), reference(qa, qw))
 
 
-def test_paths_agree():
+def test_paths_agree(isa):
     rng = np.random.default_rng(3)
     qa = rng.integers(-127, 128, (37, 300), dtype=np.int8)
     qw = rng.integers(-127, 128, (70, 300), dtype=np.int8)
-    results = []
-    for name in ISAS:
-        with pyw8a8.use_isa(name):
-            results.append(pyw8a8.int8_matmul(qa, qw))
-    for r in results[1:]:
-        np.testing.assert_array_equal(r, results[0])
+    with pyw8a8.use_isa("scalar"):
+        expect = pyw8a8.int8_matmul(qa, qw)
+    np.testing.assert_array_equal(pyw8a8.int8_matmul(qa, qw), expect)
 
 
 def test_int64_output_and_overflow():

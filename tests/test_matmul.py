@@ -6,7 +6,6 @@ import pytest
 
 import pyw8a8
 
-ISAS = pyw8a8.available_isas()
 ENCODINGS = ["biased", "signed"]
 
 
@@ -64,15 +63,12 @@ def test_close_to_float_product(isa, encoding):
     assert rel_err(y, ref) <= 0.6
 
 
-def test_paths_agree():
+def test_paths_agree(isa):
     x, w = realistic(np.random.default_rng(1), 40, 700, 90)
     packed = pyw8a8.pack_weight(w, rotate=False)
-    results = []
-    for name in ISAS:
-        with pyw8a8.use_isa(name):
-            results.append(pyw8a8.matmul(x, packed))
-    for r in results[1:]:
-        np.testing.assert_array_equal(r, results[0])
+    with pyw8a8.use_isa("scalar"):
+        expect = pyw8a8.matmul(x, packed)
+    np.testing.assert_array_equal(pyw8a8.matmul(x, packed), expect)
 
 
 def test_leading_dims_and_memory_orders():

@@ -20,7 +20,6 @@ import pytest
 
 import pyw8a8
 
-ISAS = pyw8a8.available_isas()
 ENCODINGS = ("biased", "signed")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 UNDER_ASAN = "asan" in os.environ.get("LD_PRELOAD", "")
@@ -29,8 +28,7 @@ UNDER_ASAN = "asan" in os.environ.get("LD_PRELOAD", "")
 # --- concurrency ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("isa", ISAS)
-def test_concurrent_calls_on_one_shared_weight_match_serial_calls(isa):
+def test_concurrent_calls_on_one_shared_weight_match_serial_calls(any_isa):
     rng = np.random.default_rng(5)
     k = 2200  # more than one K-range on every path
     packed = {enc: pyw8a8.pack_weight(rng.standard_normal((70, k)), encoding=enc, rotate=False)
@@ -40,17 +38,18 @@ def test_concurrent_calls_on_one_shared_weight_match_serial_calls(isa):
     inputs = [rng.standard_normal((1 + 7 * t, k)).astype(np.float32) for t in range(8)]
     qinputs = [rng.integers(-127, 128, (3 + t, k), dtype=np.int8) for t in range(8)]
     rounds = 6
-    with pyw8a8.use_isa(isa):
-        serial = [[pyw8a8.matmul(x, packed[enc]) for enc in ENCODINGS] for x in inputs]
-        serial_int = [pyw8a8.int8_matmul(q, qw) for q in qinputs]
-        results = [None] * 8
-        errors = []
-        barrier = threading.Barrier(8)
+    serial = [[pyw8a8.matmul(x, packed[enc]) for enc in ENCODINGS] for x in inputs]
+    serial_int = [pyw8a8.int8_matmul(q, qw) for q in qinputs]
+    results = [None] * 8
+    errors = []
+    barrier = threading.Barrier(8)
 
-        def work(t):
-            try:
-                barrier.wait()
-                got = []
+    def work(t):
+        try:
+            barrier.wait()
+            got = []
+            # use_isa holds for its own thread only: each worker selects the path itself.
+            with pyw8a8.use_isa(any_isa):
                 for r in range(rounds):
                     for enc in ENCODINGS:
                         got.append((enc, pyw8a8.matmul(inputs[t], packed[enc])))
@@ -58,51 +57,49 @@ def test_concurrent_calls_on_one_shared_weight_match_serial_calls(isa):
                     y1, y2 = pyw8a8.matmul_pair(inputs[t], packed["biased"],
                                                 packed["biased"])
                     got.append(("pair", (y1, y2)))
-                results[t] = got
-            except BaseException as exc:  # reported in the main thread
-                errors.append(exc)
+            results[t] = got
+        except BaseException as exc:  # reported in the main thread
+            errors.append(exc)
 
-        threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join(timeout=300)
-        assert not errors, errors
-        for t in range(8):
-            for kind, y in results[t]:
-                if kind == "int":
-                    np.testing.assert_array_equal(y, serial_int[t])
-                elif kind == "pair":
-                    np.testing.assert_array_equal(y[0], serial[t][0])
-                    np.testing.assert_array_equal(y[1], serial[t][0])
-                else:
-                    np.testing.assert_array_equal(y, serial[t][ENCODINGS.index(kind)])
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=300)
+    assert not errors, errors
+    for t in range(8):
+        for kind, y in results[t]:
+            if kind == "int":
+                np.testing.assert_array_equal(y, serial_int[t])
+            elif kind == "pair":
+                np.testing.assert_array_equal(y[0], serial[t][0])
+                np.testing.assert_array_equal(y[1], serial[t][0])
+            else:
+                np.testing.assert_array_equal(y, serial[t][ENCODINGS.index(kind)])
 
 
-@pytest.mark.parametrize("isa", ISAS)
-def test_thread_counts_give_identical_results(isa):
+def test_thread_counts_give_identical_results(any_isa):
     rng = np.random.default_rng(6)
     cases = [(1, 33, 2200), (37, 70, 2100), (300, 48, 300), (5, 400, 64)]
-    with pyw8a8.use_isa(isa):
-        for m, n, k in cases:
-            x = rng.standard_normal((m, k)).astype(np.float32)
-            qa = rng.integers(-127, 128, (m, k), dtype=np.int8)
-            qw = rng.integers(-127, 128, (n, k), dtype=np.int8)
-            exact = qa.astype(np.int64) @ qw.T.astype(np.int64)
-            for enc in ENCODINGS:
-                packed = pyw8a8.pack_weight(rng.standard_normal((n, k)), encoding=enc,
-                                            rotate=False)
-                first = None
-                for threads in (1, 2, 3):
-                    pyw8a8.set_num_threads(threads)
-                    # Several calls: the tuner tries different task splits.
-                    for _ in range(3):
-                        y = pyw8a8.matmul(x, packed)
-                        first = y if first is None else first
-                        np.testing.assert_array_equal(y, first, err_msg=f"{threads}")
-                        r = pyw8a8.int8_matmul(qa, qw, encoding=enc)
-                        assert r.dtype == np.int32
-                        np.testing.assert_array_equal(r, exact, err_msg=f"{threads}")
+    for m, n, k in cases:
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        qa = rng.integers(-127, 128, (m, k), dtype=np.int8)
+        qw = rng.integers(-127, 128, (n, k), dtype=np.int8)
+        exact = qa.astype(np.int64) @ qw.T.astype(np.int64)
+        for enc in ENCODINGS:
+            packed = pyw8a8.pack_weight(rng.standard_normal((n, k)), encoding=enc,
+                                        rotate=False)
+            first = None
+            for threads in (1, 2, 3):
+                pyw8a8.set_num_threads(threads)
+                # Several calls: the tuner tries different task splits.
+                for _ in range(3):
+                    y = pyw8a8.matmul(x, packed)
+                    first = y if first is None else first
+                    np.testing.assert_array_equal(y, first, err_msg=f"{threads}")
+                    r = pyw8a8.int8_matmul(qa, qw, encoding=enc)
+                    assert r.dtype == np.int32
+                    np.testing.assert_array_equal(r, exact, err_msg=f"{threads}")
 
 
 def test_threadpoolctl_limit_is_respected():
@@ -167,9 +164,8 @@ def _long_call(fn_of_m, m_max, target=0.4):
 
 
 @pytest.mark.skipif(UNDER_ASAN, reason="timing under the sanitizers is meaningless")
-@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("kind", ["int8_matmul", "matmul"])
-def test_long_calls_release_the_gil(isa, kind):
+def test_long_calls_release_the_gil(any_isa, kind):
     rng = np.random.default_rng(7)
     k, n, m_max = 2048, 1024, 8192
     qw = rng.integers(-127, 128, (n, k), dtype=np.int8)
@@ -182,16 +178,15 @@ def test_long_calls_release_the_gil(isa, kind):
             return lambda: pyw8a8.int8_matmul(qa_all[:m], qw)
         return lambda: pyw8a8.matmul(x_all[:m], packed)
 
-    with pyw8a8.use_isa(isa):
-        pyw8a8.set_num_threads(1)  # leave the second core to the counter
-        call = _long_call(make, m_max)
-        ratios = []
-        for attempt in range(3):  # a noisy machine: the best of three
-            idle, _ = _counter_rate(None, seconds=0.3)
-            busy, elapsed = _counter_rate(call)
-            ratios.append(busy / idle)
-            if ratios[-1] >= 0.3:
-                break
+    pyw8a8.set_num_threads(1)  # leave the second core to the counter
+    call = _long_call(make, m_max)
+    ratios = []
+    for attempt in range(3):  # a noisy machine: the best of three
+        idle, _ = _counter_rate(None, seconds=0.3)
+        busy, elapsed = _counter_rate(call)
+        ratios.append(busy / idle)
+        if ratios[-1] >= 0.3:
+            break
     # Holding the GIL would stop the counter for the whole kernel (ratio near 0).
     assert max(ratios) >= 0.3, f"counter ran at {ratios} of its idle rate ({elapsed:.2f} s)"
 
@@ -218,7 +213,7 @@ needs_proc = pytest.mark.skipif(not os.path.exists("/proc/self/statm") or UNDER_
 
 
 @needs_proc
-def test_many_small_calls_do_not_grow_rss():
+def test_many_small_calls_do_not_grow_rss(any_isa):
     rng = np.random.default_rng(8)
     x = rng.standard_normal((4, 64)).astype(np.float32)
     packed = {enc: pyw8a8.pack_weight(rng.standard_normal((16, 64)), encoding=enc, rotate=False)
@@ -232,17 +227,15 @@ def test_many_small_calls_do_not_grow_rss():
         pyw8a8.int8_matmul(qa, qa)
         pyw8a8.quantize_per_token(x)
 
-    for isa in ISAS:
-        with pyw8a8.use_isa(isa):
-            _repeat(step, 1000, 0.5)  # warm up the allocator and the tuner
-            gc.collect()
-            before = _rss()
-            # Up to 10^5 calls (4 per step), within about 2.5 s in all.
-            calls = 4 * _repeat(step, 100_000 // 4, 2.5 / len(ISAS))
-            gc.collect()
-            grown = _rss() - before
-            # 64 bytes kept per call would already be ~2 MiB over 30,000 calls.
-            assert grown < 2 * 2**20, f"RSS grew {grown / 2**20:.2f} MiB in {calls} calls"
+    _repeat(step, 1000, 0.5)  # warm up the allocator and the tuner
+    gc.collect()
+    before = _rss()
+    # Up to 10^5 calls (4 per step), within about 2.5 s over all the paths.
+    calls = 4 * _repeat(step, 100_000 // 4, 2.5 / len(pyw8a8.compiled_isas()))
+    gc.collect()
+    grown = _rss() - before
+    # 64 bytes kept per call would already be ~2 MiB over 30,000 calls.
+    assert grown < 2 * 2**20, f"RSS grew {grown / 2**20:.2f} MiB in {calls} calls"
 
 
 @needs_proc

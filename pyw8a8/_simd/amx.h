@@ -23,7 +23,7 @@
 
 #define W8_AMX W8_TARGET("avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8")
 #define W8_AMX_MR 32
-#define W8_AMX_NV 2
+#define W8_AMX_NPANELS 2
 
 /* The 64-byte tile configuration (palette 1): bytes per row and rows of each tile. */
 typedef struct {

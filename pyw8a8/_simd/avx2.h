@@ -36,7 +36,8 @@ W8_AVX2 W8_INLINE __m256 w8_avx2_apply_scales(__m256 v, __m256 sa, __m256 sb)
 }
 
 /* The float epilogue of common.h on 8 sums of tile row r from tile column col, stored as
- * floats at p (the fused kernels' last store; the same arithmetic as w8_avx2_epilogue). */
+ * floats at p: the one vector store of both the fused kernels and the per-tile epilogue
+ * (ukernel.h) of the ymm paths. */
 W8_AVX2 W8_INLINE void w8_avx2_store_float(float *p, __m256i sums, const w8_tile_finish *fin,
                                            int r, int col)
 {
@@ -52,59 +53,21 @@ W8_AVX2 W8_INLINE void w8_avx2_store_float(float *p, __m256i sums, const w8_tile
 /* 4 rows x 2 ymm (one panel): 8 accumulators, 2 B vectors and their absolute values, the
  * broadcast row and a product fill 14 of the 16 ymm registers. */
 #define W8_AVX2_MR 4
-#define W8_AVX2_NV 1
+#define W8_AVX2_NPANELS 1
 #define W8_UK(name) w8_avx2_##name
 #define W8_UK_TARGET W8_AVX2
 #define W8_UK_MR W8_AVX2_MR
-#define W8_UK_VPP 2
-#define W8_UK_NVEC 2
-#define W8_UK_VEC __m256i
-#define W8_UK_BVEC __m256i
-#define W8_UK_BZERO() _mm256_setzero_si256()
-#define W8_UK_AVEC __m256i
-#define W8_UK_ZERO() _mm256_setzero_si256()
-#define W8_UK_LOAD(p) _mm256_loadu_si256((const __m256i *)(p))
-#define W8_UK_STORE(p, v) _mm256_storeu_si256((__m256i *)(p), v)
-#define W8_UK_ADD(x, y) _mm256_add_epi32(x, y)
-#define W8_UK_BCAST(p) _mm256_set1_epi32(w8_load_i32(p))
 #define W8_UK_LOAD_B(p, BIASED) w8_avx2_load_b(p, BIASED)
 #define W8_UK_PREP_B(b) _mm256_abs_epi8(b)
 #define W8_UK_DOT(acc, a, b, prep, BIASED) w8_avx2_dot(acc, a, b, prep)
-#define W8_UK_STORE_FLOAT(p, sums, fin, r, col) w8_avx2_store_float(p, sums, fin, r, col)
+#include "ymm_traits.h"
 #include "ukernel.h"
 
-/* The float epilogue of common.h, 8 columns at a time; the tail in scalar code computes
- * the same roundings. */
-W8_AVX2 static void w8_avx2_epilogue(const int32_t *acc, int64_t ldacc, int rows, int cols,
-                                     const int32_t *row_corr, const int32_t *col_corr,
-                                     const float *a_scale, const float *b_scale, float *out,
-                                     int64_t ldo)
-{
-    for (int r = 0; r < rows; r++) {
-        const int32_t *t = acc + r * ldacc;
-        float *o = out + r * ldo;
-        const int32_t rc = row_corr ? row_corr[r] : 0;
-        const __m256i vrc = _mm256_set1_epi32(rc);
-        const __m256 vsa = _mm256_set1_ps(a_scale[r]);
-        int j = 0;
-        for (; j + 8 <= cols; j += 8) {
-            __m256i v = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(t + j)), vrc);
-            if (col_corr)
-                v = _mm256_sub_epi32(v, _mm256_loadu_si256((const __m256i *)(col_corr + j)));
-            _mm256_storeu_ps(o + j, w8_avx2_apply_scales(_mm256_cvtepi32_ps(v), vsa,
-                                                         _mm256_loadu_ps(b_scale + j)));
-        }
-        w8_scalar_epilogue(t + j, ldacc, 1, cols - j, row_corr ? &rc : NULL,
-                           col_corr ? col_corr + j : NULL, a_scale + r, b_scale + j, o + j,
-                           ldo);
-    }
-}
-
-/* ---- FWHT (the network of fwht.h): 8 floats per ymm. ---- */
+/* ---- FWHT (the network of fwht.h, template fwht_driver.h): 8 floats per ymm. ---- */
 
 /* The three stages inside one register (h = 1, 2, 4): p holds each lane's partner; lanes
  * whose h bit is set take p - v, the others v + p. */
-W8_AVX2 W8_INLINE __m256 w8_fwht8_avx2(__m256 v)
+W8_AVX2 W8_INLINE __m256 w8_avx2_fwht8(__m256 v)
 {
     const __m256 s1 = _mm256_setr_ps(1, -1, 1, -1, 1, -1, 1, -1);
     const __m256 s2 = _mm256_setr_ps(1, 1, -1, -1, 1, 1, -1, -1);
@@ -115,84 +78,24 @@ W8_AVX2 W8_INLINE __m256 w8_fwht8_avx2(__m256 v)
     return v;
 }
 
-/* Whole transform of 8 * nreg contiguous floats (nreg <= 8) in registers. */
-W8_AVX2 W8_INLINE void w8_fwht_avx2_regs(float *x, int nreg)
-{
-    __m256 r[8];
-    for (int i = 0; i < nreg; i++) r[i] = w8_fwht8_avx2(_mm256_loadu_ps(x + 8 * i));
-    W8_FWHT_REG_STAGES(__m256, r, nreg, _mm256_add_ps, _mm256_sub_ps)
-    for (int i = 0; i < nreg; i++) _mm256_storeu_ps(x + 8 * i, r[i]);
-}
-
-/* A 128-block with fewer stores than two full passes (the transform is store-bound): the
- * first half's six inner stages are stored once, and the last stage (h = 64) combines
- * them, reloaded from L1, with the second half still in registers.  The same butterflies
- * in the same order as every other path, so the same bits. */
-W8_AVX2 W8_INLINE void w8_fwht_avx2_128(float *x)
-{
-    w8_fwht_avx2_regs(x, 8);
-    __m256 r[8];
-    for (int i = 0; i < 8; i++) r[i] = w8_fwht8_avx2(_mm256_loadu_ps(x + 64 + 8 * i));
-    W8_FWHT_REG_STAGES(__m256, r, 8, _mm256_add_ps, _mm256_sub_ps)
-    for (int i = 0; i < 8; i++) {
-        const __m256 a = _mm256_loadu_ps(x + 8 * i);
-        _mm256_storeu_ps(x + 8 * i, _mm256_add_ps(a, r[i]));
-        _mm256_storeu_ps(x + 64 + 8 * i, _mm256_sub_ps(a, r[i]));
-    }
-}
-
-/* `stages` consecutive stages h, 2h, ... (h >= 8) in one pass over memory: each group of
- * 2^stages vectors at stride h stays in registers for all of them. */
-W8_AVX2 W8_INLINE void w8_fwht_avx2_pass(float *x, int64_t n, int64_t h, int stages)
-{
-    const int nreg = 1 << stages;
-    for (int64_t base = 0; base < n; base += h * nreg)
-        for (int64_t j = base; j < base + h; j += 8) {
-            __m256 r[8];
-            for (int i = 0; i < nreg; i++) r[i] = _mm256_loadu_ps(x + j + i * h);
-            W8_FWHT_REG_STAGES(__m256, r, nreg, _mm256_add_ps, _mm256_sub_ps)
-            for (int i = 0; i < nreg; i++) _mm256_storeu_ps(x + j + i * h, r[i]);
-        }
-}
-
-W8_AVX2 static void w8_fwht_avx2(float *x, int64_t n)
-{
-    if (n < 8) {
-        w8_fwht_scalar(x, n);
-        return;
-    }
-    /* Stages h < 128 in chunks of up to 128 floats, then the rest three at a time.  nreg
-     * and stages are literal in each call so the register arrays unroll. */
-    const int64_t chunk = n < 128 ? n : 128;
-    for (int64_t i = 0; i < n; i += chunk) {
-        switch (chunk) {
-        case 128: w8_fwht_avx2_128(x + i); break;
-        case 64: w8_fwht_avx2_regs(x + i, 8); break;
-        case 32: w8_fwht_avx2_regs(x + i, 4); break;
-        case 16: w8_fwht_avx2_regs(x + i, 2); break;
-        default: w8_fwht_avx2_regs(x + i, 1); break;
-        }
-    }
-    for (int64_t h = chunk; h < n;) {
-        if (8 * h <= n) {
-            w8_fwht_avx2_pass(x, n, h, 3);
-            h *= 8;
-        } else if (4 * h <= n) {
-            w8_fwht_avx2_pass(x, n, h, 2);
-            h *= 4;
-        } else {
-            w8_fwht_avx2_pass(x, n, h, 1);
-            h *= 2;
-        }
-    }
-}
+#define W8_FW(name) w8_avx2_##name
+#define W8_FW_TARGET W8_AVX2
+#define W8_FW_VEC __m256
+#define W8_FW_LANES 8
+#define W8_FW_LOAD(p) _mm256_loadu_ps(p)
+#define W8_FW_STORE(p, v) _mm256_storeu_ps(p, v)
+#define W8_FW_ADD(x, y) _mm256_add_ps(x, y)
+#define W8_FW_SUB(x, y) _mm256_sub_ps(x, y)
+#define W8_FW_IN_REG(v) w8_avx2_fwht8(v)
+#define W8_FW_NARROW(x, n) w8_scalar_fwht(x, n)
+#include "fwht_driver.h"
 
 /* Sign hash of 16 positions per 16-bit-lane register (vpmullw, not the slow 32-bit
  * vpmulld).  Lanes hold positions in the order 0-3, 8-11 | 4-7, 12-15, which is the order
  * that vpunpcklwd / vpunpckhwd (interleaving within 128-bit halves) turn into the float
  * sign masks of positions 0-7 and 8-15. */
-W8_AVX2 static void w8_sign_scale_avx2(const float *x, float *y, int64_t n,
-                                            uint32_t pos, uint32_t seed, float c)
+W8_AVX2 static void w8_avx2_sign_scale(const float *x, float *y, int64_t n, uint32_t pos,
+                                       uint32_t seed, float c)
 {
     const __m256i m1 = _mm256_set1_epi16((short)W8_SIGN_M1),
                   m2 = _mm256_set1_epi16((short)W8_SIGN_M2),
@@ -225,7 +128,7 @@ W8_AVX2 static void w8_sign_scale_avx2(const float *x, float *y, int64_t n,
                                                       _mm256_xor_ps(vc, s1)));
             lo = _mm256_add_epi16(lo, step);
         }
-        w8_sign_scale_scalar(x + i, y + i, len - i, pos + (uint32_t)i, seed, c);
+        w8_scalar_sign_scale(x + i, y + i, len - i, pos + (uint32_t)i, seed, c);
         x += len;
         y += len;
         pos += (uint32_t)len;

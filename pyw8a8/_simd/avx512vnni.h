@@ -21,7 +21,8 @@ W8_AVX512 W8_INLINE __m512 w8_avx512_apply_scales(__m512 v, __m512 sa, __m512 sb
     return _mm512_mul_ps(_mm512_mul_ps(v, _mm512_min_ps(sa, sb)), _mm512_max_ps(sa, sb));
 }
 
-/* The float epilogue of common.h on 16 sums (as w8_avx2_store_float). */
+/* The float epilogue of common.h on 16 sums (as w8_avx2_store_float): the one vector store
+ * of the fused kernels and the per-tile epilogue (ukernel.h) of the zmm paths. */
 W8_AVX512 W8_INLINE void w8_avx512_store_float(float *p, __m512i sums,
                                                const w8_tile_finish *fin, int r, int col)
 {
@@ -37,7 +38,7 @@ W8_AVX512 W8_INLINE void w8_avx512_store_float(float *p, __m512i sums,
  * row use 29 of the 32 zmm registers.  Per quad row: 4 B loads and 6 broadcasts (load
  * ports) for 24 vpdpbusd, so the two vpdpbusd ports bound the loop (12 cycles). */
 #define W8_AVX512_MR 6
-#define W8_AVX512_NV 4
+#define W8_AVX512_NPANELS 4
 #define W8_UK(name) w8_avx512_##name
 #define W8_UK_TARGET W8_AVX512
 #define W8_UK_MR W8_AVX512_MR
@@ -57,32 +58,6 @@ W8_AVX512 W8_INLINE void w8_avx512_store_float(float *p, __m512i sums,
 #define W8_UK_DOT(acc, a, b, prep, BIASED) w8_avx512_dot(acc, a, b, BIASED)
 #define W8_UK_STORE_FLOAT(p, sums, fin, r, col) w8_avx512_store_float(p, sums, fin, r, col)
 #include "ukernel.h"
-
-/* The float epilogue of common.h, 16 columns at a time. */
-W8_AVX512 static void w8_avx512_epilogue(const int32_t *acc, int64_t ldacc, int rows,
-                                         int cols, const int32_t *row_corr,
-                                         const int32_t *col_corr, const float *a_scale,
-                                         const float *b_scale, float *out, int64_t ldo)
-{
-    for (int r = 0; r < rows; r++) {
-        const int32_t *t = acc + r * ldacc;
-        float *o = out + r * ldo;
-        const int32_t rc = row_corr ? row_corr[r] : 0;
-        const __m512i vrc = _mm512_set1_epi32(rc);
-        const __m512 vsa = _mm512_set1_ps(a_scale[r]);
-        int j = 0;
-        for (; j + 16 <= cols; j += 16) {
-            __m512i v = _mm512_sub_epi32(_mm512_loadu_si512((const void *)(t + j)), vrc);
-            if (col_corr)
-                v = _mm512_sub_epi32(v, _mm512_loadu_si512((const void *)(col_corr + j)));
-            _mm512_storeu_ps(o + j, w8_avx512_apply_scales(_mm512_cvtepi32_ps(v), vsa,
-                                                           _mm512_loadu_ps(b_scale + j)));
-        }
-        w8_avx2_epilogue(t + j, ldacc, 1, cols - j, row_corr ? &rc : NULL,
-                         col_corr ? col_corr + j : NULL, a_scale + r, b_scale + j, o + j,
-                         ldo);
-    }
-}
 
 /* Max |x| of 16 floats at a time; the maximum is one of the inputs whatever the order, so
  * the result equals the scalar one bit for bit. */
@@ -126,10 +101,10 @@ W8_AVX512 static void w8_avx512_quantize(const float *x, int64_t n, float inv, u
     w8_avx2_quantize(x + i, n - i, inv, flip, q + i);
 }
 
-/* ---- FWHT (the network of fwht.h): 16 floats per zmm, structured as the AVX2 one. ---- */
+/* ---- FWHT (the network of fwht.h, template fwht_driver.h): 16 floats per zmm. ---- */
 
 /* The four stages inside one register (h = 1, 2, 4, 8); the last two swap 128-bit lanes. */
-W8_AVX512 W8_INLINE __m512 w8_fwht16_avx512(__m512 v)
+W8_AVX512 W8_INLINE __m512 w8_avx512_fwht16(__m512 v)
 {
     const __m512 s1 = _mm512_setr_ps(1, -1, 1, -1, 1, -1, 1, -1,
                                      1, -1, 1, -1, 1, -1, 1, -1);
@@ -146,56 +121,17 @@ W8_AVX512 W8_INLINE __m512 w8_fwht16_avx512(__m512 v)
     return v;
 }
 
-W8_AVX512 W8_INLINE void w8_fwht_avx512_regs(float *x, int nreg)
-{
-    __m512 r[8];
-    for (int i = 0; i < nreg; i++) r[i] = w8_fwht16_avx512(_mm512_loadu_ps(x + 16 * i));
-    W8_FWHT_REG_STAGES(__m512, r, nreg, _mm512_add_ps, _mm512_sub_ps)
-    for (int i = 0; i < nreg; i++) _mm512_storeu_ps(x + 16 * i, r[i]);
-}
-
-/* As w8_fwht_avx2_pass, for h >= 16. */
-W8_AVX512 W8_INLINE void w8_fwht_avx512_pass(float *x, int64_t n, int64_t h,
-                                                  int stages)
-{
-    const int nreg = 1 << stages;
-    for (int64_t base = 0; base < n; base += h * nreg)
-        for (int64_t j = base; j < base + h; j += 16) {
-            __m512 r[8];
-            for (int i = 0; i < nreg; i++) r[i] = _mm512_loadu_ps(x + j + i * h);
-            W8_FWHT_REG_STAGES(__m512, r, nreg, _mm512_add_ps, _mm512_sub_ps)
-            for (int i = 0; i < nreg; i++) _mm512_storeu_ps(x + j + i * h, r[i]);
-        }
-}
-
-W8_AVX512 static void w8_fwht_avx512(float *x, int64_t n)
-{
-    if (n < 16) {
-        w8_fwht_avx2(x, n);
-        return;
-    }
-    const int64_t chunk = n < 128 ? n : 128;
-    for (int64_t i = 0; i < n; i += chunk) {
-        switch (chunk) {
-        case 128: w8_fwht_avx512_regs(x + i, 8); break;
-        case 64: w8_fwht_avx512_regs(x + i, 4); break;
-        case 32: w8_fwht_avx512_regs(x + i, 2); break;
-        default: w8_fwht_avx512_regs(x + i, 1); break;
-        }
-    }
-    for (int64_t h = chunk; h < n;) {
-        if (8 * h <= n) {
-            w8_fwht_avx512_pass(x, n, h, 3);
-            h *= 8;
-        } else if (4 * h <= n) {
-            w8_fwht_avx512_pass(x, n, h, 2);
-            h *= 4;
-        } else {
-            w8_fwht_avx512_pass(x, n, h, 1);
-            h *= 2;
-        }
-    }
-}
+#define W8_FW(name) w8_avx512_##name
+#define W8_FW_TARGET W8_AVX512
+#define W8_FW_VEC __m512
+#define W8_FW_LANES 16
+#define W8_FW_LOAD(p) _mm512_loadu_ps(p)
+#define W8_FW_STORE(p, v) _mm512_storeu_ps(p, v)
+#define W8_FW_ADD(x, y) _mm512_add_ps(x, y)
+#define W8_FW_SUB(x, y) _mm512_sub_ps(x, y)
+#define W8_FW_IN_REG(v) w8_avx512_fwht16(v)
+#define W8_FW_NARROW(x, n) w8_avx2_fwht(x, n)
+#include "fwht_driver.h"
 
 W8_AVX512 static int64_t w8_avx512_peak(int64_t iters, int32_t *sink)
 {

@@ -20,25 +20,14 @@ W8_AVXVNNI W8_INLINE __m256i w8_avxvnni_dot(__m256i acc, __m256i a, __m256i b, i
 /* 6 rows x 2 ymm (one panel): 12 accumulators, 2 B vectors and the broadcast row fill 15
  * of the 16 ymm registers. */
 #define W8_AVXVNNI_MR 6
-#define W8_AVXVNNI_NV 1
+#define W8_AVXVNNI_NPANELS 1
 #define W8_UK(name) w8_avxvnni_##name
 #define W8_UK_TARGET W8_AVXVNNI
 #define W8_UK_MR W8_AVXVNNI_MR
-#define W8_UK_VPP 2
-#define W8_UK_NVEC 2
-#define W8_UK_VEC __m256i
-#define W8_UK_BVEC __m256i
-#define W8_UK_BZERO() _mm256_setzero_si256()
-#define W8_UK_AVEC __m256i
-#define W8_UK_ZERO() _mm256_setzero_si256()
-#define W8_UK_LOAD(p) _mm256_loadu_si256((const __m256i *)(p))
-#define W8_UK_STORE(p, v) _mm256_storeu_si256((__m256i *)(p), v)
-#define W8_UK_ADD(x, y) _mm256_add_epi32(x, y)
-#define W8_UK_BCAST(p) _mm256_set1_epi32(w8_load_i32(p))
 #define W8_UK_LOAD_B(p, BIASED) _mm256_loadu_si256((const __m256i *)(p))
 #define W8_UK_PREP_B(b) (b)
 #define W8_UK_DOT(acc, a, b, prep, BIASED) w8_avxvnni_dot(acc, a, b, BIASED)
-#define W8_UK_STORE_FLOAT(p, sums, fin, r, col) w8_avx2_store_float(p, sums, fin, r, col)
+#include "ymm_traits.h"
 #include "ukernel.h"
 
 W8_AVXVNNI static int64_t w8_avxvnni_peak(int64_t iters, int32_t *sink)

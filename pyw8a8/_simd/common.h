@@ -187,7 +187,7 @@ struct w8_cpu_features_s;
 typedef struct {
     const char *name;
     int mr;                       /* microkernel rows */
-    int nv;                       /* microkernel panels (columns = 16 * nv) */
+    int npanels;                  /* microkernel panels (columns = 16 * npanels) */
     int whole_tiles;              /* the kernel stores whole mr-row tiles (AMX): tiles with
                                      fewer rows go through a scratch tile */
     int whole_k;                  /* no K-blocking: the C tiles accumulate over the whole K

@@ -11,7 +11,8 @@
  *
  * This file holds what every path shares: the sign hash, the plain-C FWHT (the reference
  * network) and sign application, and the row transforms; each SIMD FWHT lives in its
- * instruction set's header (avx2.h, avx512vnni.h, neon.h), as the kernels do.
+ * instruction set's header (avx2.h, avx512vnni.h, neon.h), as the kernels do, the x86 ones
+ * instantiating the template fwht_driver.h.
  *
  * Every FWHT runs the same butterfly network, (a, b) -> (a + b, a - b) on the pairs at
  * distance h = 1, 2, 4, ..., n/2, each butterfly on the outputs of the previous stage; only
@@ -67,7 +68,7 @@ static inline uint32_t w8_sign_bit(uint32_t pos, uint32_t seed)
 }
 
 /* The sign application (w8_sign_scale_fn of common.h) in plain C. */
-static void w8_sign_scale_scalar(const float *x, float *y, int64_t n, uint32_t pos,
+static void w8_scalar_sign_scale(const float *x, float *y, int64_t n, uint32_t pos,
                                  uint32_t seed, float c)
 {
     uint32_t cbits;
@@ -94,7 +95,7 @@ static void w8_sign_scale_scalar(const float *x, float *y, int64_t n, uint32_t p
 /* ---------------------------------------------------------------------------------------
  * FWHT (w8_fwht_fn of common.h): x <- H x in place, n a power of two. */
 
-static void w8_fwht_scalar(float *x, int64_t n)
+static void w8_scalar_fwht(float *x, int64_t n)
 {
     for (int64_t h = 1; h < n; h *= 2)
         for (int64_t i = 0; i < n; i += 2 * h)
@@ -106,7 +107,7 @@ static void w8_fwht_scalar(float *x, int64_t n)
 }
 
 /* Butterflies between whole registers: the stages of distance 1, 2, ..., nreg/2 registers
- * on an array `r` of `nreg` vectors of type T (shared by the AVX2 and AVX-512 code).  Both
+ * on an array `r` of `nreg` vectors of type T (of fwht_driver.h, any vector width).  Both
  * loops have constant trip counts once nreg is a literal, so they unroll fully and `r`
  * stays in registers; butterfly p of a stage of distance h pairs j with j + h, where j is
  * p with a zero bit inserted at h. */

@@ -3,7 +3,7 @@
  *   for nc-block of N   (the B block of one task's columns, sized from L2/L3)
  *     for kc-range of K  (the B micro-panel of one range stays in L1)
  *       for mc-block of M (the A block reused from L2 across the panels)
- *         for 16*nv columns (one B micro-panel)
+ *         for 16*npanels columns (one B micro-panel)
  *           for mr rows     -> microkernel, adding into the int32 sums of its tile
  *                              (over the last K-range the kernel finishes its tile to
  *                              float in registers, or one epilogue per tile follows)
@@ -105,7 +105,7 @@ static void w8_gemm_range_i32(const w8_gemm_plan *g, int64_t m0, int64_t m1, int
     const w8_ukernel_f32_fn finish =
         g->out_kind == W8_OUT_F32 ? ops->ukernel_f32[g->enc] : NULL;
     const int64_t ps = g->Kp / 4 * W8_QUAD_BYTES; /* bytes of one panel */
-    const int64_t ncols = (int64_t)W8_NR * ops->nv;
+    const int64_t ncols = (int64_t)W8_NR * ops->npanels;
     int32_t *const sums = (int32_t *)g->out;      /* the output buffer holds the sums */
     W8_ALIGN(64) int32_t tile[W8_MAX_MR * W8_TILE_LD];
     for (int64_t nb = n0; nb < n1; nb += g->nc) {
@@ -160,7 +160,7 @@ static void w8_gemm_range_i64(const w8_gemm_plan *g, int64_t m0, int64_t m1, int
     const w8_isa_ops *ops = g->ops;
     const w8_ukernel_fn kernel = ops->ukernel[g->enc];
     const int64_t ps = g->Kp / 4 * W8_QUAD_BYTES;
-    const int64_t ncols = (int64_t)W8_NR * ops->nv;
+    const int64_t ncols = (int64_t)W8_NR * ops->npanels;
     int64_t *const out = (int64_t *)g->out;
     W8_ALIGN(64) int32_t tile[W8_MAX_MR * W8_TILE_LD];
     int32_t row_corr[W8_MAX_MR], col_corr[W8_TILE_LD];

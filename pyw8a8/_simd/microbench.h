@@ -14,7 +14,7 @@
  * measured on: 125 against 102 GOPS per core) that leaves int8 only 1.2x ahead.
  * a is 1 at run time but unknown to the compiler, and the sums grow slowly: no denormals,
  * no overflow, nothing to fold. */
-W8_TARGET("avx2,fma") static int64_t w8_peak_fp32_avx2(int64_t iters, int32_t *sink)
+W8_TARGET("avx2,fma") static int64_t w8_avx2_peak_fp32(int64_t iters, int32_t *sink)
 {
     const __m256 a = _mm256_set1_ps(1.0f - (float)(*sink & 1) * 1e-7f),
                  b = _mm256_set1_ps(1e-3f);
@@ -27,7 +27,7 @@ W8_TARGET("avx2,fma") static int64_t w8_peak_fp32_avx2(int64_t iters, int32_t *s
     return iters * W8_PEAK_CHAINS * 8;
 }
 
-W8_TARGET("avx2,fma,avx512f") static int64_t w8_peak_fp32_avx512(int64_t iters, int32_t *sink)
+W8_TARGET("avx2,fma,avx512f") static int64_t w8_avx512_peak_fp32(int64_t iters, int32_t *sink)
 {
     const __m512 a = _mm512_set1_ps(1.0f - (float)(*sink & 1) * 1e-7f),
                  b = _mm512_set1_ps(1e-3f);
@@ -45,7 +45,7 @@ W8_TARGET("avx2,fma,avx512f") static int64_t w8_peak_fp32_avx512(int64_t iters, 
 static inline w8_peak_fn w8_fp32_peak(int zmm)
 {
 #if defined(W8_X86)
-    return zmm ? w8_peak_fp32_avx512 : w8_peak_fp32_avx2;
+    return zmm ? w8_avx512_peak_fp32 : w8_avx2_peak_fp32;
 #else
     (void)zmm;
     return NULL;

@@ -9,9 +9,9 @@
  * operands: lane i of the c-th 16-byte vector is channel 4c + i, so four int32x4
  * accumulators hold the 16 channels of one row.  Both paths multiply signed by signed:
  * biased weights (q + 128) become q again with one XOR, so neither encoding needs the +128
- * compensation (W8_CORR_NONE) nor shifted activations (a_flip 0).  Both kernels are the
- * template of ukernel.h with NEON traits; the row quantizer and the FWHT use baseline NEON
- * only and serve both paths. */
+ * compensation (W8_CORR_NONE) nor shifted activations (a_flip 0).  Both kernels (and their
+ * epilogues) are the template of ukernel.h with the traits of neon_traits.h; the row
+ * quantizer and the FWHT use baseline NEON only and serve both paths. */
 #ifndef PYW8A8_SIMD_NEON_H
 #define PYW8A8_SIMD_NEON_H
 
@@ -48,8 +48,10 @@ W8_INLINE int32x4_t w8_neon_dot(int32x4_t acc, int8x16_t a, int8x16_t b)
     return vpadalq_s16(acc, vpaddq_s16(lo, hi));
 }
 
-/* The float epilogue of common.h on 4 sums (the fused kernels' last store): vcvtq_f32_s32
- * rounds to nearest even, like the scalar conversion. */
+/* The float epilogue of common.h on 4 sums of tile row r from tile column col, stored as
+ * floats at p: the one vector store of the fused kernels and the per-tile epilogue
+ * (ukernel.h) of both Arm paths.  vcvtq_f32_s32 rounds to nearest even, like the scalar
+ * conversion. */
 W8_INLINE void w8_neon_store_float(float *p, int32x4_t sums, const w8_tile_finish *fin,
                                    int r, int col)
 {
@@ -63,30 +65,14 @@ W8_INLINE void w8_neon_store_float(float *p, int32x4_t sums, const w8_tile_finis
 }
 
 /* Both Arm paths: 4 rows x 4 int32x4 (one panel, 16 channels) = 16 accumulators; with the 4
- * B vectors and the broadcast row they use 21 of the 32 NEON registers. */
+ * B vectors and the broadcast row they use 21 of the 32 NEON registers.  The two kernels
+ * differ only in their dot step. */
 #define W8_NEON_MR 4
-#define W8_NEON_NV 1
-#define W8_UK_MR W8_NEON_MR
-#define W8_UK_VPP 4
-#define W8_UK_NVEC 4
-#define W8_UK_VEC int32x4_t
-#define W8_UK_ZERO() vdupq_n_s32(0)
-#define W8_UK_BVEC int8x16_t
-#define W8_UK_BZERO() vdupq_n_s8(0)
-#define W8_UK_AVEC int8x16_t
-#define W8_UK_LOAD(p) vld1q_s32(p)
-#define W8_UK_STORE(p, v) vst1q_s32(p, v)
-#define W8_UK_ADD(x, y) vaddq_s32(x, y)
-#define W8_UK_BCAST(p) w8_neon_bcast(p)
-#define W8_UK_LOAD_B(p, BIASED) w8_neon_load_b(p, BIASED)
-#define W8_UK_PREP_B(b) (b)
-#define W8_UK_STORE_FLOAT(p, sums, fin, r, col) w8_neon_store_float(p, sums, fin, r, col)
-
-/* The two kernels differ only in their dot step. */
-#define W8_UK_KEEP_TRAITS
+#define W8_NEON_NPANELS 1
 #define W8_UK(name) w8_neon_##name
 #define W8_UK_TARGET
 #define W8_UK_DOT(acc, a, b, prep, BIASED) w8_neon_dot(acc, a, b)
+#include "neon_traits.h"
 #include "ukernel.h"
 
 /* sdot (vdotq_s32, Armv8.2-A dotprod): each int32 lane gains the sum of four s8 x s8
@@ -94,6 +80,7 @@ W8_INLINE void w8_neon_store_float(float *p, int32x4_t sums, const w8_tile_finis
 #define W8_UK(name) w8_neondot_##name
 #define W8_UK_TARGET W8_NEONDOT
 #define W8_UK_DOT(acc, a, b, prep, BIASED) vdotq_s32(acc, b, a)
+#include "neon_traits.h"
 #include "ukernel.h"
 
 /* The maximum is one of the inputs whatever the order of comparison, so the result is
@@ -143,7 +130,7 @@ static void w8_neon_quantize(const float *x, int64_t n, float inv, uint8_t flip,
  * of two.  Stages run h = 1, 2, 4, ... with the butterfly (u + v, u - v), and every element
  * goes through the same float operations in the same order as in the plain radix-2 loop,
  * so the result is bit-identical to it; only the grouping into vectors differs. */
-static void w8_fwht_neon(float *x, int64_t n)
+static void w8_neon_fwht(float *x, int64_t n)
 {
     if (n < 4) {
         if (n == 2) {

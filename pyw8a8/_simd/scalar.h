@@ -6,7 +6,7 @@
 #include "common.h"
 
 #define W8_SCALAR_MR 4
-#define W8_SCALAR_NV 1
+#define W8_SCALAR_NPANELS 1
 
 /* The integer sums run in uint32: the u8 x s8 sums of the +128 encodings may wrap within an
  * exact K-range (common.h, W8_EXACT_K), and wrapping is defined only for unsigned types. */
@@ -56,9 +56,9 @@ static void w8_scalar_ukernel_signed(int rows, int npanels, int64_t kq, const ui
  * compensation exactly as the VNNI and AMX paths do them, so the compensation logic of the
  * loop nest (W8_CORR_ROW / W8_CORR_COL and the prefix sums) is tested on every CPU.
  * biased: weights are the u8 operand (q + 128); signed: activations are (qa ^ 0x80). */
-W8_INLINE void w8_u8s8_tile(int rows, int npanels, int64_t kq, const uint8_t *a,
-                            int64_t lda, const uint8_t *b, int64_t panel_stride,
-                            int32_t *c, int64_t ldc, int accumulate, int biased)
+W8_INLINE void w8_scalar_u8s8_tile(int rows, int npanels, int64_t kq, const uint8_t *a,
+                                   int64_t lda, const uint8_t *b, int64_t panel_stride,
+                                   int32_t *c, int64_t ldc, int accumulate, int biased)
 {
     for (int r = 0; r < rows; r++) {
         for (int p = 0; p < npanels; p++) {
@@ -79,22 +79,25 @@ W8_INLINE void w8_u8s8_tile(int rows, int npanels, int64_t kq, const uint8_t *a,
     }
 }
 
-static void w8_u8s8_ukernel_biased(int rows, int npanels, int64_t kq, const uint8_t *a,
-                                   int64_t lda, const uint8_t *b, int64_t ps, int32_t *c,
-                                   int64_t ldc, int accumulate)
+static void w8_scalar_u8s8_ukernel_biased(int rows, int npanels, int64_t kq,
+                                          const uint8_t *a, int64_t lda, const uint8_t *b,
+                                          int64_t ps, int32_t *c, int64_t ldc,
+                                          int accumulate)
 {
-    w8_u8s8_tile(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, 1);
+    w8_scalar_u8s8_tile(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, 1);
 }
 
-static void w8_u8s8_ukernel_signed(int rows, int npanels, int64_t kq, const uint8_t *a,
-                                   int64_t lda, const uint8_t *b, int64_t ps, int32_t *c,
-                                   int64_t ldc, int accumulate)
+static void w8_scalar_u8s8_ukernel_signed(int rows, int npanels, int64_t kq,
+                                          const uint8_t *a, int64_t lda, const uint8_t *b,
+                                          int64_t ps, int32_t *c, int64_t ldc,
+                                          int accumulate)
 {
-    w8_u8s8_tile(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, 0);
+    w8_scalar_u8s8_tile(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, 0);
 }
 
-/* The float epilogue of common.h: the reference of every SIMD one.  The compensated sum is
- * formed modulo 2^32 (it fits in int32, see W8_EXACT_K), then converted once. */
+/* The float epilogue of common.h: the reference of every SIMD one, and their tail past the
+ * last whole vector (ukernel.h).  The compensated sum is formed modulo 2^32 (it fits in
+ * int32, see W8_EXACT_K), then converted once. */
 static void w8_scalar_epilogue(const int32_t *acc, int64_t ldacc, int rows, int cols,
                                const int32_t *row_corr, const int32_t *col_corr,
                                const float *a_scale, const float *b_scale, float *out,

@@ -1,13 +1,22 @@
 /* The register-tiled microkernel of the SIMD paths (AVX2, AVX-VNNI, AVX-512 VNNI, NEON and
- * NEON dot product), written once: an included template.  Each ISA header states only its intrinsics and its
- * traits, then includes this file, which defines <prefix>_ukernel_biased and
- * <prefix>_ukernel_signed (the w8_ukernel_fn of common.h) and undefines the traits.
+ * NEON dot product), written once: an included template.  Each ISA header states only its
+ * intrinsics and its traits, then includes this file, which defines, for its prefix:
+ *
+ *   <prefix>_ukernel_biased, <prefix>_ukernel_signed          w8_ukernel_fn of common.h
+ *   <prefix>_ukernel_f32_biased, <prefix>_ukernel_f32_signed  w8_ukernel_f32_fn
+ *   <prefix>_epilogue    w8_epilogue_fn: W8_UK_STORE_FLOAT over each row's whole vectors,
+ *                        w8_scalar_epilogue (the reference) over the columns past them
+ *
+ * and, inlined into the kernels, <prefix>_tile (one tile of ROWS x NVEC vectors, both
+ * constants), <prefix>_tile_rows and <prefix>_tiles (the switches that make them constants).
+ * At its end it undefines every trait and every macro of its own, so the next include
+ * starts clean.
  *
  * Traits (macros the including header defines):
  *   W8_UK(name)            the path's function name for `name` (e.g. w8_avx512_##name)
  *   W8_UK_TARGET           its target attribute
  *   W8_UK_MR               rows of a tile, at most 8
- *   W8_UK_VPP              vectors per 16-channel panel (1 zmm, 2 ymm)
+ *   W8_UK_VPP              vectors per 16-channel panel (1 zmm, 2 ymm, 4 NEON)
  *   W8_UK_NVEC             vectors per tile row, at most 4 (W8_UK_NVEC / W8_UK_VPP panels)
  *   W8_UK_VEC              the accumulator vector type (int32 lanes)
  *   W8_UK_ZERO()           an all-zero accumulator
@@ -19,16 +28,18 @@
  *   W8_UK_PREP_B(b)        per-B-vector work shared by every row of the tile (or b)
  *   W8_UK_DOT(acc, a, b, prep, BIASED)  acc plus the four-product dots of a and b
  *   W8_UK_STORE_FLOAT(p, sums, fin, r, col)  the float epilogue of common.h on one vector
- *                          of sums (tile row r, tile column col), stored as floats at p
- *
- * A header instantiating the template twice with the same vectors defines
- * W8_UK_KEEP_TRAITS before the first include: that include then undefines only W8_UK,
- * W8_UK_TARGET and W8_UK_DOT, and the second one everything.
+ *                          of sums (tile row r, tile column col), stored as floats at p:
+ *                          the path's one definition of that arithmetic
+ * Traits that several instantiations share sit in a traits header without include guard,
+ * included right before this file (ymm_traits.h, neon_traits.h).
  *
  * Accumulators are named variables, c<row><vector>, not an array: with an array GCC 12
  * keeps part of a 6 x 4 zmm tile on the stack and copies it between the dot instructions
- * (twice the cycles of the port bound, measured).  Every `if` on ROWS, NVEC or BIASED is on
- * a compile-time constant in each instantiation, so the unused accumulators vanish. */
+ * (twice the cycles of the port bound, measured).  Every `if` on ROWS, NVEC, BIASED or
+ * FINISH is on a compile-time constant in each inlined call, so the unused accumulators
+ * and branches vanish. */
+
+#include "scalar.h"
 
 #define W8_UK_VCOLS (16 / W8_UK_VPP) /* int32 lanes (output channels) per vector */
 
@@ -80,74 +91,85 @@ W8_UK_TARGET W8_INLINE void W8_UK(tile)(const int ROWS, const int NVEC, int64_t 
     W8_UK_EACH_RV(W8_UK_STORE_ONE)
 }
 
-/* Row counts and vector counts become constants here, one instantiation per pair. */
-#define W8_UK_TILE_CALL(R, NV, BIASED)                                                   \
-    W8_UK(tile)(R, NV, kq, a, lda, b, ps, c, ldc, accumulate, BIASED, FINISH_, fin)
-#define W8_UK_ROWS_CASES(NV, BIASED)                                                     \
-    switch (rows) {                                                                      \
-    W8_UK_ROW_CASE_8(NV, BIASED)                                                         \
-    W8_UK_ROW_CASE_7(NV, BIASED)                                                         \
-    W8_UK_ROW_CASE_6(NV, BIASED)                                                         \
-    W8_UK_ROW_CASE_5(NV, BIASED)                                                         \
-    case 4: W8_UK_TILE_CALL(4, NV, BIASED); break;                                       \
-    case 3: W8_UK_TILE_CALL(3, NV, BIASED); break;                                       \
-    case 2: W8_UK_TILE_CALL(2, NV, BIASED); break;                                       \
-    default: W8_UK_TILE_CALL(1, NV, BIASED); break;                                      \
+/* The row count of a call as a constant: one inlined tile per count up to W8_UK_MR (the
+ * `if`s drop the counts beyond it, which no call asks for). */
+W8_UK_TARGET W8_INLINE void W8_UK(tile_rows)(int rows, const int NVEC, int64_t kq,
+                                             const uint8_t *a, int64_t lda, const uint8_t *b,
+                                             int64_t ps, int32_t *c, int64_t ldc,
+                                             int accumulate, const int BIASED,
+                                             const int FINISH, const w8_tile_finish *fin)
+{
+    switch (rows) {
+    case 8:
+        if (W8_UK_MR >= 8)
+            W8_UK(tile)(8, NVEC, kq, a, lda, b, ps, c, ldc, accumulate, BIASED, FINISH, fin);
+        break;
+    case 7:
+        if (W8_UK_MR >= 7)
+            W8_UK(tile)(7, NVEC, kq, a, lda, b, ps, c, ldc, accumulate, BIASED, FINISH, fin);
+        break;
+    case 6:
+        if (W8_UK_MR >= 6)
+            W8_UK(tile)(6, NVEC, kq, a, lda, b, ps, c, ldc, accumulate, BIASED, FINISH, fin);
+        break;
+    case 5:
+        if (W8_UK_MR >= 5)
+            W8_UK(tile)(5, NVEC, kq, a, lda, b, ps, c, ldc, accumulate, BIASED, FINISH, fin);
+        break;
+    case 4:
+        W8_UK(tile)(4, NVEC, kq, a, lda, b, ps, c, ldc, accumulate, BIASED, FINISH, fin);
+        break;
+    case 3:
+        W8_UK(tile)(3, NVEC, kq, a, lda, b, ps, c, ldc, accumulate, BIASED, FINISH, fin);
+        break;
+    case 2:
+        W8_UK(tile)(2, NVEC, kq, a, lda, b, ps, c, ldc, accumulate, BIASED, FINISH, fin);
+        break;
+    default:
+        W8_UK(tile)(1, NVEC, kq, a, lda, b, ps, c, ldc, accumulate, BIASED, FINISH, fin);
+        break;
     }
-#if W8_UK_MR >= 8
-#define W8_UK_ROW_CASE_8(NV, B) case 8: W8_UK_TILE_CALL(8, NV, B); break;
-#else
-#define W8_UK_ROW_CASE_8(NV, B)
-#endif
-#if W8_UK_MR >= 7
-#define W8_UK_ROW_CASE_7(NV, B) case 7: W8_UK_TILE_CALL(7, NV, B); break;
-#else
-#define W8_UK_ROW_CASE_7(NV, B)
-#endif
-#if W8_UK_MR >= 6
-#define W8_UK_ROW_CASE_6(NV, B) case 6: W8_UK_TILE_CALL(6, NV, B); break;
-#else
-#define W8_UK_ROW_CASE_6(NV, B)
-#endif
-#if W8_UK_MR >= 5
-#define W8_UK_ROW_CASE_5(NV, B) case 5: W8_UK_TILE_CALL(5, NV, B); break;
-#else
-#define W8_UK_ROW_CASE_5(NV, B)
-#endif
+}
 
-/* The panel count of a call sets the vectors per row; a path with one panel per tile
- * (W8_UK_NVEC == W8_UK_VPP) has a single case. */
-#define W8_UK_DISPATCH(BIASED)                                                           \
-    switch (npanels * W8_UK_VPP) {                                                       \
-    W8_UK_VEC_CASE_4(BIASED)                                                             \
-    W8_UK_VEC_CASE_3(BIASED)                                                             \
-    W8_UK_VEC_CASE_2(BIASED)                                                             \
-    default: W8_UK_ROWS_CASES(W8_UK_VPP, BIASED) break;                                  \
+/* The vector count of a call (its panels times W8_UK_VPP) as a constant: one case per
+ * count that is a whole number of panels, up to W8_UK_NVEC (the `if`s drop the others). */
+W8_UK_TARGET W8_INLINE void W8_UK(tiles)(int rows, int npanels, int64_t kq, const uint8_t *a,
+                                         int64_t lda, const uint8_t *b, int64_t ps,
+                                         int32_t *c, int64_t ldc, int accumulate,
+                                         const int BIASED, const int FINISH,
+                                         const w8_tile_finish *fin)
+{
+    switch (npanels * W8_UK_VPP) {
+    case 4:
+        if (W8_UK_NVEC >= 4 && 4 % W8_UK_VPP == 0)
+            W8_UK(tile_rows)(rows, 4, kq, a, lda, b, ps, c, ldc, accumulate, BIASED,
+                             FINISH, fin);
+        break;
+    case 3:
+        if (W8_UK_NVEC >= 3 && 3 % W8_UK_VPP == 0)
+            W8_UK(tile_rows)(rows, 3, kq, a, lda, b, ps, c, ldc, accumulate, BIASED,
+                             FINISH, fin);
+        break;
+    case 2:
+        if (W8_UK_NVEC >= 2 && 2 % W8_UK_VPP == 0)
+            W8_UK(tile_rows)(rows, 2, kq, a, lda, b, ps, c, ldc, accumulate, BIASED,
+                             FINISH, fin);
+        break;
+    case 1:
+        if (W8_UK_VPP == 1)
+            W8_UK(tile_rows)(rows, 1, kq, a, lda, b, ps, c, ldc, accumulate, BIASED,
+                             FINISH, fin);
+        break;
     }
-#if W8_UK_NVEC >= 4
-#define W8_UK_VEC_CASE_4(B) case 4: W8_UK_ROWS_CASES(4, B) break;
-#else
-#define W8_UK_VEC_CASE_4(B)
-#endif
-#if W8_UK_NVEC >= 3 && W8_UK_VPP == 1
-#define W8_UK_VEC_CASE_3(B) case 3: W8_UK_ROWS_CASES(3, B) break;
-#else
-#define W8_UK_VEC_CASE_3(B)
-#endif
-#if W8_UK_NVEC >= 2 && W8_UK_VPP == 1
-#define W8_UK_VEC_CASE_2(B) case 2: W8_UK_ROWS_CASES(2, B) break;
-#else
-#define W8_UK_VEC_CASE_2(B)
-#endif
+}
 
-#define FINISH_ 0
+/* The entry points: BIASED and FINISH are constants in each. */
 W8_UK_TARGET static void W8_UK(ukernel_biased)(int rows, int npanels, int64_t kq,
                                                const uint8_t *a, int64_t lda,
                                                const uint8_t *b, int64_t ps, int32_t *c,
                                                int64_t ldc, int accumulate)
 {
-    const w8_tile_finish *fin = NULL;
-    W8_UK_DISPATCH(1)
+    W8_UK(tiles)(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, 1, 0, NULL);
 }
 
 W8_UK_TARGET static void W8_UK(ukernel_signed)(int rows, int npanels, int64_t kq,
@@ -155,19 +177,16 @@ W8_UK_TARGET static void W8_UK(ukernel_signed)(int rows, int npanels, int64_t kq
                                                const uint8_t *b, int64_t ps, int32_t *c,
                                                int64_t ldc, int accumulate)
 {
-    const w8_tile_finish *fin = NULL;
-    W8_UK_DISPATCH(0)
+    W8_UK(tiles)(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, 0, 0, NULL);
 }
-#undef FINISH_
 
-#define FINISH_ 1
 W8_UK_TARGET static void W8_UK(ukernel_f32_biased)(int rows, int npanels, int64_t kq,
                                                    const uint8_t *a, int64_t lda,
                                                    const uint8_t *b, int64_t ps, int32_t *c,
                                                    int64_t ldc, int accumulate,
                                                    const w8_tile_finish *fin)
 {
-    W8_UK_DISPATCH(1)
+    W8_UK(tiles)(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, 1, 1, fin);
 }
 
 W8_UK_TARGET static void W8_UK(ukernel_f32_signed)(int rows, int npanels, int64_t kq,
@@ -176,23 +195,40 @@ W8_UK_TARGET static void W8_UK(ukernel_f32_signed)(int rows, int npanels, int64_
                                                    int64_t ldc, int accumulate,
                                                    const w8_tile_finish *fin)
 {
-    W8_UK_DISPATCH(0)
+    W8_UK(tiles)(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, 0, 1, fin);
 }
-#undef FINISH_
 
-#undef W8_UK_ROW_CASE_8
-#undef W8_UK_ROW_CASE_7
-#undef W8_UK_ROW_CASE_6
-#undef W8_UK_ROW_CASE_5
-#undef W8_UK_VEC_CASE_4
-#undef W8_UK_VEC_CASE_3
-#undef W8_UK_VEC_CASE_2
+/* The per-tile epilogue (edge tiles, and paths without fused kernels) with the fused
+ * kernels' own vector store, so both give the same bits by construction. */
+W8_UK_TARGET static void W8_UK(epilogue)(const int32_t *acc, int64_t ldacc, int rows,
+                                         int cols, const int32_t *row_corr,
+                                         const int32_t *col_corr, const float *a_scale,
+                                         const float *b_scale, float *out, int64_t ldo)
+{
+    const w8_tile_finish fin = {row_corr, col_corr, a_scale, b_scale};
+    const int whole = cols / W8_UK_VCOLS * W8_UK_VCOLS;
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < whole; j += W8_UK_VCOLS)
+            W8_UK_STORE_FLOAT(out + r * ldo + j, W8_UK_LOAD(acc + r * ldacc + j), &fin, r, j);
+    w8_scalar_epilogue(acc + whole, ldacc, rows, cols - whole, row_corr,
+                       col_corr ? col_corr + whole : NULL, a_scale, b_scale + whole,
+                       out + whole, ldo);
+}
+
+#undef W8_UK_VCOLS
+#undef W8_UK_EACH_V
+#undef W8_UK_EACH_RV
+#undef W8_UK_EACH_R
+#undef W8_UK_EACH_VEC
+#undef W8_UK_DECL_ACC
+#undef W8_UK_DECL_ROW
+#undef W8_UK_LOAD_VEC
+#undef W8_UK_DOT_ONE
+#undef W8_UK_DOT_ROW
+#undef W8_UK_STORE_ONE
+
 #undef W8_UK
 #undef W8_UK_TARGET
-#undef W8_UK_DOT
-#if defined(W8_UK_KEEP_TRAITS)
-#undef W8_UK_KEEP_TRAITS
-#else
 #undef W8_UK_MR
 #undef W8_UK_VPP
 #undef W8_UK_NVEC
@@ -207,5 +243,5 @@ W8_UK_TARGET static void W8_UK(ukernel_f32_signed)(int rows, int npanels, int64_
 #undef W8_UK_BCAST
 #undef W8_UK_LOAD_B
 #undef W8_UK_PREP_B
+#undef W8_UK_DOT
 #undef W8_UK_STORE_FLOAT
-#endif

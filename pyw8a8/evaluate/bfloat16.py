@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..router import FloatLinear
+from ..router import float_linear
 
 __all__ = ["bfloat16_linear", "round_to_bfloat16"]
 
@@ -59,15 +59,9 @@ def bfloat16_linear(name, w):
     """The ``linear(name, w)`` factory of the noise floor: float32 layers on bfloat16-rounded
     weights (rounded once, here).
 
-    Parameters
-    ----------
-    name : str
-        Tensor name.
-    w : numpy.ndarray
-        Weight of shape ``(N, K)``.
-
-    Returns
-    -------
-    pyw8a8.router.FloatLinear
+    See Also
+    --------
+    pyw8a8.router.float_linear : the same factory, parameters and layers on the weights as
+        they are.
     """
-    return FloatLinear(round_to_bfloat16(w), name=name)
+    return float_linear(name, round_to_bfloat16(w))

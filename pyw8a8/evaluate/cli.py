@@ -19,6 +19,7 @@ from .report import build_comparison, render_markdown
 from .samples import load_samples
 from .speed import speed_questions
 from .subprocesses import run_in_subprocess
+from .worker import partial_logits_path
 
 __all__ = ["main"]
 
@@ -49,8 +50,7 @@ def _unwritable(folder):
     return None
 
 
-def main(argv=None) -> int:
-    """``python -m pyw8a8 eval [options]``; returns a process exit code."""
+def _parser():
     p = argparse.ArgumentParser(
         prog="python -m pyw8a8 eval",
         description="Evaluate W8A8 configurations of Gemma 3 270M against the float control "
@@ -79,7 +79,12 @@ def main(argv=None) -> int:
     p.add_argument("--no-decode", action="store_true", help="skip the decode check")
     p.add_argument("--keep-logits", action="store_true",
                    help=f"keep the control's full-vocabulary logits ({_CONTROL_LOGITS}) in --out")
-    args = p.parse_args(argv)
+    return p
+
+
+def _check_args(p, args):
+    """The configurations to run; every bad option is a usage error (exit 2) here, before
+    anything is read or created."""
     if args.limit is not None and args.limit < 1:
         p.error("--limit must be >= 1")
     if args.threads is not None and args.threads < 1:
@@ -96,14 +101,16 @@ def main(argv=None) -> int:
         p.error(str(exc))
     # A bad --out is a usage error now, not a crash after minutes of work; nothing is
     # created until the data has been read.
-    out = Path(args.out)
-    runs = out / "runs"
-    problem = _unwritable(runs)
+    problem = _unwritable(Path(args.out) / "runs")
     if problem:
         p.error(f"--out: {problem}")
+    return configs
 
+
+def _load_data(p, args):
+    """The questions and their source; a bad --data file is a usage error."""
     try:
-        samples, source = load_samples(args.data, args.limit)
+        return load_samples(args.data, args.limit)
     except OSError as exc:
         if args.data is None:
             raise  # fetching the default data failed: not a usage problem
@@ -112,51 +119,59 @@ def main(argv=None) -> int:
         if args.data is None:
             raise
         p.error(f"--data: {exc}")
-    runs.mkdir(parents=True, exist_ok=True)
 
-    gemma3.ensure_cache(progress=True)  # build the float cache once, outside the timed runs
 
+def _say(message):
+    print(f"pyw8a8 eval: {message}", file=sys.stderr, flush=True)
+
+
+def _run_configs(configs, samples, args, out, runs):
+    """Each configuration's result, each in its own process, the control first: the others
+    compare against the logits it leaves in `out`."""
     control_logits = out / _CONTROL_LOGITS
     control_logits.unlink(missing_ok=True)  # never compare against a previous run
     results = {}
     for name in configs:
-        print(f"pyw8a8 eval: {name} ({len(samples)} questions)", file=sys.stderr, flush=True)
+        _say(f"{name} ({len(samples)} questions)")
         spec = {"name": name, "samples": samples, "threads": args.threads,
                 "control_logits": str(control_logits)}
         results[name] = r = run_in_subprocess(spec, runs, args.threads)
         if "error" in r:
-            print(f"pyw8a8 eval: {name} failed: {r['error']}", file=sys.stderr, flush=True)
+            _say(f"{name} failed: {r['error']}")
         else:
-            print(f"pyw8a8 eval: {name}: {r['correct']}/{r['n']} correct, "
-                  f"{r['wall_time_s']:.1f} s, peak RSS {r['peak_rss_mib']:.0f} MiB",
-                  file=sys.stderr, flush=True)
-    control_logits.with_name(control_logits.name + ".partial.npy").unlink(missing_ok=True)
+            _say(f"{name}: {r['correct']}/{r['n']} correct, {r['wall_time_s']:.1f} s, "
+                 f"peak RSS {r['peak_rss_mib']:.0f} MiB")
+    partial_logits_path(control_logits).unlink(missing_ok=True)
     if not args.keep_logits:
         control_logits.unlink(missing_ok=True)
+    return results
 
-    speed = None
+
+def _run_speed_check(configs, results, samples, args, runs):
+    """The side-by-side speed check's result, or None when there is nothing to compare."""
     # The noise floor is a float model: its speed is the control's, so it is not timed again.
     timed = [n for n in configs if "error" not in results[n] and n != NOISE_FLOOR]
     picks = speed_questions(len(samples), args.speed_questions)
     decode_picks = [] if args.no_decode else speed_questions(len(samples), args.decode_prompts)
-    if "control" in timed and len(timed) > 1 and (picks or decode_picks):
-        what = [f"{len(picks)} questions"] if picks else []
-        if decode_picks:
-            what.append(f"decode of {args.decode_tokens} tokens after {len(decode_picks)} "
-                        "prompts")
-        print(f"pyw8a8 eval: side-by-side speed check ({', '.join(what)})", file=sys.stderr,
-              flush=True)
-        speed = run_in_subprocess({"name": "speed", "kind": "speed", "configs": timed,
-                                   "samples": [samples[i] for i in picks],
-                                   "decode_samples": [samples[i] for i in decode_picks],
-                                   "decode_tokens": args.decode_tokens,
-                                   "threads": args.threads}, runs, args.threads)
-        if "error" in speed:
-            print(f"pyw8a8 eval: speed check failed: {speed['error']}", file=sys.stderr,
-                  flush=True)
+    if "control" not in timed or len(timed) < 2 or not (picks or decode_picks):
+        return None
+    what = [f"{len(picks)} questions"] if picks else []
+    if decode_picks:
+        what.append(f"decode of {args.decode_tokens} tokens after {len(decode_picks)} prompts")
+    _say(f"side-by-side speed check ({', '.join(what)})")
+    speed = run_in_subprocess({"name": "speed", "kind": "speed", "configs": timed,
+                               "samples": [samples[i] for i in picks],
+                               "decode_samples": [samples[i] for i in decode_picks],
+                               "decode_tokens": args.decode_tokens,
+                               "threads": args.threads}, runs, args.threads)
+    if "error" in speed:
+        _say(f"speed check failed: {speed['error']}")
+    return speed
 
-    isa = next((r.get("isa") for r in results.values() if r.get("isa")), None)
-    meta = {
+
+def _meta(source, samples, configs, args, results):
+    """What was run and where: the reports' header."""
+    return {
         "data": source,
         "n": len(samples),
         "configs": configs,
@@ -168,9 +183,38 @@ def main(argv=None) -> int:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "numpy": np.__version__,
-        "isa": isa,
+        "isa": next((r.get("isa") for r in results.values() if r.get("isa")), None),
         "sample_ids": [s["id"] for s in samples],
     }
+
+
+def main(argv=None) -> int:
+    """``python -m pyw8a8 eval [options]``: evaluate, then write the reports in ``--out``.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The options; default ``sys.argv[1:]``.
+
+    Returns
+    -------
+    int
+        The process exit code: 0, or 1 when a configuration or the speed check failed.
+        Usage errors exit with 2 (`SystemExit`) before anything is created.
+    """
+    p = _parser()
+    args = p.parse_args(argv)
+    configs = _check_args(p, args)
+    samples, source = _load_data(p, args)
+    out = Path(args.out)
+    runs = out / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+
+    gemma3.ensure_cache(progress=True)  # build the float cache once, outside the timed runs
+    results = _run_configs(configs, samples, args, out, runs)
+    speed = _run_speed_check(configs, results, samples, args, runs)
+
+    meta = _meta(source, samples, configs, args, results)
     comp = build_comparison(results, [s["label"] for s in samples], meta, speed)
     (out / "comparison.json").write_text(json.dumps(comp, indent=1))
     (out / "comparison.md").write_text(render_markdown(comp))

@@ -92,6 +92,17 @@ def _md_cell(text, limit=None) -> str:
     return text.replace("|", "&#124;")
 
 
+def _table(columns, rows):
+    """A markdown table: the header of `columns`, its separator line, then `rows`."""
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns), *rows]
+
+
+def _answered(cfgs):
+    """(name, entry, answers) of each configuration whose answers were compared with the
+    control's (the control itself and failed configurations have none)."""
+    return [(name, e, e["answers"]) for name, e in cfgs.items() if e.get("answers")]
+
+
 def _noise_floor_lines(cfgs):
     lines = ["", "## Answer changes against the noise floor", ""]
     floor = cfgs.get(NOISE_FLOOR)
@@ -106,20 +117,15 @@ def _noise_floor_lines(cfgs):
         "many changes as the noise floor changes no more answers than rounding does. "
         "*Shared*: questions whose answer both this configuration and the noise floor change.",
         "",
-        "| Configuration | Answer changes | Noise floor's changes | Shared with the noise floor "
-        "| Mean KL | Noise floor's mean KL |",
-        "|---|---|---|---|---|---|",
     ]
-    for name, e in cfgs.items():
-        a = e.get("answers")
-        if not a:
-            continue
-        lines.append(
-            f"| {name} | {a['answer_changes']} | {fa['answer_changes']} "
-            f"| {e['changes_shared_with_noise_floor']} "
-            f"| {_fmt((e.get('kl_full') or {}).get('mean'), '{:.6f}')} "
-            f"| {_fmt(fkl.get('mean'), '{:.6f}')} |")
-    return lines
+    return lines + _table(
+        ["Configuration", "Answer changes", "Noise floor's changes", "Shared with the noise floor",
+         "Mean KL", "Noise floor's mean KL"],
+        [f"| {name} | {a['answer_changes']} | {fa['answer_changes']} "
+         f"| {e['changes_shared_with_noise_floor']} "
+         f"| {_fmt((e.get('kl_full') or {}).get('mean'), '{:.6f}')} "
+         f"| {_fmt(fkl.get('mean'), '{:.6f}')} |"
+         for name, e, a in _answered(cfgs)])
 
 
 def _routing_cell(routing):
@@ -213,11 +219,9 @@ def _split_lines(sp):
     return lines
 
 
-def render_markdown(comp: dict) -> str:
-    """comparison.md text."""
-    meta = comp["meta"]
-    cfgs = comp["configs"]
-    lines = [
+def _intro_lines(meta):
+    """The title and what was run, where and how it was measured."""
+    return [
         "# W8A8 evaluation: Gemma 3 270M (numpy)",
         "",
         f"- Data: {meta['data']} ({meta['n']} questions)",
@@ -229,100 +233,118 @@ def render_markdown(comp: dict) -> str:
         "- Each configuration ran in a fresh process; wall time covers the whole process "
         "(startup, loading, lazy packing, every question). Peak RSS is the process's VmHWM, "
         "which includes resident pages of the memory-mapped float32 weight cache.",
-        "",
-        "## Combined result",
-        "",
-        "| Configuration | Accuracy | Wall time | Speedup | Time/question | Answer changes "
-        "| Correctness flips | Mean KL | P95 KL | Peak RSS |",
-        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for name, e in cfgs.items():
-        if "error" in e:
-            lines.append(f"| {_md_cell(name)} | failed: {_md_cell(e['error'], 80)} "
-                         "| | | | | | | | |")
-            continue
-        n = e["n"]
-        a = e.get("answers")
-        kl = e.get("kl_full") or {}
-        changes = f"{a['answer_changes']}/{n} ({100 * a['answer_changes'] / n:.2f}%)" if a else "-"
-        flips = f"{a['flips']}/{n} ({100 * a['flip_rate']:.2f}%)" if a else "-"
-        lines.append(
-            f"| {name} | {e['correct']}/{n} ({100 * e['accuracy']:.2f}%) "
-            f"| {_fmt(e.get('wall_time_s'), '{:.2f} s')} "
-            f"| {_fmt(e.get('speedup'), '{:.3f}x')} "
-            f"| {_fmt(e.get('mean_question_s'), '{:.3f} s')} "
-            f"| {changes} | {flips} "
-            f"| {_fmt(kl.get('mean'), '{:.6f}')} | {_fmt(kl.get('p95'), '{:.6f}')} "
-            f"| {_fmt(e.get('peak_rss_mib'), '{:.1f} MiB')} |"
-        )
-    lines += _noise_floor_lines(cfgs)
-    sp = comp.get("speed")
-    if sp:
-        lines += ["", "## Speed, side by side", ""]
-        if "error" in sp:
-            lines.append(f"The side-by-side check failed: {_md_cell(sp['error'], 200)}")
-        else:
-            lines += _speed_lines(sp)
-    lines += [
-        "",
-        "## Flips and answer changes (vs control)",
-        "",
-        "| Configuration | Changes | Correct -> incorrect | Incorrect -> correct "
-        "| Wrong -> wrong | Flips | Net correct | Top-1 agreement |",
-        "|---|---|---|---|---|---|---|---|",
+
+
+def _combined_row(name, e):
+    if "error" in e:
+        return f"| {_md_cell(name)} | failed: {_md_cell(e['error'], 80)} | | | | | | | | |"
+    n = e["n"]
+    a = e.get("answers")
+    kl = e.get("kl_full") or {}
+    changes = f"{a['answer_changes']}/{n} ({100 * a['answer_changes'] / n:.2f}%)" if a else "-"
+    flips = f"{a['flips']}/{n} ({100 * a['flip_rate']:.2f}%)" if a else "-"
+    return (
+        f"| {name} | {e['correct']}/{n} ({100 * e['accuracy']:.2f}%) "
+        f"| {_fmt(e.get('wall_time_s'), '{:.2f} s')} "
+        f"| {_fmt(e.get('speedup'), '{:.3f}x')} "
+        f"| {_fmt(e.get('mean_question_s'), '{:.3f} s')} "
+        f"| {changes} | {flips} "
+        f"| {_fmt(kl.get('mean'), '{:.6f}')} | {_fmt(kl.get('p95'), '{:.6f}')} "
+        f"| {_fmt(e.get('peak_rss_mib'), '{:.1f} MiB')} |"
+    )
+
+
+def _combined_lines(cfgs):
+    """Every configuration in one row, a failed one with its error."""
+    return ["", "## Combined result", ""] + _table(
+        ["Configuration", "Accuracy", "Wall time", "Speedup", "Time/question", "Answer changes",
+         "Correctness flips", "Mean KL", "P95 KL", "Peak RSS"],
+        [_combined_row(name, e) for name, e in cfgs.items()])
+
+
+def _speed_section_lines(sp):
+    if not sp:
+        return []
+    lines = ["", "## Speed, side by side", ""]
+    if "error" in sp:
+        return lines + [f"The side-by-side check failed: {_md_cell(sp['error'], 200)}"]
+    return lines + _speed_lines(sp)
+
+
+def _flips_lines(cfgs):
+    return ["", "## Flips and answer changes (vs control)", ""] + _table(
+        ["Configuration", "Changes", "Correct -> incorrect", "Incorrect -> correct",
+         "Wrong -> wrong", "Flips", "Net correct", "Top-1 agreement"],
+        [f"| {name} | {a['answer_changes']} | {a['correct_to_incorrect']} "
+         f"| {a['incorrect_to_correct']} | {a['wrong_to_wrong_changes']} | {a['flips']} "
+         f"| {a['net_correct']:+d} | {100 * a['top1_agreement']:.2f}% |"
+         for name, _, a in _answered(cfgs)])
+
+
+def _kl_lines(cfgs):
+    def row(name, f, o):
+        return (f"| {name} | {f['mean']:.6f} | {f['median']:.6f} | {f['p95']:.6f} | {f['max']:.6f} "
+                f"| {o['mean']:.6f} | {o['median']:.6f} | {o['p95']:.6f} | {o['max']:.6f} |")
+
+    return ["", "## KL(control || target) at the answer position, nats", ""] + _table(
+        ["Configuration", "Full mean", "Full median", "Full p95", "Full max", "Options mean",
+         "Options median", "Options p95", "Options max"],
+        [row(name, e["kl_full"], e["kl_options"]) for name, e in cfgs.items() if e.get("kl_full")])
+
+
+def _timing_row(name, e):
+    rt = e.get("router") or {}
+    return (
+        f"| {name} | {_fmt(e.get('load_time_s'), '{:.2f} s')} "
+        f"| {_fmt(e.get('build_time_s'), '{:.2f} s')} "
+        f"| {_fmt(rt.get('pack_time_s'), '{:.2f} s')} "
+        f"| {_fmt(e.get('eval_time_s'), '{:.2f} s')} "
+        f"| {_fmt(e.get('eval_speedup'), '{:.3f}x')} "
+        f"| {_fmt(rt.get('packed_bytes'), '{:,}')} |"
+    )
+
+
+def _timing_lines(cfgs):
+    """Where each working configuration's time went: loading, building, packing, questions."""
+    return ["", "## Timing details", ""] + _table(
+        ["Configuration", "Load", "Build", "Packing", "Questions", "Eval speedup", "Packed bytes"],
+        [_timing_row(name, e) for name, e in cfgs.items() if "error" not in e])
+
+
+_DEFINITIONS = [
+    "",
+    "Definitions: *answer change*: the chosen option differs from the control's (including "
+    "wrong -> other wrong). *Correctness flip* (Dutta et al. 2024): correct -> incorrect or "
+    "incorrect -> correct. *KL*: KL(control || target) of the next-token distribution at the "
+    "answer position, over the full vocabulary and over the softmax restricted to the four "
+    "option tokens. *Packing* is included in the questions' time (it happens lazily on the "
+    "first question).",
+    "",
+]
+
+
+def render_markdown(comp: dict) -> str:
+    """The text of comparison.md: one section per table, in reading order.
+
+    Parameters
+    ----------
+    comp : dict
+        The comparison, as `build_comparison` returns it.
+
+    Returns
+    -------
+    str
+    """
+    cfgs = comp["configs"]
+    sections = [
+        _intro_lines(comp["meta"]),
+        _combined_lines(cfgs),
+        _noise_floor_lines(cfgs),
+        _speed_section_lines(comp.get("speed")),
+        _flips_lines(cfgs),
+        _kl_lines(cfgs),
+        _timing_lines(cfgs),
+        _DEFINITIONS,
     ]
-    for name, e in cfgs.items():
-        a = e.get("answers")
-        if not a:
-            continue
-        lines.append(
-            f"| {name} | {a['answer_changes']} | {a['correct_to_incorrect']} "
-            f"| {a['incorrect_to_correct']} | {a['wrong_to_wrong_changes']} | {a['flips']} "
-            f"| {a['net_correct']:+d} | {100 * a['top1_agreement']:.2f}% |"
-        )
-    lines += [
-        "",
-        "## KL(control || target) at the answer position, nats",
-        "",
-        "| Configuration | Full mean | Full median | Full p95 | Full max "
-        "| Options mean | Options median | Options p95 | Options max |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for name, e in cfgs.items():
-        f, o = e.get("kl_full"), e.get("kl_options")
-        if not f:
-            continue
-        lines.append(
-            f"| {name} | {f['mean']:.6f} | {f['median']:.6f} | {f['p95']:.6f} | {f['max']:.6f} "
-            f"| {o['mean']:.6f} | {o['median']:.6f} | {o['p95']:.6f} | {o['max']:.6f} |"
-        )
-    lines += [
-        "",
-        "## Timing details",
-        "",
-        "| Configuration | Load | Build | Packing | Questions | Eval speedup | Packed bytes |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for name, e in cfgs.items():
-        if "error" in e:
-            continue
-        rt = e.get("router") or {}
-        lines.append(
-            f"| {name} | {_fmt(e.get('load_time_s'), '{:.2f} s')} "
-            f"| {_fmt(e.get('build_time_s'), '{:.2f} s')} "
-            f"| {_fmt(rt.get('pack_time_s'), '{:.2f} s')} "
-            f"| {_fmt(e.get('eval_time_s'), '{:.2f} s')} "
-            f"| {_fmt(e.get('eval_speedup'), '{:.3f}x')} "
-            f"| {_fmt(rt.get('packed_bytes'), '{:,}')} |"
-        )
-    lines += [
-        "",
-        "Definitions: *answer change*: the chosen option differs from the control's (including "
-        "wrong -> other wrong). *Correctness flip* (Dutta et al. 2024): correct -> incorrect or "
-        "incorrect -> correct. *KL*: KL(control || target) of the next-token distribution at the "
-        "answer position, over the full vocabulary and over the softmax restricted to the four "
-        "option tokens. *Packing* is included in the questions' time (it happens lazily on the "
-        "first question).",
-        "",
-    ]
-    return "\n".join(lines)
+    return "\n".join(line for lines in sections for line in lines)

@@ -15,7 +15,7 @@ from .metrics import kl_divergence, option_kl
 from ..models import gemma3
 from .configs import build_model, parse_config
 
-__all__ = ["peak_rss_mib", "progress", "run_config"]
+__all__ = ["partial_logits_path", "peak_rss_mib", "progress", "run_config"]
 
 
 def peak_rss_mib():
@@ -43,46 +43,46 @@ def progress(iterable, total, desc):
     return tqdm(iterable, total=total, desc=desc, unit="q", file=sys.stderr, dynamic_ncols=True)
 
 
-def run_config(spec: dict) -> dict:
-    """One configuration's answers, KL against the control's logits, times and peak RSS."""
-    t0 = time.perf_counter()
-    name = spec["name"]
-    threads = spec.get("threads")
-    if threads:
-        set_num_threads(int(threads))
-    result = {"name": name, "isa": isa(), "kernel_threads": get_num_threads()}
+def partial_logits_path(control_path):
+    """Where the control writes its logits until every question is answered: the others
+    only ever read complete logits, at `control_path`.
 
-    weights = gemma3.load_weights()
-    tok = gemma3.load_tokenizer()
-    config = gemma3.load_config()
-    t_loaded = time.perf_counter()
+    Parameters
+    ----------
+    control_path : pathlib.Path
+        The control's logits file.
 
-    rcfg = parse_config(name)
-    model, router = build_model(rcfg, weights, config)
-    if router is not None:
-        result["router_config"] = {k: v for k, v in vars(rcfg).items()}
-    del weights  # the model keeps what it needs
-    t_built = time.perf_counter()
+    Returns
+    -------
+    pathlib.Path
+    """
+    return control_path.with_name(control_path.name + ".partial.npy")
 
-    samples = spec["samples"]
-    n = len(samples)
-    option_sets = {}
-    vocab = config.vocab_size
-    control_path = Path(spec["control_logits"])
-    is_control = rcfg is None
-    store = None
-    control = None
-    tmp_control = control_path.with_name(control_path.name + ".partial.npy")
+
+def _control_logits(control_path, is_control, shape):
+    """(store, control): the control's memory map to write its logits in, or the control's
+    logits to compare with (None if absent or of another shape: then no KL)."""
     if is_control:
-        store = np.lib.format.open_memmap(tmp_control, mode="w+", dtype=np.float32, shape=(n, vocab))
-    elif control_path.exists():
+        store = np.lib.format.open_memmap(partial_logits_path(control_path), mode="w+",
+                                          dtype=np.float32, shape=shape)
+        return store, None
+    if control_path.exists():
         control = np.load(control_path, mmap_mode="r")
-        if control.shape != (n, vocab):
-            control = None
+        if control.shape == shape:
+            return None, control
+    return None, None
 
+
+def _answer_questions(model, tok, samples, desc, control_path, is_control, vocab):
+    """Each question's choice, option logits, token count and forward time, with the KL
+    against the control's logits where they are there (else None); the control writes its
+    own logits for the others."""
+    n = len(samples)
+    store, control = _control_logits(control_path, is_control, (n, vocab))
+    option_sets = {}
     choices, opt_logits, ntok, times = [], [], [], []
     kl_full, kl_opt = [], []
-    for i, s in enumerate(progress(samples, n, name)):
+    for i, s in enumerate(progress(samples, n, desc)):
         key = tuple(s["options"])
         if key not in option_sets:
             option_sets[key] = [tok.token_id(o) for o in key]
@@ -104,21 +104,61 @@ def run_config(spec: dict) -> dict:
     if store is not None:
         store.flush()
         del store
-        os.replace(tmp_control, control_path)  # only complete control logits are used
-    t_done = time.perf_counter()
-
-    labels = [s["label"] for s in samples]
-    correct = int(sum(int(c == y) for c, y in zip(choices, labels)))
-    result.update({
-        "n": n,
-        "correct": correct,
-        "accuracy": correct / n,
+        # only complete control logits are used
+        os.replace(partial_logits_path(control_path), control_path)
+    return {
         "choices": choices,
         "option_logits": opt_logits,
         "n_tokens": ntok,
         "question_times_s": times,
         "kl_full": kl_full if control is not None else None,
         "kl_options": kl_opt if control is not None else None,
+    }
+
+
+def run_config(spec: dict) -> dict:
+    """One configuration's answers, KL against the control's logits, times and peak RSS.
+
+    Parameters
+    ----------
+    spec : dict
+        ``name`` (the configuration), ``samples``, ``control_logits`` (the control's logits
+        file: the control writes it, the others compare with it) and optionally ``threads``.
+
+    Returns
+    -------
+    dict
+        The result that ``runs/<name>.json`` keeps.
+    """
+    t0 = time.perf_counter()
+    name = spec["name"]
+    threads = spec.get("threads")
+    if threads:
+        set_num_threads(int(threads))
+    result = {"name": name, "isa": isa(), "kernel_threads": get_num_threads()}
+
+    weights = gemma3.load_weights()
+    tok = gemma3.load_tokenizer()
+    config = gemma3.load_config()
+    t_loaded = time.perf_counter()
+
+    rcfg = parse_config(name)
+    model, router = build_model(rcfg, weights, config)
+    if router is not None:
+        result["router_config"] = {k: v for k, v in vars(rcfg).items()}
+    del weights  # the model keeps what it needs
+    t_built = time.perf_counter()
+
+    samples = spec["samples"]
+    answers = _answer_questions(model, tok, samples, name, Path(spec["control_logits"]),
+                                rcfg is None, config.vocab_size)
+    t_done = time.perf_counter()
+
+    n = len(samples)
+    correct = int(sum(int(c == s["label"]) for c, s in zip(answers["choices"], samples)))
+    times = answers["question_times_s"]
+    result.update({"n": n, "correct": correct, "accuracy": correct / n, **answers})
+    result.update({
         "load_time_s": t_loaded - t0,
         "build_time_s": t_built - t_loaded,
         "eval_time_s": t_done - t_built,

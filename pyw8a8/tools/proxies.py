@@ -15,6 +15,7 @@
 Both run from ``python -m pyw8a8 bench --mca`` and ``--overhead``; neither is a test, as
 speed is never asserted.
 """
+import json
 import os
 import re
 import shutil
@@ -51,11 +52,17 @@ MCA_PATHS = [("avx512vnni", "w8_avx512", "vpdpbusd", "icelake-server"),
 
 
 def _simd_dir():
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "_simd")
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_simd")
+
+
+def build_cflags():
+    """The C core's compile flags (``_simd/build_flags.json``, which setup.py reads too)."""
+    with open(os.path.join(_simd_dir(), "build_flags.json")) as f:
+        return json.load(f)["cflags"]
 
 
 def kernels_assembly(cc="cc"):
-    """The assembly of the C core, compiled as setup.py compiles it (-O3, no -march)."""
+    """The assembly of the C core, compiled with setup.py's flags (no -march)."""
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "core.c")
         with open(src, "w") as f:
@@ -63,9 +70,9 @@ def kernels_assembly(cc="cc"):
             f.write('#include "dispatch.h"\n'
                     "const w8_isa_ops *w8_registry(void) { return w8_isas; }\n")
         out = os.path.join(tmp, "core.s")
-        subprocess.run([cc, "-O3", "-std=c11", "-fno-strict-aliasing", "-ffp-contract=off",
-                        "-fno-asynchronous-unwind-tables", "-I", _simd_dir(), "-S", src,
-                        "-o", out], check=True, capture_output=True, text=True)
+        subprocess.run([cc, *build_cflags(), "-fno-asynchronous-unwind-tables", "-I",
+                        _simd_dir(), "-S", src, "-o", out], check=True, capture_output=True,
+                       text=True)
         with open(out) as f:
             return f.read()
 

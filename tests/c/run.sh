@@ -18,11 +18,13 @@ cd "$(dirname "$0")/../.."
 
 SIMD=pyw8a8/_simd
 SRC=tests/c/test_kernels.c
-# setup.py's flags, so the tests exercise the code generation that ships.
-CFLAGS="-O3 -std=c11 -fno-strict-aliasing -ffp-contract=off -Wall -Werror"
+PYTHON=${PYTHON:-python3}
+# setup.py's flags (from the one file that sets them), so the tests exercise the code
+# generation that ships.
+CFLAGS="$("$PYTHON" -c 'import json, sys; print(" ".join(json.load(open(sys.argv[1]))["cflags"]))' \
+    "$SIMD/build_flags.json") -Wall -Werror"
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
-PYTHON=${PYTHON:-python3}
 
 case "${1:-}" in
 native)

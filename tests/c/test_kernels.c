@@ -6,7 +6,7 @@
  * in int32, int64 (K beyond W8_EXACT_K included) and float32 output, the last bit for bit
  * against the one float formula of the epilogue; the row quantizer and the epilogue of each
  * path are compared with the scalar ones, and the FWHT of each path (and the NEON one) with
- * w8_fwht_scalar bit for bit and with a naive Hadamard product in double.
+ * w8_scalar_fwht bit for bit and with a naive Hadamard product in double.
  *
  * Usage: test_kernels [--expect NAME] [--all]
  *   --expect NAME  the path the dispatcher must pick on this CPU
@@ -139,7 +139,7 @@ static void pack_act(const int8_t *qa, int64_t M, int64_t K, int64_t Kp, uint8_t
 typedef struct {
     const char *what;
     int out_kind;
-    int fine;  /* kc = 64, mc = mr, nc = 16 * nv: every blocking boundary is crossed */
+    int fine;  /* kc = 64, mc = mr, nc = 16 * npanels: every blocking boundary is crossed */
     int split; /* four tasks, split at a row and at a panel boundary */
 } gemm_variant;
 
@@ -214,7 +214,7 @@ static void test_gemm_case(const w8_isa_ops *ops, int kind, int64_t M, int64_t N
             if (var->fine) {
                 g.kc = W8_KPAD;
                 g.mc = ops->mr;
-                g.nc = (int64_t)W8_NR * ops->nv;
+                g.nc = (int64_t)W8_NR * ops->npanels;
             }
             g.out = var->out_kind == W8_OUT_I64 ? (void *)o64 : (void *)o32;
             for (int64_t i = 0; i < M * ldo; i++) o64[i] = o32[i] = (int32_t)SENTINEL;
@@ -404,7 +404,7 @@ typedef struct {
     w8_fwht_fn fn;
 } fwht_case;
 
-/* Every FWHT runs the butterfly network of w8_fwht_scalar, so each must match it bit for
+/* Every FWHT runs the butterfly network of w8_scalar_fwht, so each must match it bit for
  * bit; the naive product in double checks that network itself. */
 static void test_fwht(const fwht_case *cases, int ncases)
 {
@@ -429,12 +429,12 @@ static void test_fwht(const fwht_case *cases, int ncases)
         while ((1ll << stages) < n) stages++;
         const double tol = (stages + 1) * FLT_EPSILON * l1;
         memcpy(z, x, sizeof(float) * (size_t)n);
-        w8_fwht_scalar(z, n);
+        w8_scalar_fwht(z, n);
         for (int c = 0; c < ncases; c++) {
             memcpy(y, x, sizeof(float) * (size_t)n);
             cases[c].fn(y, n);
             check(memcmp(y, z, sizeof(float) * (size_t)n) == 0,
-                  "fwht %s n=%lld differs from w8_fwht_scalar", cases[c].name,
+                  "fwht %s n=%lld differs from w8_scalar_fwht", cases[c].name,
                   (long long)n);
             double worst = 0;
             for (int64_t i = 0; i < n; i++) {
@@ -535,7 +535,7 @@ int main(int argc, char **argv)
     }
 #if defined(W8_ARM64)
     /* Directly as well, whichever paths use it. */
-    fwht[nfwht++] = (fwht_case){"w8_fwht_neon", w8_fwht_neon};
+    fwht[nfwht++] = (fwht_case){"w8_neon_fwht", w8_neon_fwht};
 #endif
     const long before = n_passed + n_failed;
     test_fwht(fwht, nfwht);
