@@ -165,11 +165,12 @@ def use_isa(name):
     Parameters
     ----------
     name : str
-        A path from :func:`available_isas`.
+        The body's path, one of :func:`available_isas` (checked when called, before the
+        body runs).
 
     Raises
     ------
     ValueError, RuntimeError
-        As :func:`set_isa`, on entering.
+        As :func:`set_isa`.
     """
     return use_ops(checked_ops(name, "isa"), exactly=False)

@@ -77,6 +77,7 @@ cdef extern from "_simd/dispatch.h" nogil:
     const w8_isa_ops *w8_isa_lookup(const char *name)
     const w8_isa_ops *w8_isa_best(const w8_cpu_features *f)
     void w8_cpu_detect(w8_cpu_features *f)
+    int64_t w8_cache_bytes(int level)
     int w8_quantize_row(const w8_isa_ops *ops, const float *x, int64_t K, int64_t Kp,
                         uint8_t flip, uint8_t *q, float *scale, int32_t *psum)
     int w8_quantize_row_rotated(const w8_isa_ops *ops, const float *x, int64_t K,

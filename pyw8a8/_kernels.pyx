@@ -33,6 +33,11 @@ def cpu_features():
     }
 
 
+def cache_bytes(int level):
+    """This CPU's per-core level-1 data (1) or level-2 (2) cache in bytes; 0 if unknown."""
+    return w8_cache_bytes(level)
+
+
 def isa_names():
     """Every path of the registry (compiled into this binary), most preferred first."""
     return [w8_isas[i].name.decode() for i in range(W8_NUM_ISAS)]

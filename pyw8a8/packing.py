@@ -25,8 +25,8 @@ ENCODINGS = ("biased", "signed")
 # Format of to_dict() and of pickles: 1, or 2 for a rotation whose last block is
 # zero-padded (which format 1 readers cannot use). Weights are written with the lowest
 # format that holds them, so files of unpadded weights stay readable by older versions.
-_FORMAT_VERSION = 2
-_FORMAT_VERSIONS = (1, 2)
+_FORMAT_UNPADDED, _FORMAT_PADDED = 1, 2
+_FORMAT_VERSIONS = (_FORMAT_UNPADDED, _FORMAT_PADDED)
 
 
 def resolve_encoding(encoding):
@@ -263,7 +263,7 @@ class PackedWeight:
                             self.block, self.seed, self.panels, self.psum, self.scales))
 
     def _format_version(self):
-        return 2 if self.rotated_k != self.shape[1] else 1
+        return _FORMAT_PADDED if self.rotated_k != self.shape[1] else _FORMAT_UNPADDED
 
     def int8(self):
         """The quantized weights.
@@ -360,7 +360,7 @@ def _checked(cls, version, shape, encoding, rotate, block, seed, panels, psum, s
                          f"(this pyw8a8 reads {', '.join(map(str, _FORMAT_VERSIONS))})")
     if rotate:
         try:  # format 1 predates the zero-padded last block
-            check_rotation(shape[1], block, seed, "w", pad=version >= 2)
+            check_rotation(shape[1], block, seed, "w", pad=version >= _FORMAT_PADDED)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"packed weight rotation: {exc}") from None
     panels, psum, scales = (np.require(a, requirements=["C", "A"])

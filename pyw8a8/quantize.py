@@ -104,9 +104,11 @@ def quantize_per_channel(w):
 
     Raises
     ------
-    TypeError
-        If w is not a float32/float64 array.
-    ValueError
-        If w is not 2-D, or a row holds NaN or Inf (the message names the row).
+    TypeError, ValueError
+        As :func:`quantize_per_token`, for `w` and its rows (output channels).
+
+    See Also
+    --------
+    quantize_per_token : the same rounding, one scale per activation row.
     """
     return _quantize_matrix(w, "w")

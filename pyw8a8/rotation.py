@@ -220,14 +220,15 @@ def unrotate(y, block=128, seed=0):
 
     Raises
     ------
-    TypeError
-        If y is not float32/float64, or block/seed are not ints.
-    ValueError
-        If y is a scalar, a float64 y holds a finite value beyond float32's range, block
-        is not a power of two in [16, 4096], seed is out of range, or K is not a multiple
-        of block (the message says to pass the whole zero-padded rotation: its inverse
-        takes the padded vector, a multiple of `block`, and returns it whole; keep its
-        first K features).
+    TypeError, ValueError
+        As :func:`rotate`, for `y`; with no `pad` here, a K that is not a multiple of
+        block is always a ValueError (the message says to pass the whole zero-padded
+        rotation: its inverse takes the padded vector, a multiple of `block`, and returns
+        it whole; keep its first K features).
+
+    See Also
+    --------
+    rotate : the forward rotation, and its `pad` for a K that `block` does not divide.
     """
     return _rotate(y, "y", block, seed, inverse=True)
 

@@ -24,18 +24,10 @@ from pyw8a8.router import FloatLinear, SeparatePair
 # ---------------------------------------------------------------------------
 
 TINY = Gemma3Config(
-    vocab_size=40,
-    hidden_size=16,
-    n_layers=6,
-    ffn_size=24,
-    n_heads=4,
-    n_kv_heads=2,
-    head_dim=8,
-    sliding_window=4,
-    sliding_window_pattern=3,
-    rope_base_global=1000.0,
-    rope_base_local=10.0,
-    query_pre_attn_scalar=8.0,
+    vocab_size=40, hidden_size=16, n_layers=6, ffn_size=24,
+    n_heads=4, n_kv_heads=2, head_dim=8, query_pre_attn_scalar=8.0,
+    # two local layers then a global one, each kind with its own rope base
+    sliding_window=4, sliding_window_pattern=3, rope_base_local=10.0, rope_base_global=1000.0,
 )
 
 

@@ -3,8 +3,10 @@ products, and agreement between instruction-set paths and weight encodings, over
 (0 and 1 in every dimension, K across the 64-byte padding and the K-range boundaries),
 dtypes, memory orders and hostile values (zeros, +-127, denormals, 3e38, one outlier per row).
 
-Every example runs on every path of ``pyw8a8.available_isas()`` with both encodings, so an
-AVX-512 or AMX machine checks its own paths against the same references.  The number of
+Every test runs on every compiled path (the ``any_isa`` fixture: a path this CPU lacks is a
+skip with its reason) with both encodings, against the same references, and the float
+products bit for bit against the ``scalar`` path, so an AVX-512 or AMX machine checks its
+own paths.  The number of
 examples is set by the Hypothesis profile (see conftest.py).
 """
 import importlib.util
@@ -17,7 +19,6 @@ from hypothesis import strategies as st
 
 import pyw8a8
 
-ISAS = pyw8a8.available_isas()
 ENCODINGS = ("biased", "signed")
 HAS_ROTATION = importlib.util.find_spec("pyw8a8.rotation") is not None
 
@@ -178,20 +179,18 @@ def _pack_centred(w, x2d, k, **kwargs):
 @given(m=M_DIMS, n=N_DIMS, k=K_DIMS, pa=st.sampled_from(INT8_PATTERNS),
        pw=st.sampled_from(INT8_PATTERNS), la=st.sampled_from(LAYOUTS),
        lw=st.sampled_from(LAYOUTS), seed=SEEDS)
-def test_int8_matmul_is_exact(m, n, k, pa, pw, la, lw, seed):
+def test_int8_matmul_is_exact(any_isa, m, n, k, pa, pw, la, lw, seed):
     rng = np.random.default_rng(seed)
     qa, qw = int8_values(rng, (m, k), pa), int8_values(rng, (n, k), pw)
     expected = qa.astype(np.int64) @ qw.T.astype(np.int64)
     a_in, w_in = relayout(qa, la), relayout(qw, lw)
-    for isa in ISAS:
-        with pyw8a8.use_isa(isa):
-            for enc in ENCODINGS:
-                r64 = pyw8a8.int8_matmul(a_in, w_in, encoding=enc, out_dtype=np.int64)
-                assert r64.dtype == np.int64 and r64.shape == (m, n)
-                np.testing.assert_array_equal(r64, expected, err_msg=f"{isa} {enc}")
-                r32 = pyw8a8.int8_matmul(a_in, w_in, encoding=enc)
-                assert r32.dtype == np.int32 and r32.shape == (m, n)
-                np.testing.assert_array_equal(r32, expected, err_msg=f"{isa} {enc}")
+    for enc in ENCODINGS:
+        r64 = pyw8a8.int8_matmul(a_in, w_in, encoding=enc, out_dtype=np.int64)
+        assert r64.dtype == np.int64 and r64.shape == (m, n)
+        np.testing.assert_array_equal(r64, expected, err_msg=f"{any_isa} {enc}")
+        r32 = pyw8a8.int8_matmul(a_in, w_in, encoding=enc)
+        assert r32.dtype == np.int32 and r32.shape == (m, n)
+        np.testing.assert_array_equal(r32, expected, err_msg=f"{any_isa} {enc}")
     np.testing.assert_array_equal(a_in, qa)  # inputs are never written
     np.testing.assert_array_equal(w_in, qw)
 
@@ -199,7 +198,10 @@ def test_int8_matmul_is_exact(m, n, k, pa, pw, la, lw, seed):
 # --- matmul -----------------------------------------------------------------------
 
 
-def _check_matmul(x, w, xshape, dtype, layout, out_kind, rotate, block=128, seed=0):
+def _check_matmul(isa, x, w, xshape, dtype, layout, out_kind, rotate, block=128, seed=0):
+    """matmul on path `isa` (and on scalar, the reference path) with both encodings:
+    within tolerance of the float64 reference and bit-identical across paths and
+    encodings."""
     k = xshape[-1]
     x = relayout(x.reshape(xshape).astype(dtype), layout)
     x2d = np.ascontiguousarray(x.astype(np.float32)).reshape(math.prod(xshape[:-1]), k)
@@ -210,14 +212,14 @@ def _check_matmul(x, w, xshape, dtype, layout, out_kind, rotate, block=128, seed
         assume(np.all(np.isfinite(xq)))
     results = {}
     quantized = {}
-    for isa in ISAS:
-        with pyw8a8.use_isa(isa):
+    for path in dict.fromkeys((isa, "scalar")):
+        with pyw8a8.use_isa(path):
             for enc in ENCODINGS:
                 packed = _pack_centred(w, xq, k, encoding=enc, rotate=rotate,
                                        **({"block": block, "seed": seed} if rotate else {}))
                 n = packed.shape[0]
                 ref, mag, (qa, sa) = reference(xq, packed)
-                quantized[isa] = (qa, sa)
+                quantized[path] = (qa, sa)
                 oshape = xshape[:-1] + (n,)
                 if out_kind is None:
                     y = pyw8a8.matmul(x, packed)
@@ -226,23 +228,21 @@ def _check_matmul(x, w, xshape, dtype, layout, out_kind, rotate, block=128, seed
                     y = pyw8a8.matmul(x, packed, out=out)
                     assert y is out
                 assert y.dtype == np.float32 and y.shape == oshape
-                note(f"{isa} {enc}")
+                note(f"{path} {enc}")
                 assert_within_tolerance(y.reshape(ref.shape), ref, mag, 1)
                 # One conversion of the exact sum and two float32 products: within three
                 # roundings of the exact result itself (docs/guarantees.md).
                 err = np.abs(y.reshape(ref.shape).astype(np.float64) - ref)
-                assert np.all(err <= 3.001 * U * np.abs(ref) + 1e-45), f"{isa} {enc}"
-                results[isa, enc] = y
+                assert np.all(err <= 3.001 * U * np.abs(ref) + 1e-45), f"{path} {enc}"
+                results[path, enc] = y
     # Quantization is bit-identical on every path.
-    qa0, sa0 = quantized[ISAS[-1]]
-    for isa in ISAS:
-        np.testing.assert_array_equal(quantized[isa][0], qa0)
-        np.testing.assert_array_equal(quantized[isa][1], sa0)
+    np.testing.assert_array_equal(quantized[isa][0], quantized["scalar"][0])
+    np.testing.assert_array_equal(quantized[isa][1], quantized["scalar"][1])
     # Float results: bit-identical between encodings and between paths (the same exact
     # sum, the same three roundings).
-    base = results[ISAS[-1], "biased"]
-    for (isa, enc), y in results.items():
-        np.testing.assert_array_equal(y, base, err_msg=f"{isa} {enc} vs {ISAS[-1]}")
+    base = results["scalar", "biased"]
+    for (path, enc), y in results.items():
+        np.testing.assert_array_equal(y, base, err_msg=f"{path} {enc} vs scalar")
 
 
 @pytest.mark.exhaustive
@@ -252,14 +252,14 @@ def _check_matmul(x, w, xshape, dtype, layout, out_kind, rotate, block=128, seed
        x_kinds=st.sets(st.sampled_from(X_ROWS), min_size=1, max_size=3).map(sorted),
        w_kinds=st.sets(st.sampled_from(W_ROWS), min_size=1, max_size=3).map(sorted),
        seed=SEEDS)
-def test_matmul_matches_quantized_reference(m, n, k, lead, dtype, layout, out_kind, x_kinds,
+def test_matmul_matches_quantized_reference(any_isa, m, n, k, lead, dtype, layout, out_kind, x_kinds,
                                             w_kinds, seed):
     rng = np.random.default_rng(seed)
     xshape = {"2d": (m, k), "3d": (2, m, k), "1d": (k,)}[lead]
     rows = int(np.prod(xshape[:-1]))
     x = float_matrix(rng, rows, k, x_kinds)
     w = float_matrix(rng, n, k, w_kinds).astype(dtype)
-    _check_matmul(x, w, xshape, dtype, layout, out_kind, rotate=False)
+    _check_matmul(any_isa, x, w, xshape, dtype, layout, out_kind, rotate=False)
 
 
 @pytest.mark.exhaustive
@@ -270,14 +270,14 @@ def test_matmul_matches_quantized_reference(m, n, k, lead, dtype, layout, out_ki
                        min_size=1, max_size=3).map(sorted),
        w_kinds=st.sets(st.sampled_from(W_ROWS), min_size=1, max_size=3).map(sorted),
        rot_seed=st.integers(0, 2**31 - 1), seed=SEEDS)
-def test_rotated_matmul_matches_quantized_reference(m, n, log_block, blocks, dtype, layout,
+def test_rotated_matmul_matches_quantized_reference(any_isa, m, n, log_block, blocks, dtype, layout,
                                                     x_kinds, w_kinds, rot_seed, seed):
     rng = np.random.default_rng(seed)
     block = 2**log_block
     k = block * blocks
     x = float_matrix(rng, m, k, x_kinds)
     w = float_matrix(rng, n, k, w_kinds).astype(dtype)
-    _check_matmul(x, w, (m, k), dtype, layout, None, rotate=True, block=block,
+    _check_matmul(any_isa, x, w, (m, k), dtype, layout, None, rotate=True, block=block,
                   seed=rot_seed)
 
 
@@ -289,7 +289,7 @@ def test_rotated_matmul_matches_quantized_reference(m, n, log_block, blocks, dty
        dtype=st.sampled_from((np.float32, np.float64)),
        bad=st.sampled_from((np.nan, np.inf, -np.inf)), layout=st.sampled_from(LAYOUTS),
        extra_bad=st.booleans(), seed=SEEDS)
-def test_non_finite_activations_raise_naming_the_row(m, k, lead, dtype, bad, layout,
+def test_non_finite_activations_raise_naming_the_row(any_isa, m, k, lead, dtype, bad, layout,
                                                      extra_bad, seed):
     rng = np.random.default_rng(seed)
     xshape = (m, k) if lead == "2d" else (2, m, k)
@@ -301,27 +301,25 @@ def test_non_finite_activations_raise_naming_the_row(m, k, lead, dtype, bad, lay
         x[rng.integers(row + 1, rows), rng.integers(k)] = np.nan
     x = relayout(x.reshape(xshape).astype(dtype), layout)
     w = rng.standard_normal((5, k))
-    for isa in ISAS:
-        with pyw8a8.use_isa(isa):
-            for enc in ENCODINGS:
-                packed = pyw8a8.pack_weight(w, encoding=enc, rotate=False)
-                out = np.full(xshape[:-1] + (5,), 7.0, np.float32)
-                where = rf"\brow {row}\b"
-                if lead == "3d":  # and its index in the leading dimensions
-                    where += rf" \(index \({row // m}, {row % m}\)\)"
-                with pytest.raises(ValueError, match=rf"\bx\b.*non-finite.*{where}"):
-                    pyw8a8.matmul(x, packed, out=out)
-                assert np.all(out == 7.0), "out was written before the error"
-                with pytest.raises(ValueError, match=rf"\brow {row}\b"):
-                    pyw8a8.matmul_pair(x, packed, packed)
-            if lead == "2d":
-                with pytest.raises(ValueError, match=rf"\bx\b.*\brow {row}\b"):
-                    pyw8a8.quantize_per_token(x)
-                # The same matrix as weights: the error names w and the row.
-                with pytest.raises(ValueError, match=rf"\bw\b.*\brow {row}\b"):
-                    pyw8a8.pack_weight(x, rotate=False)
-                with pytest.raises(ValueError, match=rf"\bw\b.*\brow {row}\b"):
-                    pyw8a8.quantize_per_channel(x)
+    for enc in ENCODINGS:
+        packed = pyw8a8.pack_weight(w, encoding=enc, rotate=False)
+        out = np.full(xshape[:-1] + (5,), 7.0, np.float32)
+        where = rf"\brow {row}\b"
+        if lead == "3d":  # and its index in the leading dimensions
+            where += rf" \(index \({row // m}, {row % m}\)\)"
+        with pytest.raises(ValueError, match=rf"\bx\b.*non-finite.*{where}"):
+            pyw8a8.matmul(x, packed, out=out)
+        assert np.all(out == 7.0), "out was written before the error"
+        with pytest.raises(ValueError, match=rf"\brow {row}\b"):
+            pyw8a8.matmul_pair(x, packed, packed)
+    if lead == "2d":
+        with pytest.raises(ValueError, match=rf"\bx\b.*\brow {row}\b"):
+            pyw8a8.quantize_per_token(x)
+        # The same matrix as weights: the error names w and the row.
+        with pytest.raises(ValueError, match=rf"\bw\b.*\brow {row}\b"):
+            pyw8a8.pack_weight(x, rotate=False)
+        with pytest.raises(ValueError, match=rf"\bw\b.*\brow {row}\b"):
+            pyw8a8.quantize_per_channel(x)
 
 
 # --- dtypes -----------------------------------------------------------------------
@@ -331,21 +329,19 @@ REJECTED_DTYPES = (np.int8, np.uint8, np.int32, np.int64, np.float16, np.complex
 
 
 @pytest.mark.parametrize("dtype", REJECTED_DTYPES, ids=lambda d: np.dtype(d).name)
-def test_float_entry_points_reject_other_dtypes(dtype):
+def test_float_entry_points_reject_other_dtypes(any_isa, dtype):
     x = np.ones((3, 8)).astype(dtype)
     packed = pyw8a8.pack_weight(np.ones((4, 8), np.float32), rotate=False)
-    for isa in ISAS:
-        with pyw8a8.use_isa(isa):
-            with pytest.raises(TypeError, match=r"\bx\b.*float32 or float64"):
-                pyw8a8.matmul(x, packed)
-            with pytest.raises(TypeError, match=r"\bx\b"):
-                pyw8a8.matmul_pair(x, packed, packed)
-            with pytest.raises(TypeError, match=r"\bx\b"):
-                pyw8a8.quantize_per_token(x)
-            with pytest.raises(TypeError, match=r"\bw\b"):
-                pyw8a8.quantize_per_channel(x)
-            with pytest.raises(TypeError, match=r"\bw\b"):
-                pyw8a8.pack_weight(x, rotate=False)
+    with pytest.raises(TypeError, match=r"\bx\b.*float32 or float64"):
+        pyw8a8.matmul(x, packed)
+    with pytest.raises(TypeError, match=r"\bx\b"):
+        pyw8a8.matmul_pair(x, packed, packed)
+    with pytest.raises(TypeError, match=r"\bx\b"):
+        pyw8a8.quantize_per_token(x)
+    with pytest.raises(TypeError, match=r"\bw\b"):
+        pyw8a8.quantize_per_channel(x)
+    with pytest.raises(TypeError, match=r"\bw\b"):
+        pyw8a8.pack_weight(x, rotate=False)
 
 
 @pytest.mark.parametrize("dtype", (np.float32, np.float64))

@@ -17,6 +17,11 @@ from pyw8a8 import _kernels
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FEATURES = pyw8a8.cpu_features()
 X86 = platform.machine().lower() in ("x86_64", "amd64")
+ARM64 = platform.machine().lower() in ("aarch64", "arm64")
+# The registry's paths per architecture, most preferred first: the expectation that
+# dispatch.h and the README's table are both checked against.
+ARCH_PATHS = {"x86": ["amx", "avx512vnni", "avxvnni", "avx2"], "arm": ["neondot", "neon"]}
+PORTABLE_PATHS = ["scalar", "scalar_u8s8"]
 
 
 def _cpu_supports(name):
@@ -48,10 +53,8 @@ def test_every_path_this_cpu_supports_is_available():
 
 
 def test_the_registry_lists_each_architecture_s_paths():
-    expected = (["amx", "avx512vnni", "avxvnni", "avx2"] if X86 else
-                ["neondot", "neon"] if platform.machine().lower() in ("aarch64", "arm64")
-                else [])
-    assert pyw8a8.compiled_isas() == expected + ["scalar", "scalar_u8s8"]
+    expected = ARCH_PATHS["x86"] if X86 else ARCH_PATHS["arm"] if ARM64 else []
+    assert pyw8a8.compiled_isas() == expected + PORTABLE_PATHS
 
 
 def test_the_default_is_the_first_available_path_that_is_not_test_only():
@@ -85,8 +88,6 @@ def test_readme_path_table_names_the_registry():
         readme = f.read()
     section = readme.split("## Instruction-set paths", 1)[1].split("\n## ", 1)[0]
     names = re.findall(r"^\| `(\w+)` \|", section, flags=re.M)
-    arch_paths = {"x86": ["amx", "avx512vnni", "avxvnni", "avx2"],
-                  "arm": ["neondot", "neon"]}
-    assert names == arch_paths["x86"] + arch_paths["arm"] + ["scalar", "scalar_u8s8"]
+    assert names == ARCH_PATHS["x86"] + ARCH_PATHS["arm"] + PORTABLE_PATHS
     compiled = pyw8a8.compiled_isas()
     assert [n for n in names if n in compiled] == compiled

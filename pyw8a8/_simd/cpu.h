@@ -102,4 +102,22 @@ static inline void w8_cpu_detect(w8_cpu_features *f) { memset(f, 0, sizeof(*f));
 static inline int w8_amx_request(void) { return 0; }
 #endif
 
+#if defined(__linux__)
+#include <unistd.h>
+#endif
+
+/* The per-core level-1 data (level 1) or level-2 (level 2) cache of this CPU in bytes, as
+ * the C library reports it (glibc reads CPUID leaf 4, or 0x8000001D on AMD), or 0 where it
+ * cannot tell; the blocking (tuning.py) sizes its K-ranges and blocks from them. */
+static inline int64_t w8_cache_bytes(int level)
+{
+#if defined(__linux__) && defined(_SC_LEVEL1_DCACHE_SIZE) && defined(_SC_LEVEL2_CACHE_SIZE)
+    const long bytes = sysconf(level == 1 ? _SC_LEVEL1_DCACHE_SIZE : _SC_LEVEL2_CACHE_SIZE);
+    return bytes > 0 ? (int64_t)bytes : 0;
+#else
+    (void)level;
+    return 0;
+#endif
+}
+
 #endif

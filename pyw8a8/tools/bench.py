@@ -404,6 +404,19 @@ def _checked_paths(parser, names, option):
         parser.error(str(exc))
 
 
+#: `main`'s switches that run another measurement instead of the table, and their help.
+_MODE_FLAGS = (
+    ("--mixed", "only a small numpy transformer (attention in numpy) with its linear layers in "
+                "float32 numpy and in pyw8a8, default thread settings, taking turns"),
+    ("--mca", "only llvm-mca's cycles per iteration of each x86 microkernel against its dot "
+              "instruction's bound (any x86 machine)"),
+    ("--overhead", "only the time around the kernels: matmul with a microkernel that does no "
+                   "arithmetic, against the product's time at VNNI and AMX speeds"),
+    ("--dask", "instead: a large M on local dask clusters of 1 and 2 worker processes against "
+               "the in-process call (needs the dask extra)"),
+)
+
+
 def main(argv=None, quick=False):
     """``python -m pyw8a8 bench`` (`quick`: ``info``, the short table); returns the exit
     status. Every option is checked before any measurement: a bad one exits with status 2
@@ -423,20 +436,8 @@ def main(argv=None, quick=False):
                         help="only numpy float32 and pyw8a8")
     parser.add_argument("--shapes", type=_option_type(parse_shapes),
                         help="M,K,N;M,K,N;... (default: the standard grid)")
-    parser.add_argument("--mixed", action="store_true",
-                        help="only a small numpy transformer (attention in numpy) with its "
-                             "linear layers in float32 numpy and in pyw8a8, default "
-                             "thread settings, taking turns")
-    parser.add_argument("--mca", action="store_true",
-                        help="only llvm-mca's cycles per iteration of each x86 microkernel "
-                             "against its dot instruction's bound (any x86 machine)")
-    parser.add_argument("--overhead", action="store_true",
-                        help="only the time around the kernels: matmul with a microkernel "
-                             "that does no arithmetic, against the product's time at VNNI "
-                             "and AMX speeds")
-    parser.add_argument("--dask", action="store_true",
-                        help="instead: a large M on local dask clusters of 1 and 2 worker "
-                             "processes against the in-process call (needs the dask extra)")
+    for flag, text in _MODE_FLAGS:
+        parser.add_argument(flag, action="store_true", help=text)
     parser.add_argument("--dask-shape", type=_option_type(parse_shape),
                         default="32768,1152,6912",
                         help="M,K,N of --dask (default: 32768,1152,6912)")

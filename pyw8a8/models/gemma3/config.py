@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 __all__ = ["EMBEDDING_NAME", "OUTPUT_NAME", "Gemma3Config"]
 
@@ -12,27 +12,33 @@ OUTPUT_NAME = "output"
 EMBEDDING_NAME = "token_embd.weight"
 
 
+def _gguf(default, key):
+    """A field read by `Gemma3Config.from_metadata` from the GGUF metadata `key`
+    (``{arch}`` stands for the architecture name)."""
+    return field(default=default, metadata={"gguf": key})
+
+
 @dataclass(frozen=True)
 class Gemma3Config:
     """Hyper-parameters of a Gemma 3 text model (defaults: 270M)."""
 
     vocab_size: int = 262144
-    hidden_size: int = 640
-    n_layers: int = 18
-    ffn_size: int = 2048
-    n_heads: int = 4
-    n_kv_heads: int = 1
-    head_dim: int = 256
-    rms_eps: float = 1e-6
-    rope_base_global: float = 1_000_000.0
+    hidden_size: int = _gguf(640, "{arch}.embedding_length")
+    n_layers: int = _gguf(18, "{arch}.block_count")
+    ffn_size: int = _gguf(2048, "{arch}.feed_forward_length")
+    n_heads: int = _gguf(4, "{arch}.attention.head_count")
+    n_kv_heads: int = _gguf(1, "{arch}.attention.head_count_kv")
+    head_dim: int = _gguf(256, "{arch}.attention.key_length")
+    rms_eps: float = _gguf(1e-6, "{arch}.attention.layer_norm_rms_epsilon")
+    rope_base_global: float = _gguf(1_000_000.0, "{arch}.rope.freq_base")
     rope_base_local: float = 10_000.0
-    sliding_window: int = 512
+    sliding_window: int = _gguf(512, "{arch}.attention.sliding_window")
     #: Layer i is global when ``i % sliding_window_pattern == pattern - 1``.
     sliding_window_pattern: int = 6
     #: Gemma's ``query_pre_attn_scalar``; attention scale is its -1/2 power.
     query_pre_attn_scalar: float = 256.0
-    bos_id: int = 2
-    eos_id: int = 1
+    bos_id: int = _gguf(2, "tokenizer.ggml.bos_token_id")
+    eos_id: int = _gguf(1, "tokenizer.ggml.eos_token_id")
 
     @classmethod
     def from_metadata(cls, meta: dict) -> "Gemma3Config":
@@ -40,24 +46,11 @@ class Gemma3Config:
         arch = meta.get("general.architecture", "gemma3")
         if arch != "gemma3":
             raise ValueError(f"expected a gemma3 model, got architecture {arch!r}")
-        keymap = {
-            "hidden_size": f"{arch}.embedding_length",
-            "n_layers": f"{arch}.block_count",
-            "ffn_size": f"{arch}.feed_forward_length",
-            "n_heads": f"{arch}.attention.head_count",
-            "n_kv_heads": f"{arch}.attention.head_count_kv",
-            "head_dim": f"{arch}.attention.key_length",
-            "rms_eps": f"{arch}.attention.layer_norm_rms_epsilon",
-            "rope_base_global": f"{arch}.rope.freq_base",
-            "sliding_window": f"{arch}.attention.sliding_window",
-            "bos_id": "tokenizer.ggml.bos_token_id",
-            "eos_id": "tokenizer.ggml.eos_token_id",
-        }
         kwargs = {}
-        types = {f.name: f.type for f in fields(cls)}
-        for attr, key in keymap.items():
-            if key in meta:
-                kwargs[attr] = float(meta[key]) if types[attr] in (float, "float") else int(meta[key])
+        for f in fields(cls):
+            key = f.metadata.get("gguf", "").format(arch=arch)
+            if key and key in meta:
+                kwargs[f.name] = float(meta[key]) if f.type in (float, "float") else int(meta[key])
         value_len = meta.get(f"{arch}.attention.value_length")
         if value_len is not None and int(value_len) != kwargs.get("head_dim", cls.head_dim):
             raise ValueError("key_length != value_length is not supported")
