@@ -148,12 +148,9 @@ W8_AVX2 static int w8_avx2_absmax(const float *x, int64_t n, float *amax)
         m = _mm256_max_ps(m, v);
     }
     if (_mm256_movemask_ps(bad)) return 1;
-    float lanes[8], tail = 0.0f;
+    float lanes[8];
     _mm256_storeu_ps(lanes, m);
-    if (w8_scalar_absmax(x + i, n - i, &tail)) return 1;
-    for (int j = 0; j < 8; j++) tail = lanes[j] > tail ? lanes[j] : tail;
-    *amax = tail;
-    return 0;
+    return w8_absmax_finish(lanes, 8, x + i, n - i, amax);
 }
 
 W8_AVX2 static void w8_avx2_quantize(const float *x, int64_t n, float inv, uint8_t flip,

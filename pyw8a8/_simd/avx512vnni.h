@@ -75,12 +75,9 @@ W8_AVX512 static int w8_avx512_absmax(const float *x, int64_t n, float *amax)
         m = _mm512_max_ps(m, v);
     }
     if (bad) return 1;
-    float lanes[16], tail = 0.0f;
+    float lanes[16];
     _mm512_storeu_ps(lanes, m);
-    if (w8_scalar_absmax(x + i, n - i, &tail)) return 1;
-    for (int j = 0; j < 16; j++) tail = lanes[j] > tail ? lanes[j] : tail;
-    *amax = tail;
-    return 0;
+    return w8_absmax_finish(lanes, 16, x + i, n - i, amax);
 }
 
 /* The AVX2 quantizer's arithmetic (multiply, clamp, round half to even) 16 floats at a

@@ -16,22 +16,33 @@ W8_INLINE void w8_scalar_store(int32_t *c, const uint32_t *sums, int n, int accu
         c[j] = (int32_t)(accumulate ? (uint32_t)c[j] + sums[j] : sums[j]);
 }
 
-/* b_flip = 0x80 turns a biased weight byte (q + 128) back into the signed q. */
+/* A byte of an operand as the instruction reads it: signed (after XOR flip; 0x80 turns a
+ * biased weight byte q + 128 back into q) or unsigned, as the u8 operand of vpdpbusd. */
+W8_INLINE int32_t w8_scalar_operand(uint8_t byte, int is_signed, uint8_t flip)
+{
+    return is_signed ? (int32_t)(int8_t)(byte ^ flip) : (int32_t)byte;
+}
+
+/* The dot products of a tile in plain C, its operands read as `a_signed`, `b_signed` (with
+ * b_flip) say: the scalar path multiplies signed by signed; scalar_u8s8 the u8 x s8 of the
+ * VNNI and AMX paths. */
 W8_INLINE void w8_scalar_tile(int rows, int npanels, int64_t kq, const uint8_t *a,
                               int64_t lda, const uint8_t *b, int64_t panel_stride,
-                              int32_t *c, int64_t ldc, int accumulate, uint8_t b_flip)
+                              int32_t *c, int64_t ldc, int accumulate, int a_signed,
+                              int b_signed, uint8_t b_flip)
 {
     for (int r = 0; r < rows; r++) {
         for (int p = 0; p < npanels; p++) {
             uint32_t acc[W8_NR] = {0};
             const uint8_t *bp = b + p * panel_stride;
-            const int8_t *ar = (const int8_t *)(a + r * lda);
+            const uint8_t *ar = a + r * lda;
             for (int64_t q = 0; q < kq; q++) {
                 const uint8_t *row = bp + q * W8_QUAD_BYTES;
                 for (int j = 0; j < W8_NR; j++)
                     for (int i = 0; i < 4; i++)
-                        acc[j] += (uint32_t)((int32_t)ar[4 * q + i] *
-                                             (int32_t)(int8_t)(row[4 * j + i] ^ b_flip));
+                        acc[j] += (uint32_t)(w8_scalar_operand(ar[4 * q + i], a_signed, 0) *
+                                             w8_scalar_operand(row[4 * j + i], b_signed,
+                                                               b_flip));
             }
             w8_scalar_store(c + r * ldc + p * W8_NR, acc, W8_NR, accumulate);
         }
@@ -42,49 +53,26 @@ static void w8_scalar_ukernel_biased(int rows, int npanels, int64_t kq, const ui
                                      int64_t lda, const uint8_t *b, int64_t ps, int32_t *c,
                                      int64_t ldc, int accumulate)
 {
-    w8_scalar_tile(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, 0x80);
+    w8_scalar_tile(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, 1, 1, 0x80);
 }
 
 static void w8_scalar_ukernel_signed(int rows, int npanels, int64_t kq, const uint8_t *a,
                                      int64_t lda, const uint8_t *b, int64_t ps, int32_t *c,
                                      int64_t ldc, int accumulate)
 {
-    w8_scalar_tile(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, 0);
+    w8_scalar_tile(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, 1, 1, 0);
 }
 
 /* The u8 x s8 products of vpdpbusd / tdpbusd in plain C, with the +128 shift and its
  * compensation exactly as the VNNI and AMX paths do them, so the compensation logic of the
  * loop nest (W8_CORR_ROW / W8_CORR_COL and the prefix sums) is tested on every CPU.
  * biased: weights are the u8 operand (q + 128); signed: activations are (qa ^ 0x80). */
-W8_INLINE void w8_scalar_u8s8_tile(int rows, int npanels, int64_t kq, const uint8_t *a,
-                                   int64_t lda, const uint8_t *b, int64_t panel_stride,
-                                   int32_t *c, int64_t ldc, int accumulate, int biased)
-{
-    for (int r = 0; r < rows; r++) {
-        for (int p = 0; p < npanels; p++) {
-            uint32_t acc[W8_NR] = {0};
-            const uint8_t *bp = b + p * panel_stride;
-            const uint8_t *ar = a + r * lda;
-            for (int64_t q = 0; q < kq; q++) {
-                const uint8_t *row = bp + q * W8_QUAD_BYTES;
-                for (int j = 0; j < W8_NR; j++)
-                    for (int i = 0; i < 4; i++) {
-                        const uint8_t wb = row[4 * j + i], ab = ar[4 * q + i];
-                        acc[j] += (uint32_t)(biased ? (int32_t)wb * (int8_t)ab
-                                                    : (int32_t)ab * (int8_t)wb);
-                    }
-            }
-            w8_scalar_store(c + r * ldc + p * W8_NR, acc, W8_NR, accumulate);
-        }
-    }
-}
-
 static void w8_scalar_u8s8_ukernel_biased(int rows, int npanels, int64_t kq,
                                           const uint8_t *a, int64_t lda, const uint8_t *b,
                                           int64_t ps, int32_t *c, int64_t ldc,
                                           int accumulate)
 {
-    w8_scalar_u8s8_tile(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, 1);
+    w8_scalar_tile(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, 1, 0, 0);
 }
 
 static void w8_scalar_u8s8_ukernel_signed(int rows, int npanels, int64_t kq,
@@ -92,7 +80,7 @@ static void w8_scalar_u8s8_ukernel_signed(int rows, int npanels, int64_t kq,
                                           int64_t ps, int32_t *c, int64_t ldc,
                                           int accumulate)
 {
-    w8_scalar_u8s8_tile(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, 0);
+    w8_scalar_tile(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, 0, 1, 0);
 }
 
 /* The float epilogue of common.h: the reference of every SIMD one, and their tail past the
@@ -121,6 +109,18 @@ static int w8_scalar_absmax(const float *x, int64_t n, float *amax)
         if (!(v <= 3.4028234663852886e38f)) return 1; /* NaN or Inf */
         m = v > m ? v : m;
     }
+    *amax = m;
+    return 0;
+}
+
+/* A SIMD absmax's end: the max of its vector's lanes and of the scalar tail past its last
+ * whole vector (0, or 1 if the tail holds NaN/Inf). */
+static inline int w8_absmax_finish(const float *lanes, int nlanes, const float *tail,
+                                   int64_t ntail, float *amax)
+{
+    float m = 0.0f;
+    if (w8_scalar_absmax(tail, ntail, &m)) return 1;
+    for (int j = 0; j < nlanes; j++) m = lanes[j] > m ? lanes[j] : m;
     *amax = m;
     return 0;
 }
