@@ -41,6 +41,18 @@ def max_threads():
     return MAX_THREADS_PER_CPU * (os.cpu_count() or 1)
 
 
+def _check_environment():
+    """OMP_NUM_THREADS gets the bound set_num_threads has (its first level, the one pyw8a8's
+    products use); values OpenMP itself rejects are OpenMP's to report."""
+    value = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    if value.isdigit() and int(value) > max_threads():
+        raise ValueError(f"OMP_NUM_THREADS={value}: at most {max_threads()} threads "
+                         f"({MAX_THREADS_PER_CPU} per logical CPU) can run pyw8a8's products")
+
+
+_check_environment()
+
+
 def fork_fallback():
     """Whether the calling thread is a forked child's surviving thread whose OpenMP pool
     was left behind by the fork (it then runs products on one thread)."""
@@ -61,6 +73,7 @@ def get_num_threads():
         return 1
     if _override is not None:
         return _override
+    # Clamped too: omp_set_num_threads from other code in the process is not checked.
     return min(max(1, _kernels.omp_max_threads()), max_threads())
 
 

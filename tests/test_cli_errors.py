@@ -58,7 +58,10 @@ def test_a_bad_command_line_is_one_line_and_status_2(args, names):
 
 
 BAD_SETTINGS = [("PYW8A8_ISA", "bogus"), ("PYW8A8_THREAD_POLICY", "sometimes"),
-                ("PYW8A8_AMX_MIN_ROWS", "many")]
+                ("PYW8A8_AMX_MIN_ROWS", "many"),
+                # libgomp crashed or exited the process when it could not create them
+                ("OMP_NUM_THREADS", str(8 * (os.cpu_count() or 1) + 1)),
+                ("OMP_NUM_THREADS", "100000,2")]
 # A path compiled in but not runnable on this CPU raises RuntimeError rather than ValueError.
 BAD_SETTINGS += [pytest.param("PYW8A8_ISA", name, id=f"PYW8A8_ISA={name} (this CPU lacks it)")
                  for name in pyw8a8.compiled_isas() if name not in pyw8a8.available_isas()]
