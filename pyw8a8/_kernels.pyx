@@ -208,14 +208,12 @@ cdef class WeightPlan:
         self.rotate, self.block, self.seed = rotate, block, seed
         self.blocking = {}
 
-    cpdef bint describes(self, panels, psum, scales, shape, encoding, bint rotate,
-                         block, seed):
+    cpdef bint describes(self, panels, psum, scales, shape, encoding):
         """Whether this plan still describes a weight with these attributes (identity of
-        the arrays: a weight whose arrays were replaced gets a new, checked plan)."""
+        the arrays: a weight whose arrays were replaced gets a new, checked plan; its
+        rotation settings are read-only, so they cannot have changed)."""
         return (panels is self.panels and psum is self.psum and scales is self.scales and
-                shape == self.shape and encoding == self.encoding and
-                rotate == self.rotate and (not rotate or (block == self.block and
-                                                         seed == self.seed)))
+                shape == self.shape and encoding == self.encoding)
 
 
 cdef class Scratch:

@@ -182,8 +182,7 @@ class PackedWeight:
         once; rebuilt (and checked again) only if an attribute has been replaced since."""
         plan = self._plan
         if plan is None or not plan.describes(self.panels, self.psum, self.scales,
-                                              self.shape, self.encoding, self.rotate,
-                                              self.block, self.seed):
+                                              self.shape, self.encoding):
             self.check_layout()
             plan = self._plan = _kernels.WeightPlan(
                 self.panels, self.psum, self.scales, self.shape, self.encoding, self.kp,
