@@ -178,13 +178,23 @@ def test_a_foreign_libgomp_loaded_first_leaves_pyw8a8_its_spin_count(tmp_path):
     assert abs(float(value) - 1024) < 1e-3 * 1024
 
 
-def test_torch_loaded_first_leaves_pyw8a8_its_spin_count():
-    pytest.importorskip("torch")
+def test_torch_loaded_first_is_recognized_for_what_it_loaded():
+    """A torch wheel with an OpenMP runtime under its own hashed name (libgomp-<hash>)
+    leaves pyw8a8's libgomp.so.1 to pyw8a8, which sets its spin count; one that ships a
+    copy under the very soname libgomp.so.1 (the CPU build of torch 2.13) makes the loader
+    hand pyw8a8 that copy, already started, so the policy must say it left it alone."""
+    torch = pytest.importorskip("torch")
+    same_soname = os.path.exists(os.path.join(os.path.dirname(torch.__file__), "lib",
+                                              "libgomp.so.1"))
     out = subprocess.run([sys.executable, "-c", "import torch, pyw8a8; "
                           "print(pyw8a8.thread_policy()['openmp'])"],
                          capture_output=True, text=True, timeout=TIMEOUT)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.startswith("GOMP_SPINCOUNT=10000"), out.stdout
+    if same_soname:
+        assert out.stdout.startswith("left alone (libgomp.so.1 was loaded before pyw8a8)"), \
+            out.stdout
+    else:
+        assert out.stdout.startswith("GOMP_SPINCOUNT=10000"), out.stdout
 
 
 def test_ctrl_c_during_a_long_product_arrives_and_leaves_the_process_usable():
