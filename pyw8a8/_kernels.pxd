@@ -13,6 +13,11 @@ cdef extern from "_simd/dispatch.h" nogil:
         W8_OUT_F32
         W8_OUT_I32
         W8_OUT_I64
+        W8_ACT_NONE
+        W8_ACT_RELU
+        W8_ACT_GELU
+        W8_ACT_GELU_TANH
+        W8_ACT_SILU
     enum:
         W8_CORR_NONE, W8_CORR_ROW, W8_CORR_COL
 
@@ -23,8 +28,20 @@ cdef extern from "_simd/dispatch.h" nogil:
     ctypedef void (*w8_ukernel_fn)(int rows, int npanels, int64_t kq, const uint8_t *a,
                                    int64_t lda, const uint8_t *b, int64_t panel_stride,
                                    int32_t *c, int64_t ldc, int accumulate)
+    ctypedef struct w8_scaling:
+        const int32_t *row_corr
+        const int32_t *col_corr
+        const float *a_scale
+        const float *b_scale
+        const float *bias
     ctypedef struct w8_tile_finish:
-        pass
+        w8_scaling g
+        int act
+        const int32_t *up
+        int64_t ld_up
+        w8_scaling u
+    ctypedef void (*w8_act_tile_fn)(float *out, int64_t ldo, int rows, int cols,
+                                    const w8_tile_finish *fin)
     ctypedef void (*w8_ukernel_f32_fn)(int rows, int npanels, int64_t kq, const uint8_t *a,
                                        int64_t lda, const uint8_t *b, int64_t panel_stride,
                                        int32_t *c, int64_t ldc, int accumulate,
@@ -45,6 +62,7 @@ cdef extern from "_simd/dispatch.h" nogil:
         int corr[2]
         uint8_t a_flip[2]
         int auto_encoding
+        w8_act_tile_fn act_tile
         w8_fwht_fn fwht
         w8_sign_scale_fn sign_scale
         w8_peak_fn peak
@@ -62,6 +80,9 @@ cdef extern from "_simd/dispatch.h" nogil:
         const int32_t *b_psum
         const float *a_scale
         const float *b_scale
+        const float *bias
+        int act
+        const void *up  # a w8_gemm_plan (a struct cannot name itself here)
         int out_kind
         void *out
         int64_t ldo
@@ -107,6 +128,7 @@ cdef extern from "_simd/dispatch.h" nogil:
         int64_t rot_stride
         w8_gemm_job jobs[2]
         int njobs
+        w8_gemm_plan up
         float *wide_out[2]
         int64_t wide_ldo[2]
     int64_t w8_run_product(w8_product *p, int nthreads)

@@ -241,8 +241,30 @@ cdef inline size_t _aligned(size_t n) nogil:
     return (n + 63) // 64 * 64
 
 
+def activate(IsaOps isa, float[:, ::1] x, int act):
+    """Apply activation `act` (a W8_ACT_* value) in place to x with the activation pass of
+    path `isa` (its vectors and its scalar tail), as the fused layer applies it to its
+    tiles; for testing one path's arithmetic on any float32 values."""
+    cdef w8_tile_finish fin
+    cdef int64_t r, c0, cols = x.shape[1]
+    memset(&fin, 0, sizeof(fin))
+    fin.act = act
+    if x.shape[0] == 0 or cols == 0:
+        return
+    with nogil:
+        for r in range(x.shape[0]):
+            for c0 in range(0, cols, 1 << 20):
+                isa.ops.act_tile(&x[r, c0], cols, 1, <int>min(cols - c0, 1 << 20), &fin)
+
+
+cdef inline const float *_bias_data(object bias):
+    if bias is None:
+        return NULL
+    return <const float *>cnp.PyArray_DATA(bias)
+
+
 def product(IsaOps isa, cnp.ndarray x, list weights, list outs, Scratch scratch,
-            int nthreads, list blockings):
+            int nthreads, list blockings, list biases, int act=W8_ACT_NONE, bint glu=False):
     """The products of the rows of x with one or two weights, in one call of the C call
     path (``_simd/product.h``): the rows are prepared once per activation format, then
     every block of every product runs, in one parallel region, the GIL released.
@@ -251,9 +273,13 @@ def product(IsaOps isa, cnp.ndarray x, list weights, list outs, Scratch scratch,
     weights are) or int8 in [-127, 127] (an exact integer product of unrotated weights);
     M, K >= 1.  weights: WeightPlans of this K and one rotation.  outs[j]: (M, N_j) with
     C-contiguous rows, not overlapping x: float32 for float x, int32 or int64 for int8 x
-    (int32 only up to W8_EXACT_K).  blockings[j]: (kc, mc, nc, m_step, n_step).  Returns
-    -1, or the index of the first row that holds NaN/Inf or whose rotation overflows (the
-    outputs are then unspecified).
+    (int32 only up to W8_EXACT_K).  blockings[j]: (kc, mc, nc, m_step, n_step).  biases[j]:
+    None or a C-contiguous float32 (N_j,) added to product j's float result.  act: the
+    W8_ACT_* of the first product (float x only).  glu: the two weights are a gated pair
+    of one N: a single output, outs[0] = act(x @ w0.T + b0) * (x @ w1.T + b1), finished
+    tile by tile (the up projection's sums go to the scratch, never to a float array).
+    Returns -1, or the index of the first row that holds NaN/Inf or whose rotation
+    overflows (the outputs are then unspecified).
     """
     cdef const w8_isa_ops *ops = isa.ops
     cdef int nw = len(weights), j, f
@@ -265,7 +291,7 @@ def product(IsaOps isa, cnp.ndarray x, list weights, list outs, Scratch scratch,
     cdef bint wide = not int8_input and Kp > W8_EXACT_K
     cdef int nworkers = nthreads if nthreads > 1 else 1
     cdef size_t fmt_off[W8_MAX_WEIGHTS]
-    cdef size_t wide_off[W8_MAX_WEIGHTS]
+    cdef size_t sums_off[W8_MAX_WEIGHTS]
     cdef int fmt_of[W8_MAX_WEIGHTS]
     cdef size_t off = 0, off_scale, off_st, off_rot
     cdef int64_t kc, mc, nc, m_step, n_step
@@ -274,14 +300,17 @@ def product(IsaOps isa, cnp.ndarray x, list weights, list outs, Scratch scratch,
     cdef bint row_sums
     cdef char *base
     cdef w8_product p
-    cdef w8_gemm_job *job
-    if not 1 <= nw <= W8_MAX_WEIGHTS or len(outs) != nw or len(blockings) != nw:
-        raise ValueError("one or two weights, each with an output and a blocking")
+    cdef w8_gemm_plan *g
+    if not 1 <= nw <= W8_MAX_WEIGHTS or len(blockings) != nw or len(biases) != nw:
+        raise ValueError("one or two weights, each with a blocking and a bias")
+    if len(outs) != (1 if glu else nw) or (glu and nw != 2):
+        raise ValueError("an output per weight, or one for a gated pair of two weights")
     p.ops, p.x, p.int8_input, p.M, p.K, p.Kp = ops, cnp.PyArray_DATA(x), int8_input, M, K, Kp
     p.block = w.block if w.rotate and not int8_input else 0
     p.seed = w.seed
-    # The scratch: each format's bytes and sums, the scales, the row statuses, the int64
-    # sums of a float product beyond W8_EXACT_K, one rotation row per thread.
+    # The scratch: each format's bytes and sums, the scales, the row statuses, the raw sums
+    # that go to no output (a float product beyond W8_EXACT_K: int64, converted at the end;
+    # the up projection of a gated pair), one rotation row per thread.
     p.nformats = 0
     for j in range(nw):
         w = weights[j]
@@ -300,9 +329,11 @@ def product(IsaOps isa, cnp.ndarray x, list weights, list outs, Scratch scratch,
     off_st = off_scale + _aligned(M * sizeof(float))
     off = off_st + _aligned(M)
     for j in range(nw):
-        wide_off[j] = off
+        sums_off[j] = off
         if wide:
             off += _aligned(M * (<WeightPlan>weights[j]).N * sizeof(int64_t))
+        elif glu and j == 1:
+            off += _aligned(M * (<WeightPlan>weights[j]).N * sizeof(int32_t))
     off_rot = off
     p.rot_stride = (K + p.block - 1) // p.block * p.block if p.block else 0
     p.rot_stride = _aligned(p.rot_stride * sizeof(float)) // sizeof(float)
@@ -313,27 +344,38 @@ def product(IsaOps isa, cnp.ndarray x, list weights, list outs, Scratch scratch,
     p.a_scale = <float *>(base + off_scale)
     p.status = <uint8_t *>(base + off_st)
     p.rot = <float *>(base + off_rot)
-    p.njobs = nw
+    p.njobs = 1 if glu else nw
     for j in range(nw):
-        w, out, job = weights[j], outs[j], &p.jobs[j]
+        w = weights[j]
+        g = &p.up if glu and j == 1 else &p.jobs[j].g
         f = fmt_of[j]
         kc, mc, nc, m_step, n_step = blockings[j]
-        job.g.ops, job.g.enc, job.g.M, job.g.N, job.g.Kp = ops, w.enc, M, w.N, Kp
-        job.g.a, job.g.lda = p.fmt[f].q, Kp
-        job.g.a_psum = p.fmt[f].psum if p.fmt[f].row_sums else NULL
-        job.g.b, job.g.b_psum, job.g.a_scale, job.g.b_scale = w.b, w.b_psum, p.a_scale, w.b_scale
-        job.g.out, job.g.ldo = cnp.PyArray_DATA(out), out.strides[0] // out.itemsize
-        job.g.out_kind = W8_OUT_F32
+        g.ops, g.enc, g.M, g.N, g.Kp = ops, w.enc, M, w.N, Kp
+        g.a, g.lda = p.fmt[f].q, Kp
+        g.a_psum = p.fmt[f].psum if p.fmt[f].row_sums else NULL
+        g.b, g.b_psum, g.a_scale, g.b_scale = w.b, w.b_psum, p.a_scale, w.b_scale
+        g.bias = _bias_data(biases[j])
+        g.act = act if j == 0 else W8_ACT_NONE
+        g.up = NULL
+        g.kc, g.mc, g.nc = kc, mc, nc
         p.wide_out[j] = NULL
+        if glu and j == 1:
+            # The up projection's raw sums, finished with the gate's tiles.
+            g.out_kind = W8_OUT_I64 if wide else W8_OUT_I32
+            g.out, g.ldo = base + sums_off[j], w.N
+            p.jobs[0].g.up = g
+            continue
+        out = outs[j]
+        g.out, g.ldo = cnp.PyArray_DATA(out), out.strides[0] // out.itemsize
+        g.out_kind = W8_OUT_F32
         if int8_input:
-            job.g.out_kind = W8_OUT_I64 if out.itemsize == 8 else W8_OUT_I32
+            g.out_kind = W8_OUT_I64 if out.itemsize == 8 else W8_OUT_I32
         elif wide:
             # Exact int32 sums per W8_EXACT_K-range, added in int64, converted at the end.
-            job.g.out_kind = W8_OUT_I64
-            p.wide_out[j], p.wide_ldo[j] = <float *>job.g.out, job.g.ldo
-            job.g.out, job.g.ldo = base + wide_off[j], w.N
-        job.g.kc, job.g.mc, job.g.nc = kc, mc, nc
-        job.m_step, job.n_step = m_step, n_step
+            g.out_kind = W8_OUT_I64
+            p.wide_out[j], p.wide_ldo[j] = <float *>g.out, g.ldo
+            g.out, g.ldo = base + sums_off[j], w.N
+        p.jobs[j].m_step, p.jobs[j].n_step = m_step, n_step
     with nogil:
         bad = w8_run_product(&p, nworkers)
     return bad

@@ -60,6 +60,33 @@ def _to_float32(arr, name, shape, row_offset):
                      f"computes in float32: rescale or clip {name}") from None
 
 
+def bias_vector(bias, n, name):
+    """`bias` as a C-contiguous native float32 vector of length n, or None.
+
+    Raises
+    ------
+    ValueError
+        If bias is not a float32 or float64 array of shape (n,), or holds NaN/Inf, or a
+        float64 value beyond float32's range.
+    """
+    if bias is None:
+        return None
+    arr = np.asarray(bias)
+    if arr.dtype.kind != "f" or arr.dtype.newbyteorder("=") not in (_FLOAT32, _FLOAT64):
+        raise ValueError(f"{name} must be a float32 or float64 array, got dtype {arr.dtype}")
+    if arr.shape != (n,):
+        raise ValueError(f"{name} must have shape ({n},) (one value per output channel), "
+                         f"got {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} holds NaN or Inf")
+    with np.errstate(over="ignore"):
+        arr = np.ascontiguousarray(arr, dtype=_FLOAT32)
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} has a value beyond float32's range "
+                         f"(max {_FLOAT32_MAX!s}); pyw8a8 computes in float32")
+    return arr
+
+
 def int8_matrix(x, name):
     arr = np.asarray(x)
     if arr.dtype != np.int8:

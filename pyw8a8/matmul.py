@@ -16,12 +16,15 @@ import time
 import numpy as np
 
 from . import _cpu, _kernels, _threads
-from ._validation import check_finite_row, float_array, int8_matrix
+from ._validation import bias_vector, check_finite_row, float_array, int8_matrix
 from .packing import PackedWeight, pack_int8
 from .tuning import TUNER
 
 _F32 = np.dtype(np.float32)
 _SCRATCH = threading.local()  # .buffer: the thread's reused _kernels.Scratch
+# The fused activations by name (common.h W8_ACT_*; the arithmetic is activation.h's).
+ACTIVATIONS = {"relu": _kernels.W8_ACT_RELU, "gelu": _kernels.W8_ACT_GELU,
+               "gelu_tanh": _kernels.W8_ACT_GELU_TANH, "silu": _kernels.W8_ACT_SILU}
 # Settled blockings a weight remembers (one per path, weight count, M and thread count it
 # met): spares a call the tuner's lock and lookups.
 _SETTLED_PER_WEIGHT = 256
@@ -30,8 +33,8 @@ _SETTLED_PER_WEIGHT = 256
 def _plan(packed, name):
     """The WeightPlan of `packed`, checked (O(1): the kernels read its arrays unchecked)."""
     if not isinstance(packed, PackedWeight):
-        raise TypeError(f"{name} must be a PackedWeight from pyw8a8.pack_weight, got "
-                        f"{type(packed).__name__}")
+        raise TypeError(f"{name} must be a PackedWeight from pyw8a8.pack_weight or "
+                        f"pack_quantized, got {type(packed).__name__}")
     try:
         return packed.plan()
     except ValueError as exc:
@@ -97,11 +100,23 @@ def _blocking(ops, plan, group, m, nthreads):
     return blocking, (key, index)
 
 
-def _product(rows, plans, outs, name, shape, kc=None):
+def _activation_code(activation, name):
+    """The W8_ACT_* code of an activation name (None: no activation)."""
+    if activation is None:
+        return _kernels.W8_ACT_NONE
+    code = ACTIVATIONS.get(activation) if isinstance(activation, str) else None
+    if code is None:
+        raise ValueError(f"{name} must be None or one of {', '.join(map(repr, ACTIVATIONS))}, "
+                         f"got {activation!r}")
+    return code
+
+
+def _product(rows, plans, outs, name, shape, kc=None, biases=None, act=0, glu=False):
     """Run the products of `rows` ((M, K) C-contiguous float32, or int8 for an integer
     product; M, K >= 1) with every plan into its output, through the one compiled entry
-    point (``_kernels.product``).  A row holding NaN/Inf raises ValueError naming it in
-    `shape`, the caller's shape of `rows`; `kc` forces the K-range width (tests)."""
+    point (``_kernels.product``); with `glu`, the two plans are a gated pair finished into
+    the one output.  A row holding NaN/Inf raises ValueError naming it in `shape`, the
+    caller's shape of `rows`; `kc` forces the K-range width (tests)."""
     m = rows.shape[0]
     ops = _cpu.active_ops(m)
     nthreads = _threads.threads_for(m * plans[0].K * sum(p.N for p in plans))
@@ -115,7 +130,8 @@ def _product(rows, plans, outs, name, shape, kc=None):
     if scratch is None:
         scratch = _SCRATCH.buffer = _kernels.Scratch()
     t0 = time.perf_counter()
-    bad = _kernels.product(ops, rows, plans, outs, scratch, nthreads, blockings)
+    bad = _kernels.product(ops, rows, plans, outs, scratch, nthreads, blockings,
+                           biases or [None] * len(plans), act, glu)
     if bad >= 0:
         if plans[0].rotate and np.all(np.isfinite(rows[bad])):
             raise ValueError(f"{name} row {bad} is finite but too large to rotate: its "
@@ -126,33 +142,55 @@ def _product(rows, plans, outs, name, shape, kc=None):
         TUNER.record(key, index, elapsed)
 
 
-def _float_products(x, plans, outs, lead):
+def _float_products(x, plans, outs, lead, biases, act=0, glu=False):
     """The W8A8 products of activations x (float32, shape lead + (K,)) with every plan into
-    its float32 output (shape lead + (N,), C-contiguous)."""
+    its float32 output (shape lead + (N,), C-contiguous), each plus its bias (None or
+    float32 (N,)), the first through activation `act`; with `glu`, the gated pair of the
+    two plans into the one output."""
     m, k = math.prod(lead), plans[0].K
     if m == 0 or all(p.N == 0 for p in plans):
         return
     if k == 0:
-        for out in outs:
-            out.fill(0)
+        # Every sum is 0: the result is the bias, through the same activation (and gate)
+        # arithmetic as a tile's, from this call's path.
+        ops = _cpu.active_ops(m)
+        zero = np.float32(0)
+        for out, bias in zip(outs, biases):
+            out[...] = zero if bias is None else zero + bias  # 0 + -0 is +0, as a tile's
+        if act:
+            _kernels.activate(ops, outs[0].reshape(m, -1), act)
+        if glu:
+            outs[0] *= zero if biases[1] is None else zero + biases[1]
         return
     rows = np.ascontiguousarray(x).reshape(m, k)  # a view when x is C-contiguous
     _product(rows, plans, [out.reshape(m, p.N) for out, p in zip(outs, plans)], "x",
-             x.shape)
+             x.shape, biases=biases, act=act, glu=glu)
 
 
-def matmul(x, packed, *, out=None, out_dtype=None):
-    """W8A8 product ``x @ w.T`` against a packed weight.
+def matmul(x, packed, *, bias=None, activation=None, out=None, out_dtype=None):
+    """W8A8 layer ``activation(x @ w.T + bias)`` against a packed weight.
 
     Activations are quantized per row (token) on every call, optionally rotated first with
-    the weight's transform; the int8 dot products accumulate exactly in int32.
+    the weight's transform; the int8 dot products accumulate exactly in int32.  The bias
+    and the activation are fused into the kernels' float epilogue: the bias is added in
+    registers, the activation runs over each tile while it is in L1, so neither costs a
+    pass over the output.
 
     Parameters
     ----------
     x : array_like of float32 or float64, shape (..., K)
         Activations; any leading dimensions, any memory order.
     packed : PackedWeight
-        From :func:`pack_weight`, shape (N, K).
+        From :func:`pack_weight` or :func:`pack_quantized`, shape (N, K).
+    bias : array_like of float32 or float64, shape (N,), optional
+        Added to the product (in float32) before the activation.
+    activation : {None, 'relu', 'gelu', 'gelu_tanh', 'silu'}, optional
+        ``'gelu'`` is the erf form, ``'gelu_tanh'`` the tanh approximation
+        (``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))``), ``'silu'`` is
+        ``x * sigmoid(x)``.  Every path computes the same bits; against a float64
+        evaluation of the same function on the same float32 input the result is within a
+        few float32 units in the last place (see the README's measured bound).  NaN in
+        gives NaN out; +-Inf give the limits (+Inf, and -0 or 0).
     out : ndarray, shape (..., N), optional
         Where to write the result (dtype float32, or `out_dtype`); must not overlap x.
     out_dtype : {numpy.float32, ml_dtypes.bfloat16}, optional
@@ -161,7 +199,8 @@ def matmul(x, packed, *, out=None, out_dtype=None):
     Returns
     -------
     ndarray, shape (..., N)
-        ``s_a[m] * s_w[n] * sum_k qa[m, k] * qw[n, k]``, approximately ``x @ w.T``.
+        ``activation(s_a[m] * s_w[n] * sum_k qa[m, k] * qw[n, k] + bias[n])``,
+        approximately ``activation(x @ w.T + bias)``.
 
     Raises
     ------
@@ -169,12 +208,13 @@ def matmul(x, packed, *, out=None, out_dtype=None):
         Wrong dtype of x or out, or `packed` not a PackedWeight.
     ValueError
         x's last dimension differs from K, a row of x holds NaN/Inf (named in the
-        message), or `out` has the wrong shape, is read-only or overlaps x. Nothing is
-        written to `out` when an error is raised.
+        message), `bias` has the wrong shape or dtype or holds NaN/Inf, `activation` is
+        not one of the names, or `out` has the wrong shape, is read-only or overlaps x.
+        Nothing is written to `out` when an error is raised.
     """
-    if (out is None and out_dtype is None and type(x) is np.ndarray and x.dtype is _F32
-            and x.flags.c_contiguous and x.ndim and x.size and type(packed) is
-            PackedWeight):
+    if (out is None and out_dtype is None and bias is None and activation is None
+            and type(x) is np.ndarray and x.dtype is _F32 and x.flags.c_contiguous
+            and x.ndim and x.size and type(packed) is PackedWeight):
         # The common call, C-contiguous float32 rows (any leading dimensions, a view as
         # 2-D): straight to the product.
         plan = _plan(packed, "packed")
@@ -183,45 +223,70 @@ def matmul(x, packed, *, out=None, out_dtype=None):
             _product(x.reshape(-1, plan.K), [plan], [y.reshape(-1, plan.N)], "x", x.shape)
             return y
     plan = _plan(packed, "packed")
+    act = _activation_code(activation, "activation")
+    bias = bias_vector(bias, plan.N, "bias")
     arr = _activations(x, plan.K)
     lead = arr.shape[:-1]
     result, target = _output(out, out_dtype, lead + (plan.N,), x)
-    _float_products(arr, [plan], [result], lead)
+    _float_products(arr, [plan], [result], lead, [bias], act)
     return _finish(result, target)
 
 
-def matmul_pair(x, packed1, packed2):
-    """Two W8A8 products of one activation, quantized once (e.g. gate and up projections).
+def matmul_pair(x, packed1, packed2, *, glu=None, bias1=None, bias2=None):
+    """Two W8A8 products of one activation, quantized once (e.g. gate and up projections),
+    or with `glu` the gated unit of a transformer's feed-forward block.
 
     Parameters
     ----------
     x : array_like of float32 or float64, shape (..., K)
     packed1, packed2 : PackedWeight
-        Shapes (N1, K) and (N2, K), with the same rotation settings.
+        Shapes (N1, K) and (N2, K), with the same rotation settings; with `glu`, the gate
+        and the up projection, of one shape (N, K).
+    glu : {None, 'relu', 'gelu', 'gelu_tanh', 'silu'}, optional
+        Return ``glu(x @ w1.T + bias1) * (x @ w2.T + bias2)`` as one array (Gemma:
+        ``'gelu_tanh'``; Llama, Mistral: ``'silu'``; the activations of :func:`matmul`).
+        Both products are computed tile by tile and finished together, so neither float
+        product is ever stored.
+    bias1, bias2 : array_like of float32 or float64, shapes (N1,) and (N2,), optional
+        Added to each product (before the activation, with `glu`).
 
     Returns
     -------
     y1 : ndarray of float32, shape (..., N1)
     y2 : ndarray of float32, shape (..., N2)
+        Without `glu`.
+    y : ndarray of float32, shape (..., N)
+        With `glu`.
 
     Raises
     ------
     TypeError, ValueError
-        As :func:`matmul`; also ValueError if the two weights differ in K or rotation.
+        As :func:`matmul`; also ValueError if the two weights differ in K or rotation, or,
+        with `glu`, in N, or if `glu` is not one of the names.
     """
     plan1, plan2 = _plan(packed1, "packed1"), _plan(packed2, "packed2")
+    act = _activation_code(glu, "glu")
     if plan1.K != plan2.K:
         raise ValueError(f"packed1 and packed2 differ in K: {plan1.K} vs {plan2.K}")
-    rot1 = (packed1.rotate, packed1.block, packed1.seed)
-    rot2 = (packed2.rotate, packed2.block, packed2.seed)
+    if glu is not None and plan1.N != plan2.N:
+        raise ValueError(f"glu={glu!r} needs packed1 (the gate) and packed2 (the up "
+                         f"projection) of one N: {plan1.N} vs {plan2.N}")
+    # The block and seed of an unrotated weight mean nothing: only rotations must match.
+    rot1 = (True, packed1.block, packed1.seed) if packed1.rotate else (False,)
+    rot2 = (True, packed2.block, packed2.seed) if packed2.rotate else (False,)
     if rot1 != rot2:
         raise ValueError(f"packed1 and packed2 use different rotations (rotate, block, "
                          f"seed): {rot1} vs {rot2}")
+    biases = [bias_vector(bias1, plan1.N, "bias1"), bias_vector(bias2, plan2.N, "bias2")]
     arr = _activations(x, plan1.K)
     lead = arr.shape[:-1]
+    if glu is not None:
+        y = np.empty(lead + (plan1.N,), dtype=np.float32)
+        _float_products(arr, [plan1, plan2], [y], lead, biases, act, glu=True)
+        return y
     y1 = np.empty(lead + (plan1.N,), dtype=np.float32)
     y2 = np.empty(lead + (plan2.N,), dtype=np.float32)
-    _float_products(arr, [plan1, plan2], [y1, y2], lead)
+    _float_products(arr, [plan1, plan2], [y1, y2], lead, biases)
     return y1, y2
 
 

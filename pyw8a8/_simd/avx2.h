@@ -29,25 +29,61 @@ W8_AVX2 W8_INLINE __m256i w8_avx2_dot(__m256i acc, __m256i a, __m256i b, __m256i
     return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
 }
 
-/* w8_apply_scales of common.h on 8 lanes. */
-W8_AVX2 W8_INLINE __m256 w8_avx2_apply_scales(__m256 v, __m256 sa, __m256 sb)
+/* The epilogue's scaling and the activations (activation.h) on 8 lanes, 2 x 4 doubles where
+ * they need double. */
+W8_AVX2 W8_INLINE __m256i w8_avx2_low32(__m256d lo, __m256d hi)
 {
-    return _mm256_mul_ps(_mm256_mul_ps(v, _mm256_min_ps(sa, sb)), _mm256_max_ps(sa, sb));
+    const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+    return _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm256_castsi256_si128(
+            _mm256_permutevar8x32_epi32(_mm256_castpd_si256(lo), even))),
+        _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(hi), even)), 1);
 }
 
-/* The float epilogue of common.h on 8 sums of tile row r from tile column col, stored as
- * floats at p: the one vector store of both the fused kernels and the per-tile epilogue
- * (ukernel.h) of the ymm paths. */
+#define W8_AF(name) w8_avx2_##name
+#define W8_AF_TARGET W8_AVX2
+#define W8_AF_LANES 8
+#define W8_AF_F __m256
+#define W8_AF_D __m256d
+#define W8_AF_I __m256i
+#define W8_AF_FSET(c) _mm256_set1_ps(c)
+#define W8_AF_FADD(a, b) _mm256_add_ps(a, b)
+#define W8_AF_FSUB(a, b) _mm256_sub_ps(a, b)
+#define W8_AF_FMUL(a, b) _mm256_mul_ps(a, b)
+#define W8_AF_FDIV(a, b) _mm256_div_ps(a, b)
+#define W8_AF_FMAX(a, b) _mm256_max_ps(a, b)
+#define W8_AF_FMIN(a, b) _mm256_min_ps(a, b)
+#define W8_AF_FSEL_NEG(c, x, y) \
+    _mm256_blendv_ps(y, x, _mm256_cmp_ps(c, _mm256_setzero_ps(), _CMP_LT_OQ))
+#define W8_AF_DSET(c) _mm256_set1_pd(c)
+#define W8_AF_DADD(a, b) _mm256_add_pd(a, b)
+#define W8_AF_DSUB(a, b) _mm256_sub_pd(a, b)
+#define W8_AF_DMUL(a, b) _mm256_mul_pd(a, b)
+#define W8_AF_DDIV(a, b) _mm256_div_pd(a, b)
+#define W8_AF_DMAX(a, b) _mm256_max_pd(a, b)
+#define W8_AF_DNEGABS(a) _mm256_or_pd(a, _mm256_set1_pd(-0.0))
+#define W8_AF_DLO(f) _mm256_cvtps_pd(_mm256_castps256_ps128(f))
+#define W8_AF_DHI(f) _mm256_cvtps_pd(_mm256_extractf128_ps(f, 1))
+#define W8_AF_DTOF(lo, hi) \
+    _mm256_insertf128_ps(_mm256_castps128_ps256(_mm256_cvtpd_ps(lo)), _mm256_cvtpd_ps(hi), 1)
+#define W8_AF_DLOW32(lo, hi) w8_avx2_low32(lo, hi)
+#define W8_AF_ISET(c) _mm256_set1_epi32(c)
+#define W8_AF_ISRA1(i) _mm256_srai_epi32(i, 1)
+#define W8_AF_ISUB(a, b) _mm256_sub_epi32(a, b)
+#define W8_AF_ICVT(i) _mm256_cvtepi32_ps(i)
+#define W8_AF_IPOW2(i) \
+    _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(i, _mm256_set1_epi32(127)), 23))
+#define W8_AF_FLOAD(p) _mm256_loadu_ps(p)
+#define W8_AF_FSTORE(p, v) _mm256_storeu_ps(p, v)
+#define W8_AF_ILOAD(p) _mm256_loadu_si256((const __m256i *)(p))
+#include "activation.h"
+
+/* The product's scaling (fin->g) of 8 sums, stored as floats at p: the one vector store of
+ * both the fused kernels and the per-tile epilogue (ukernel.h) of the ymm paths. */
 W8_AVX2 W8_INLINE void w8_avx2_store_float(float *p, __m256i sums, const w8_tile_finish *fin,
                                            int r, int col)
 {
-    if (fin->row_corr) sums = _mm256_sub_epi32(sums, _mm256_set1_epi32(fin->row_corr[r]));
-    if (fin->col_corr)
-        sums = _mm256_sub_epi32(sums,
-                                _mm256_loadu_si256((const __m256i *)(fin->col_corr + col)));
-    _mm256_storeu_ps(p, w8_avx2_apply_scales(_mm256_cvtepi32_ps(sums),
-                                             _mm256_set1_ps(fin->a_scale[r]),
-                                             _mm256_loadu_ps(fin->b_scale + col)));
+    _mm256_storeu_ps(p, w8_avx2_scaled(sums, &fin->g, r, col));
 }
 
 /* 4 rows x 2 ymm (one panel): 8 accumulators, 2 B vectors and their absolute values, the
@@ -176,22 +212,18 @@ W8_AVX2 static void w8_avx2_quantize(const float *x, int64_t n, float inv, uint8
     }
     w8_scalar_quantize(x + i, n - i, inv, flip, q + i);
 }
+
 /* The instruction peak of this path's inner step: vpsignb + vpmaddubsw + vpmaddwd + vpaddd
  * (32 MACs).  Each chain's accumulator is also its activation operand, so none of the four
  * instructions is loop-invariant (with constant operands the compiler hoists all but the
  * vpaddd). */
-W8_AVX2 static int64_t w8_avx2_peak(int64_t iters, int32_t *sink)
+W8_AVX2 W8_INLINE __m256i w8_avx2_peak_step(__m256i x, __m256i abs_b, __m256i b)
 {
-    const __m256i ones = _mm256_set1_epi16(1), b = _mm256_set1_epi8((char)(*sink | 3));
-    const __m256i m = _mm256_abs_epi8(b);
-#define W8_INIT(j) _mm256_set1_epi32(j + *sink)
-#define W8_STEP(x)                                                                       \
-    _mm256_add_epi32(x, _mm256_madd_epi16(_mm256_maddubs_epi16(m, _mm256_sign_epi8(x, b)), ones))
-    W8_PEAK_LOOP(__m256i, W8_INIT, W8_STEP, _mm256_add_epi32, sum);
-#undef W8_INIT
-#undef W8_STEP
-    *sink += _mm256_extract_epi32(sum, 0);
-    return iters * W8_PEAK_CHAINS * 32;
+    return w8_avx2_dot(x, x, b, abs_b);
 }
+
+W8_PEAK_FN(w8_avx2_peak, W8_AVX2, __m256i, _mm256_abs_epi8(_mm256_set1_epi8((char)(*sink | 3))),
+           _mm256_set1_epi8((char)(*sink | 3)), _mm256_set1_epi32, w8_avx2_peak_step,
+           _mm256_add_epi32, _mm256_cvtsi256_si32, 32)
 #endif
 #endif

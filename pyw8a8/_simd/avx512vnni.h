@@ -15,23 +15,60 @@ W8_AVX512 W8_INLINE __m512i w8_avx512_dot(__m512i acc, __m512i a, __m512i b, int
     return biased ? _mm512_dpbusd_epi32(acc, b, a) : _mm512_dpbusd_epi32(acc, a, b);
 }
 
-/* w8_apply_scales of common.h on 16 lanes. */
-W8_AVX512 W8_INLINE __m512 w8_avx512_apply_scales(__m512 v, __m512 sa, __m512 sb)
-{
-    return _mm512_mul_ps(_mm512_mul_ps(v, _mm512_min_ps(sa, sb)), _mm512_max_ps(sa, sb));
-}
+/* The epilogue's scaling and the activations (activation.h) on 16 lanes, 2 x 8 doubles where
+ * they need double (AVX-512F only: no DQ conversion). */
+#define W8_AF(name) w8_avx512_##name
+#define W8_AF_TARGET W8_AVX512
+#define W8_AF_LANES 16
+#define W8_AF_F __m512
+#define W8_AF_D __m512d
+#define W8_AF_I __m512i
+#define W8_AF_FSET(c) _mm512_set1_ps(c)
+#define W8_AF_FADD(a, b) _mm512_add_ps(a, b)
+#define W8_AF_FSUB(a, b) _mm512_sub_ps(a, b)
+#define W8_AF_FMUL(a, b) _mm512_mul_ps(a, b)
+#define W8_AF_FDIV(a, b) _mm512_div_ps(a, b)
+#define W8_AF_FMAX(a, b) _mm512_max_ps(a, b)
+#define W8_AF_FMIN(a, b) _mm512_min_ps(a, b)
+#define W8_AF_FSEL_NEG(c, x, y) \
+    _mm512_mask_blend_ps(_mm512_cmp_ps_mask(c, _mm512_setzero_ps(), _CMP_LT_OQ), y, x)
+#define W8_AF_DSET(c) _mm512_set1_pd(c)
+#define W8_AF_DADD(a, b) _mm512_add_pd(a, b)
+#define W8_AF_DSUB(a, b) _mm512_sub_pd(a, b)
+#define W8_AF_DMUL(a, b) _mm512_mul_pd(a, b)
+#define W8_AF_DDIV(a, b) _mm512_div_pd(a, b)
+#define W8_AF_DMAX(a, b) _mm512_max_pd(a, b)
+#define W8_AF_DNEGABS(a) \
+    _mm512_castsi512_pd(_mm512_or_si512(_mm512_castpd_si512(a), \
+                                        _mm512_set1_epi64((long long)0x8000000000000000ull)))
+#define W8_AF_DLO(f) _mm512_cvtps_pd(_mm512_castps512_ps256(f))
+#define W8_AF_DHI(f) \
+    _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)))
+#define W8_AF_DTOF(lo, hi)                                                               \
+    _mm512_castpd_ps(_mm512_insertf64x4(                                                 \
+        _mm512_castpd256_pd512(_mm256_castps_pd(_mm512_cvtpd_ps(lo))),                   \
+        _mm256_castps_pd(_mm512_cvtpd_ps(hi)), 1))
+#define W8_AF_DLOW32(lo, hi)                                                             \
+    _mm512_inserti64x4(                                                                  \
+        _mm512_castsi256_si512(_mm512_cvtepi64_epi32(_mm512_castpd_si512(lo))),          \
+        _mm512_cvtepi64_epi32(_mm512_castpd_si512(hi)), 1)
+#define W8_AF_ISET(c) _mm512_set1_epi32(c)
+#define W8_AF_ISRA1(i) _mm512_srai_epi32(i, 1)
+#define W8_AF_ISUB(a, b) _mm512_sub_epi32(a, b)
+#define W8_AF_ICVT(i) _mm512_cvtepi32_ps(i)
+#define W8_AF_IPOW2(i) \
+    _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(i, _mm512_set1_epi32(127)), 23))
+#define W8_AF_FLOAD(p) _mm512_loadu_ps(p)
+#define W8_AF_FSTORE(p, v) _mm512_storeu_ps(p, v)
+#define W8_AF_ILOAD(p) _mm512_loadu_si512((const void *)(p))
+#include "activation.h"
 
-/* The float epilogue of common.h on 16 sums (as w8_avx2_store_float): the one vector store
- * of the fused kernels and the per-tile epilogue (ukernel.h) of the zmm paths. */
+/* The product's scaling (fin->g) of 16 sums, stored as floats at p: the one vector store of
+ * the fused kernels and the per-tile epilogue (ukernel.h) of the zmm paths. */
 W8_AVX512 W8_INLINE void w8_avx512_store_float(float *p, __m512i sums,
                                                const w8_tile_finish *fin, int r, int col)
 {
-    if (fin->row_corr) sums = _mm512_sub_epi32(sums, _mm512_set1_epi32(fin->row_corr[r]));
-    if (fin->col_corr)
-        sums = _mm512_sub_epi32(sums, _mm512_loadu_si512((const void *)(fin->col_corr + col)));
-    _mm512_storeu_ps(p, w8_avx512_apply_scales(_mm512_cvtepi32_ps(sums),
-                                               _mm512_set1_ps(fin->a_scale[r]),
-                                               _mm512_loadu_ps(fin->b_scale + col)));
+    _mm512_storeu_ps(p, w8_avx512_scaled(sums, &fin->g, r, col));
 }
 
 /* 6 rows x 4 zmm (4 panels, 64 channels): 24 accumulators, 4 B vectors and the broadcast
@@ -130,19 +167,14 @@ W8_AVX512 W8_INLINE __m512 w8_avx512_fwht16(__m512 v)
 #define W8_FW_NARROW(x, n) w8_avx2_fwht(x, n)
 #include "fwht_driver.h"
 
-W8_AVX512 static int64_t w8_avx512_peak(int64_t iters, int32_t *sink)
+W8_AVX512 W8_INLINE int32_t w8_avx512_first_lane(__m512i v)
 {
-    const __m512i a = _mm512_set1_epi8((char)(*sink | 3)), b = _mm512_set1_epi8(5);
-#define W8_INIT(j) _mm512_set1_epi32(j)
-#define W8_STEP(x) _mm512_dpbusd_epi32(x, a, b)
-    W8_PEAK_LOOP(__m512i, W8_INIT, W8_STEP, _mm512_add_epi32, sum);
-#undef W8_INIT
-#undef W8_STEP
-    int32_t lanes[16];
-    _mm512_storeu_si512((void *)lanes, sum);
-    *sink += lanes[0];
-    return iters * W8_PEAK_CHAINS * 64;
+    return _mm_cvtsi128_si32(_mm512_castsi512_si128(v));
 }
+
+W8_PEAK_FN(w8_avx512_peak, W8_AVX512, __m512i, _mm512_set1_epi8((char)(*sink | 3)),
+           _mm512_set1_epi8(5), _mm512_set1_epi32, _mm512_dpbusd_epi32, _mm512_add_epi32,
+           w8_avx512_first_lane, 64)
 
 #endif
 #endif

@@ -30,17 +30,9 @@ W8_AVXVNNI W8_INLINE __m256i w8_avxvnni_dot(__m256i acc, __m256i a, __m256i b, i
 #include "ymm_traits.h"
 #include "ukernel.h"
 
-W8_AVXVNNI static int64_t w8_avxvnni_peak(int64_t iters, int32_t *sink)
-{
-    const __m256i a = _mm256_set1_epi8((char)(*sink | 3)), b = _mm256_set1_epi8(5);
-#define W8_INIT(j) _mm256_set1_epi32(j)
-#define W8_STEP(x) _mm256_dpbusd_avx_epi32(x, a, b)
-    W8_PEAK_LOOP(__m256i, W8_INIT, W8_STEP, _mm256_add_epi32, sum);
-#undef W8_INIT
-#undef W8_STEP
-    *sink += _mm256_extract_epi32(sum, 0);
-    return iters * W8_PEAK_CHAINS * 32;
-}
+W8_PEAK_FN(w8_avxvnni_peak, W8_AVXVNNI, __m256i, _mm256_set1_epi8((char)(*sink | 3)),
+           _mm256_set1_epi8(5), _mm256_set1_epi32, _mm256_dpbusd_avx_epi32, _mm256_add_epi32,
+           _mm256_cvtsi256_si32, 32)
 
 #endif
 #endif

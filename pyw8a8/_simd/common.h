@@ -105,19 +105,39 @@ typedef void (*w8_ukernel_fn)(int rows, int npanels, int64_t kq, const uint8_t *
                               int64_t lda, const uint8_t *b, int64_t panel_stride,
                               int32_t *c, int64_t ldc, int accumulate);
 
-/* What a fused microkernel needs to finish a tile itself (the epilogue below, applied in
- * registers to its sums instead of a pass over the stored int32): the tile's first row of
- * the row corrections and activation scales, its first column of the column corrections
- * and weight scales; a NULL correction is zero. */
+/* The activations a product's float result can go through (applied after the bias):
+ * relu max(x, 0); gelu x * Phi(x) (erf form); gelu_tanh x * sigmoid(2 u), u =
+ * sqrt(2 / pi) * (x + 0.044715 x^3), which is 0.5 x (1 + tanh u); silu x * sigmoid(x).
+ * One float sequence in every path (activation.h), so every path gives the same bits. */
+enum { W8_ACT_NONE = 0, W8_ACT_RELU = 1, W8_ACT_GELU = 2, W8_ACT_GELU_TANH = 3,
+       W8_ACT_SILU = 4 };
+
+/* How a product's exact int32 sums become its float result, at a tile's origin (row m,
+ * column n): the row corrections and activation scales from row m, the column corrections,
+ * weight scales and bias from column n; a NULL correction or bias is zero. */
 typedef struct {
     const int32_t *row_corr;
     const int32_t *col_corr;
     const float *a_scale;
     const float *b_scale;
+    const float *bias;
+} w8_scaling;
+
+/* What finishing a tile takes: the product's scaling (the gate's, in a gated pair), then
+ * the activation `act` (W8_ACT_*), then, in a gated pair (up != NULL), the product with the
+ * up projection's result, from its raw int32 sums at the same tile origin (row stride
+ * ld_up) through its own scaling. */
+typedef struct {
+    w8_scaling g;
+    int act;
+    const int32_t *up;
+    int64_t ld_up;
+    w8_scaling u;
 } w8_tile_finish;
 
 /* A microkernel that finishes its tile: as w8_ukernel_fn over the last K-range, then the
- * float epilogue of each sum (the same roundings), stored as float32 over c. */
+ * product's scaling (fin->g: corrections, scales, bias) on each sum in registers, stored as
+ * float32 over c (the activation and gate follow in w8_act_tile_fn, on the tile in L1). */
 typedef void (*w8_ukernel_f32_fn)(int rows, int npanels, int64_t kq, const uint8_t *a,
                                   int64_t lda, const uint8_t *b, int64_t panel_stride,
                                   int32_t *c, int64_t ldc, int accumulate,
@@ -135,15 +155,18 @@ static inline float w8_apply_scales(float v, float sa, float sb)
     return (v * (sa < sb ? sa : sb)) * (sa < sb ? sb : sa);
 }
 
-/* The float epilogue of a tile: out[r * ldo + j] = w8_apply_scales((float)(acc[r * ldacc +
- * j] - row_corr[r] - col_corr[j]), a_scale[r], b_scale[j]) for r < rows, j < cols; a NULL
- * correction is zero.  out may be acc (the int32 sums are kept in the output buffer until
- * then).  Every path computes exactly these three roundings (the int32 -> float conversion
- * and the two float products), so every path gives the same bits. */
+/* The scaling of a tile: out[r * ldo + j] = w8_apply_scales((float)(acc[r * ldacc + j] -
+ * row_corr[r] - col_corr[j]), a_scale[r], b_scale[j]) + bias[j] for r < rows, j < cols,
+ * with fin->g.  out may be acc (the int32 sums are kept in the output buffer until then).
+ * Every path computes exactly these roundings (the int32 -> float conversion, the two
+ * float products and the bias sum), so every path gives the same bits. */
 typedef void (*w8_epilogue_fn)(const int32_t *acc, int64_t ldacc, int rows, int cols,
-                               const int32_t *row_corr, const int32_t *col_corr,
-                               const float *a_scale, const float *b_scale, float *out,
-                               int64_t ldo);
+                               const w8_tile_finish *fin, float *out, int64_t ldo);
+
+/* The rest of a tile's finish, in place over its scaled floats: out = act(out), times the
+ * up projection's scaled result when fin->up (w8_tile_finish). */
+typedef void (*w8_act_tile_fn)(float *out, int64_t ldo, int rows, int cols,
+                               const w8_tile_finish *fin);
 
 /* Row max-abs: writes max |x[i]| and returns 0, or returns 1 if the row holds NaN/Inf. */
 typedef int (*w8_absmax_fn)(const float *x, int64_t n, float *amax);
@@ -162,23 +185,32 @@ typedef void (*w8_sign_scale_fn)(const float *x, float *y, int64_t n, uint32_t p
  * chains; returns the multiply-accumulates done and folds a result into *sink. */
 typedef int64_t (*w8_peak_fn)(int64_t iters, int32_t *sink);
 
-/* The body of an instruction-peak loop: W8_PEAK_CHAINS independent chains (enough to cover
- * the latency of any dot instruction at its throughput) of type T, started with INIT(j),
- * stepped with STEP(acc) `iters` times, then added with ADD into `sum`.  The chains are
+/* An instruction-peak probe (w8_peak_fn) NAME with target attribute TARGET: W8_PEAK_CHAINS
+ * independent chains (enough to cover the latency of any dot instruction at its
+ * throughput) of type T, started with INIT(j), stepped `iters` times with c = STEP(c, a, b)
+ * (a = A, b = B: expressions of *sink, so nothing is known at compile time), added with ADD,
+ * folded into *sink with FOLD; each step is MACS multiply-accumulates.  The chains are
  * named variables, as in the microkernels (ukernel.h): GCC 12 copies and spills an array
  * of them between the instructions being measured. */
 #define W8_PEAK_CHAINS 12
-#define W8_PEAK_LOOP(T, INIT, STEP, ADD, sum)                                            \
-    T c0 = INIT(0), c1 = INIT(1), c2 = INIT(2), c3 = INIT(3), c4 = INIT(4), c5 = INIT(5), \
-      c6 = INIT(6), c7 = INIT(7), c8 = INIT(8), c9 = INIT(9), c10 = INIT(10),            \
-      c11 = INIT(11);                                                                    \
-    for (int64_t i_ = 0; i_ < iters; i_++) {                                             \
-        c0 = STEP(c0), c1 = STEP(c1), c2 = STEP(c2), c3 = STEP(c3), c4 = STEP(c4);       \
-        c5 = STEP(c5), c6 = STEP(c6), c7 = STEP(c7), c8 = STEP(c8), c9 = STEP(c9);       \
-        c10 = STEP(c10), c11 = STEP(c11);                                                \
-    }                                                                                    \
-    const T sum = ADD(ADD(ADD(ADD(c0, c1), ADD(c2, c3)), ADD(ADD(c4, c5), ADD(c6, c7))),  \
-                      ADD(ADD(c8, c9), ADD(c10, c11)))
+#define W8_PEAK_FN(NAME, TARGET, T, A, B, INIT, STEP, ADD, FOLD, MACS)                    \
+    TARGET static int64_t NAME(int64_t iters, int32_t *sink)                             \
+    {                                                                                    \
+        const T a = A, b = B;                                                            \
+        T c0 = INIT(0), c1 = INIT(1), c2 = INIT(2), c3 = INIT(3), c4 = INIT(4),           \
+          c5 = INIT(5), c6 = INIT(6), c7 = INIT(7), c8 = INIT(8), c9 = INIT(9),           \
+          c10 = INIT(10), c11 = INIT(11);                                                \
+        for (int64_t i_ = 0; i_ < iters; i_++) {                                         \
+            c0 = STEP(c0, a, b), c1 = STEP(c1, a, b), c2 = STEP(c2, a, b);               \
+            c3 = STEP(c3, a, b), c4 = STEP(c4, a, b), c5 = STEP(c5, a, b);               \
+            c6 = STEP(c6, a, b), c7 = STEP(c7, a, b), c8 = STEP(c8, a, b);               \
+            c9 = STEP(c9, a, b), c10 = STEP(c10, a, b), c11 = STEP(c11, a, b);           \
+        }                                                                                \
+        const T sum = ADD(ADD(ADD(ADD(c0, c1), ADD(c2, c3)), ADD(ADD(c4, c5), ADD(c6, c7))), \
+                          ADD(ADD(c8, c9), ADD(c10, c11)));                              \
+        *sink += (int32_t)FOLD(sum);                                                     \
+        return iters * W8_PEAK_CHAINS * (MACS);                                          \
+    }
 
 struct w8_cpu_features_s;
 
@@ -200,6 +232,7 @@ typedef struct {
     uint8_t a_flip[2];            /* XOR applied to quantized activations for ukernel[enc] */
     int auto_encoding;            /* the W8_ENC_* a weight gets when packed for this path */
     w8_epilogue_fn epilogue;
+    w8_act_tile_fn act_tile;
     w8_absmax_fn absmax;
     w8_quantize_fn quantize;
     w8_fwht_fn fwht;

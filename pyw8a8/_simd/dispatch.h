@@ -1,8 +1,8 @@
 /* The registry of instruction-set paths (numpy-style run-time dispatch): every path is
  * compiled into the one binary with target attributes, and this table is the only place
  * that lists them.  Each entry holds the path's kernels, corrections, quantizer, FWHT, sign
- * application, epilogue, peak probe and support predicate; the lookup by name, the support
- * checks and the Python lists (_kernels.pyx) all read the table. */
+ * application, epilogue, activation pass, peak probe and support predicate; the lookup by
+ * name, the support checks and the Python lists (_kernels.pyx) all read the table. */
 #ifndef PYW8A8_SIMD_DISPATCH_H
 #define PYW8A8_SIMD_DISPATCH_H
 
@@ -75,8 +75,8 @@ static const w8_isa_ops w8_isas[] = {
      .whole_k = 1,
      .ukernel = {w8_amx_ukernel_biased, w8_amx_ukernel_signed},
      .corr = {W8_CORR_ROW, W8_CORR_NONE}, .a_flip = {0, 0}, .auto_encoding = W8_ENC_BIASED,
-     .epilogue = w8_avx512_epilogue, .absmax = w8_avx512_absmax,
-     .quantize = w8_avx512_quantize, .fwht = w8_avx512_fwht,
+     .epilogue = w8_avx512_epilogue, .act_tile = w8_avx512_act_tile,
+     .absmax = w8_avx512_absmax, .quantize = w8_avx512_quantize, .fwht = w8_avx512_fwht,
      .sign_scale = w8_avx2_sign_scale, .task_begin = w8_amx_task_begin,
      .task_end = w8_amx_task_end, .peak = w8_amx_peak, .supported = w8_amx_supported},
 #endif
@@ -86,6 +86,7 @@ static const w8_isa_ops w8_isas[] = {
      .ukernel_f32 = {w8_avx512_ukernel_f32_biased, w8_avx512_ukernel_f32_signed},
      .corr = {W8_CORR_ROW, W8_CORR_COL}, .a_flip = {0, 0x80},
      .auto_encoding = W8_ENC_BIASED, .epilogue = w8_avx512_epilogue,
+     .act_tile = w8_avx512_act_tile,
      .absmax = w8_avx512_absmax, .quantize = w8_avx512_quantize, .fwht = w8_avx512_fwht,
      .sign_scale = w8_avx2_sign_scale, .peak = w8_avx512_peak,
      .supported = w8_avx512_supported},
@@ -94,6 +95,7 @@ static const w8_isa_ops w8_isas[] = {
      .ukernel_f32 = {w8_avxvnni_ukernel_f32_biased, w8_avxvnni_ukernel_f32_signed},
      .corr = {W8_CORR_ROW, W8_CORR_COL}, .a_flip = {0, 0x80},
      .auto_encoding = W8_ENC_BIASED, .epilogue = w8_avxvnni_epilogue,
+     .act_tile = w8_avx2_act_tile,
      .absmax = w8_avx2_absmax, .quantize = w8_avx2_quantize, .fwht = w8_avx2_fwht,
      .sign_scale = w8_avx2_sign_scale, .peak = w8_avxvnni_peak,
      .supported = w8_avxvnni_supported},
@@ -103,6 +105,7 @@ static const w8_isa_ops w8_isas[] = {
      .ukernel_f32 = {w8_avx2_ukernel_f32_biased, w8_avx2_ukernel_f32_signed},
      .corr = {W8_CORR_NONE, W8_CORR_NONE}, .a_flip = {0, 0},
      .auto_encoding = W8_ENC_BIASED, .epilogue = w8_avx2_epilogue,
+     .act_tile = w8_avx2_act_tile,
      .absmax = w8_avx2_absmax, .quantize = w8_avx2_quantize, .fwht = w8_avx2_fwht,
      .sign_scale = w8_avx2_sign_scale, .peak = w8_avx2_peak, .supported = w8_avx2_supported},
 #endif
@@ -113,6 +116,7 @@ static const w8_isa_ops w8_isas[] = {
      .ukernel_f32 = {w8_neondot_ukernel_f32_biased, w8_neondot_ukernel_f32_signed},
      .corr = {W8_CORR_NONE, W8_CORR_NONE}, .a_flip = {0, 0},
      .auto_encoding = W8_ENC_SIGNED, .epilogue = w8_neondot_epilogue,
+     .act_tile = w8_neon_act_tile,
      .absmax = w8_neon_absmax, .quantize = w8_neon_quantize, .fwht = w8_neon_fwht,
      .sign_scale = w8_scalar_sign_scale, .peak = w8_scalar_peak,
      .supported = w8_neondot_supported},
@@ -121,6 +125,7 @@ static const w8_isa_ops w8_isas[] = {
      .ukernel_f32 = {w8_neon_ukernel_f32_biased, w8_neon_ukernel_f32_signed},
      .corr = {W8_CORR_NONE, W8_CORR_NONE}, .a_flip = {0, 0},
      .auto_encoding = W8_ENC_SIGNED, .epilogue = w8_neon_epilogue,
+     .act_tile = w8_neon_act_tile,
      .absmax = w8_neon_absmax, .quantize = w8_neon_quantize, .fwht = w8_neon_fwht,
      .sign_scale = w8_scalar_sign_scale, .peak = w8_scalar_peak,
      .supported = w8_neon_supported},
@@ -134,7 +139,8 @@ static const w8_isa_ops w8_isas[] = {
 #else
      .auto_encoding = W8_ENC_BIASED,
 #endif
-     .epilogue = w8_scalar_epilogue, .absmax = w8_scalar_absmax,
+     .epilogue = w8_scalar_epilogue, .act_tile = w8_scalar_act_tile,
+     .absmax = w8_scalar_absmax,
      .quantize = w8_scalar_quantize, .fwht = w8_scalar_fwht,
      .sign_scale = w8_scalar_sign_scale, .peak = w8_scalar_peak,
      .supported = w8_scalar_supported},
@@ -144,6 +150,7 @@ static const w8_isa_ops w8_isas[] = {
      .ukernel = {w8_scalar_u8s8_ukernel_biased, w8_scalar_u8s8_ukernel_signed},
      .corr = {W8_CORR_ROW, W8_CORR_COL}, .a_flip = {0, 0x80},
      .auto_encoding = W8_ENC_BIASED, .epilogue = w8_scalar_epilogue,
+     .act_tile = w8_scalar_act_tile,
      .absmax = w8_scalar_absmax, .quantize = w8_scalar_quantize, .fwht = w8_scalar_fwht,
      .sign_scale = w8_scalar_sign_scale, .peak = w8_scalar_peak,
      .supported = w8_scalar_supported, .explicit_only = 1},

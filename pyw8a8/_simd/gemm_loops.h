@@ -19,8 +19,9 @@
 #define PYW8A8_SIMD_GEMM_LOOPS_H
 
 #include "common.h"
+#include "scalar.h"
 
-typedef struct {
+typedef struct w8_gemm_plan_s {
     const w8_isa_ops *ops;
     int enc;                 /* W8_ENC_* of the packed weight */
     int64_t M, N, Kp;
@@ -32,6 +33,13 @@ typedef struct {
     const int32_t *b_psum;   /* Np x (Kp/64 + 1) prefix sums, for W8_CORR_COL */
     const float *a_scale;    /* M, for W8_OUT_F32 */
     const float *b_scale;    /* N, for W8_OUT_F32 */
+    const float *bias;       /* N, or NULL: added to the float result (W8_OUT_F32) */
+    int act;                 /* W8_ACT_* applied after the bias (W8_OUT_F32) */
+    /* A gated pair (W8_OUT_F32, or W8_OUT_I64 beyond W8_EXACT_K): the up projection, a plan
+     * of the same M, N, Kp and blocking whose `out` holds its raw sums (int32, or int64
+     * for W8_OUT_I64); each tile of this plan (the gate) is finished as act(gate) * up.
+     * NULL otherwise. */
+    const struct w8_gemm_plan_s *up;
     int out_kind;            /* W8_OUT_*; F32 and I32 need Kp <= W8_EXACT_K */
     void *out;               /* M x N, row stride ldo elements */
     int64_t ldo;
@@ -65,17 +73,52 @@ static void w8_tile_corrections(const w8_gemm_plan *g, int64_t m, int rows, int6
     }
 }
 
+/* The corrections of one product's tile, where a w8_scaling points. */
+typedef struct {
+    int32_t row[W8_MAX_MR], col[W8_TILE_LD];
+} w8_corrections;
+
+static void w8_scaling_at(const w8_gemm_plan *g, int64_t m, int rows, int64_t n, int cols,
+                          w8_corrections *buf, w8_scaling *s)
+{
+    w8_tile_corrections(g, m, rows, n, cols, 0, g->Kp, buf->row, buf->col, &s->row_corr,
+                        &s->col_corr);
+    s->a_scale = g->a_scale + m;
+    s->b_scale = g->b_scale + n;
+    s->bias = g->bias ? g->bias + n : NULL;
+}
+
+/* The finish of a W8_OUT_F32 plan's tile at (m, n), its corrections in buf[0] (and those
+ * of the up projection in buf[1]). */
+static void w8_finish_at(const w8_gemm_plan *g, int64_t m, int rows, int64_t n, int cols,
+                         w8_corrections buf[2], w8_tile_finish *fin)
+{
+    memset(fin, 0, sizeof(*fin));
+    w8_scaling_at(g, m, rows, n, cols, &buf[0], &fin->g);
+    fin->act = g->act;
+    if (g->up) {
+        w8_scaling_at(g->up, m, rows, n, cols, &buf[1], &fin->u);
+        fin->up = (const int32_t *)g->up->out + m * g->up->ldo + n;
+        fin->ld_up = g->up->ldo;
+    }
+}
+
 /* A tile's final int32 sums (raw, in the output buffer) -> its float or int32 result. */
 static void w8_finish_tile(const w8_gemm_plan *g, int32_t *sums, int64_t m, int rows,
                            int64_t n, int cols)
 {
+    if (g->out_kind == W8_OUT_F32) {
+        w8_corrections buf[2];
+        w8_tile_finish fin;
+        w8_finish_at(g, m, rows, n, cols, buf, &fin);
+        g->ops->epilogue(sums, g->ldo, rows, cols, &fin, (float *)sums, g->ldo);
+        if (fin.act || fin.up) g->ops->act_tile((float *)sums, g->ldo, rows, cols, &fin);
+        return;
+    }
     int32_t row_corr[W8_MAX_MR], col_corr[W8_TILE_LD];
     const int32_t *rc, *cc;
     w8_tile_corrections(g, m, rows, n, cols, 0, g->Kp, row_corr, col_corr, &rc, &cc);
-    if (g->out_kind == W8_OUT_F32) {
-        g->ops->epilogue(sums, g->ldo, rows, cols, rc, cc, g->a_scale + m, g->b_scale + n,
-                         (float *)sums, g->ldo);
-    } else if (rc || cc) {
+    if (rc || cc) {
         for (int r = 0; r < rows; r++)
             for (int j = 0; j < cols; j++) {
                 int32_t *s = sums + r * g->ldo + j;
@@ -96,15 +139,34 @@ static void w8_merge_tile(int32_t *c, int64_t ldc, const int32_t *tile, int rows
         }
 }
 
+/* One kernel call of plan g over the tile at (m, n) and the K-range [k0, k0 + 4 kq), into
+ * its sums at c (row stride ldc): an edge tile (`edge`: fewer columns than the kernel
+ * writes, or fewer rows than a whole-tile kernel stores) through the scratch tile. */
+static inline void w8_tile_sums(const w8_gemm_plan *g, int64_t m, int rows, int64_t n,
+                                int cols, int64_t k0, int64_t kq, int32_t *c, int64_t ldc,
+                                int first, int edge, int32_t *tile)
+{
+    const int64_t ps = g->Kp / 4 * W8_QUAD_BYTES; /* bytes of one panel */
+    const int npanels = (cols + W8_NR - 1) / W8_NR;
+    const uint8_t *bp = g->b + (n / W8_NR) * ps + k0 / 4 * W8_QUAD_BYTES;
+    const uint8_t *am = g->a + m * g->lda + k0;
+    const w8_ukernel_fn kernel = g->ops->ukernel[g->enc];
+    if (edge) {
+        kernel(rows, npanels, kq, am, g->lda, bp, ps, tile, W8_TILE_LD, 0);
+        w8_merge_tile(c, ldc, tile, rows, cols, !first);
+    } else {
+        kernel(rows, npanels, kq, am, g->lda, bp, ps, c, ldc, !first);
+    }
+}
+
 /* C[m0:m1, n0:n1] of a W8_OUT_F32 or W8_OUT_I32 plan; n0 is a multiple of 16. */
 static void w8_gemm_range_i32(const w8_gemm_plan *g, int64_t m0, int64_t m1, int64_t n0,
                               int64_t n1)
 {
     const w8_isa_ops *ops = g->ops;
-    const w8_ukernel_fn kernel = ops->ukernel[g->enc];
     const w8_ukernel_f32_fn finish =
         g->out_kind == W8_OUT_F32 ? ops->ukernel_f32[g->enc] : NULL;
-    const int64_t ps = g->Kp / 4 * W8_QUAD_BYTES; /* bytes of one panel */
+    const int64_t ps = g->Kp / 4 * W8_QUAD_BYTES;
     const int64_t ncols = (int64_t)W8_NR * ops->npanels;
     int32_t *const sums = (int32_t *)g->out;      /* the output buffer holds the sums */
     W8_ALIGN(64) int32_t tile[W8_MAX_MR * W8_TILE_LD];
@@ -118,32 +180,32 @@ static void w8_gemm_range_i32(const w8_gemm_plan *g, int64_t m0, int64_t m1, int
                 for (int64_t n = nb; n < nb1; n += ncols) {
                     const int cols = (int)(nb1 - n < ncols ? nb1 - n : ncols);
                     const int npanels = (cols + W8_NR - 1) / W8_NR;
-                    const uint8_t *bp = g->b + (n / W8_NR) * ps + k0 / 4 * W8_QUAD_BYTES;
                     for (int64_t m = mb; m < mb1; m += ops->mr) {
                         const int rows = (int)(mb1 - m < ops->mr ? mb1 - m : ops->mr);
-                        const uint8_t *am = g->a + m * g->lda + k0;
+                        const int edge =
+                            cols < npanels * W8_NR || (ops->whole_tiles && rows < ops->mr);
                         int32_t *c = sums + m * g->ldo + n;
-                        /* A kernel writes 16 * npanels columns (and whole tiles, for
-                         * some): an edge tile goes through the scratch tile. */
-                        if (cols < npanels * W8_NR || (ops->whole_tiles && rows < ops->mr)) {
-                            kernel(rows, npanels, (k1 - k0) / 4, am, g->lda, bp, ps, tile,
-                                   W8_TILE_LD, 0);
-                            w8_merge_tile(c, g->ldo, tile, rows, cols, !first);
-                        } else if (last && finish) {
+                        /* A gated pair: the up projection's sums of the tile first, so
+                         * they are at hand (in L1) when the gate's tile is finished. */
+                        if (g->up)
+                            w8_tile_sums(g->up, m, rows, n, cols, k0, (k1 - k0) / 4,
+                                         (int32_t *)g->up->out + m * g->up->ldo + n,
+                                         g->up->ldo, first, edge, tile);
+                        if (last && finish && !edge) {
                             /* The kernel finishes the tile in registers: one float store
                              * instead of an int32 store and an epilogue pass over it. */
-                            int32_t row_corr[W8_MAX_MR], col_corr[W8_TILE_LD];
-                            w8_tile_finish fin = {NULL, NULL, g->a_scale + m,
-                                                  g->b_scale + n};
-                            w8_tile_corrections(g, m, rows, n, cols, 0, g->Kp, row_corr,
-                                                col_corr, &fin.row_corr, &fin.col_corr);
-                            finish(rows, npanels, (k1 - k0) / 4, am, g->lda, bp, ps, c,
-                                   g->ldo, !first, &fin);
+                            w8_corrections buf[2];
+                            w8_tile_finish fin;
+                            w8_finish_at(g, m, rows, n, cols, buf, &fin);
+                            finish(rows, npanels, (k1 - k0) / 4, g->a + m * g->lda + k0,
+                                   g->lda, g->b + (n / W8_NR) * ps + k0 / 4 * W8_QUAD_BYTES,
+                                   ps, c, g->ldo, !first, &fin);
+                            if (fin.act || fin.up)
+                                ops->act_tile((float *)c, g->ldo, rows, cols, &fin);
                             continue;
-                        } else {
-                            kernel(rows, npanels, (k1 - k0) / 4, am, g->lda, bp, ps, c,
-                                   g->ldo, !first);
                         }
+                        w8_tile_sums(g, m, rows, n, cols, k0, (k1 - k0) / 4, c, g->ldo,
+                                     first, edge, tile);
                         if (last) w8_finish_tile(g, c, m, rows, n, cols);
                     }
                 }
@@ -196,10 +258,12 @@ static inline void w8_gemm_range(const w8_gemm_plan *g, int64_t m0, int64_t m1, 
                           int64_t n1)
 {
     if (m0 >= m1 || n0 >= n1) return;
-    if (g->out_kind == W8_OUT_I64)
+    if (g->out_kind == W8_OUT_I64) {
         w8_gemm_range_i64(g, m0, m1, n0, n1);
-    else
+        if (g->up) w8_gemm_range_i64(g->up, m0, m1, n0, n1);
+    } else {
         w8_gemm_range_i32(g, m0, m1, n0, n1);
+    }
 }
 
 /* One product of a call (a call holds one, or two sharing their activations: matmul_pair)
@@ -243,15 +307,28 @@ static inline void w8_run_task(const w8_gemm_job *jobs, int njobs, int64_t t)
                   n0, n0 + job->n_step < job->g.N ? n0 + job->n_step : job->g.N);
 }
 
-/* The float result of the int64 sums of a product with K beyond W8_EXACT_K: one conversion
- * (round to nearest, as numpy's) and the scales as in every epilogue (w8_apply_scales). */
-static inline void w8_finish_wide(const int64_t *sums, int64_t M, int64_t N,
-                                  const float *a_scale, const float *b_scale, float *out,
-                                  int64_t ldo)
+/* The float result of the int64 sums of a product with K beyond W8_EXACT_K (its plan's
+ * `out`): one conversion (round to nearest, as numpy's), then the scaling, activation and
+ * gate in the order of every tile's finish (w8_scalar_scaled, then activation.h), through
+ * the scalar reference. */
+static inline void w8_finish_wide(const w8_gemm_plan *g, float *out, int64_t ldo)
 {
-    for (int64_t m = 0; m < M; m++)
-        for (int64_t n = 0; n < N; n++)
-            out[m * ldo + n] = w8_apply_scales((float)sums[m * N + n], a_scale[m], b_scale[n]);
+    const int64_t *sums = (const int64_t *)g->out;
+    const int64_t *up = g->up ? (const int64_t *)g->up->out : NULL;
+    for (int64_t m = 0; m < g->M; m++)
+        for (int64_t n = 0; n < g->N; n++) {
+            float v =
+                w8_apply_scales((float)sums[m * g->ldo + n], g->a_scale[m], g->b_scale[n]);
+            if (g->bias) v = v + g->bias[n];
+            if (g->act) v = w8_scalar_activate(v, g->act);
+            if (up) {
+                float u = w8_apply_scales((float)up[m * g->up->ldo + n], g->a_scale[m],
+                                          g->up->b_scale[n]);
+                if (g->up->bias) u = u + g->up->bias[n];
+                v = v * u;
+            }
+            out[m * ldo + n] = v;
+        }
 }
 
 static inline void w8_task_begin(const w8_isa_ops *ops)

@@ -14,31 +14,13 @@
  * measured on: 125 against 102 GOPS per core) that leaves int8 only 1.2x ahead.
  * a is 1 at run time but unknown to the compiler, and the sums grow slowly: no denormals,
  * no overflow, nothing to fold. */
-W8_TARGET("avx2,fma") static int64_t w8_avx2_peak_fp32(int64_t iters, int32_t *sink)
-{
-    const __m256 a = _mm256_set1_ps(1.0f - (float)(*sink & 1) * 1e-7f),
-                 b = _mm256_set1_ps(1e-3f);
-#define W8_INIT(j) _mm256_set1_ps((float)j)
-#define W8_STEP(x) _mm256_fmadd_ps(x, a, b)
-    W8_PEAK_LOOP(__m256, W8_INIT, W8_STEP, _mm256_add_ps, sum);
-#undef W8_INIT
-#undef W8_STEP
-    *sink += (int32_t)_mm256_cvtss_f32(sum);
-    return iters * W8_PEAK_CHAINS * 8;
-}
+W8_PEAK_FN(w8_avx2_peak_fp32, W8_TARGET("avx2,fma"), __m256,
+           _mm256_set1_ps(1.0f - (float)(*sink & 1) * 1e-7f), _mm256_set1_ps(1e-3f),
+           _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps, _mm256_cvtss_f32, 8)
 
-W8_TARGET("avx2,fma,avx512f") static int64_t w8_avx512_peak_fp32(int64_t iters, int32_t *sink)
-{
-    const __m512 a = _mm512_set1_ps(1.0f - (float)(*sink & 1) * 1e-7f),
-                 b = _mm512_set1_ps(1e-3f);
-#define W8_INIT(j) _mm512_set1_ps((float)j)
-#define W8_STEP(x) _mm512_fmadd_ps(x, a, b)
-    W8_PEAK_LOOP(__m512, W8_INIT, W8_STEP, _mm512_add_ps, sum);
-#undef W8_INIT
-#undef W8_STEP
-    *sink += (int32_t)_mm512_reduce_add_ps(sum);
-    return iters * W8_PEAK_CHAINS * 16;
-}
+W8_PEAK_FN(w8_avx512_peak_fp32, W8_TARGET("avx2,fma,avx512f"), __m512,
+           _mm512_set1_ps(1.0f - (float)(*sink & 1) * 1e-7f), _mm512_set1_ps(1e-3f),
+           _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, _mm512_reduce_add_ps, 16)
 #endif
 
 /* The float32 FMA peak loop of the widest vector this CPU runs (`zmm` or not). */

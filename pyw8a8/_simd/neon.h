@@ -48,20 +48,52 @@ W8_INLINE int32x4_t w8_neon_dot(int32x4_t acc, int8x16_t a, int8x16_t b)
     return vpadalq_s16(acc, vpaddq_s16(lo, hi));
 }
 
-/* The float epilogue of common.h on 4 sums of tile row r from tile column col, stored as
- * floats at p: the one vector store of the fused kernels and the per-tile epilogue
- * (ukernel.h) of both Arm paths.  vcvtq_f32_s32 rounds to nearest even, like the scalar
- * conversion. */
+/* The epilogue's scaling and the activations (activation.h) on 4 lanes, 2 x 2 doubles where
+ * they need double; vcvtq_f32_s32 rounds to nearest even, like the scalar conversion; the
+ * comparisons and selections spelled out as x86's maxps orders them (vmaxq would prefer
+ * +0 to -0, and NaN to either operand). */
+#define W8_AF(name) w8_neon_##name
+#define W8_AF_TARGET
+#define W8_AF_LANES 4
+#define W8_AF_F float32x4_t
+#define W8_AF_D float64x2_t
+#define W8_AF_I int32x4_t
+#define W8_AF_FSET(c) vdupq_n_f32(c)
+#define W8_AF_FADD(a, b) vaddq_f32(a, b)
+#define W8_AF_FSUB(a, b) vsubq_f32(a, b)
+#define W8_AF_FMUL(a, b) vmulq_f32(a, b)
+#define W8_AF_FDIV(a, b) vdivq_f32(a, b)
+#define W8_AF_FMAX(a, b) vbslq_f32(vcgtq_f32(a, b), a, b)
+#define W8_AF_FMIN(a, b) vbslq_f32(vcltq_f32(a, b), a, b)
+#define W8_AF_FSEL_NEG(c, x, y) vbslq_f32(vcltq_f32(c, vdupq_n_f32(0.0f)), x, y)
+#define W8_AF_DSET(c) vdupq_n_f64(c)
+#define W8_AF_DADD(a, b) vaddq_f64(a, b)
+#define W8_AF_DSUB(a, b) vsubq_f64(a, b)
+#define W8_AF_DMUL(a, b) vmulq_f64(a, b)
+#define W8_AF_DDIV(a, b) vdivq_f64(a, b)
+#define W8_AF_DMAX(a, b) vbslq_f64(vcgtq_f64(a, b), a, b)
+#define W8_AF_DNEGABS(a) vnegq_f64(vabsq_f64(a))
+#define W8_AF_DLO(f) vcvt_f64_f32(vget_low_f32(f))
+#define W8_AF_DHI(f) vcvt_high_f64_f32(f)
+#define W8_AF_DTOF(lo, hi) vcvt_high_f32_f64(vcvt_f32_f64(lo), hi)
+#define W8_AF_DLOW32(lo, hi) \
+    vcombine_s32(vmovn_s64(vreinterpretq_s64_f64(lo)), vmovn_s64(vreinterpretq_s64_f64(hi)))
+#define W8_AF_ISET(c) vdupq_n_s32(c)
+#define W8_AF_ISRA1(i) vshrq_n_s32(i, 1)
+#define W8_AF_ISUB(a, b) vsubq_s32(a, b)
+#define W8_AF_ICVT(i) vcvtq_f32_s32(i)
+#define W8_AF_IPOW2(i) vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(i, vdupq_n_s32(127)), 23))
+#define W8_AF_FLOAD(p) vld1q_f32(p)
+#define W8_AF_FSTORE(p, v) vst1q_f32(p, v)
+#define W8_AF_ILOAD(p) vld1q_s32(p)
+#include "activation.h"
+
+/* The product's scaling (fin->g) of 4 sums, stored as floats at p: the one vector store of
+ * the fused kernels and the per-tile epilogue (ukernel.h) of both Arm paths. */
 W8_INLINE void w8_neon_store_float(float *p, int32x4_t sums, const w8_tile_finish *fin,
                                    int r, int col)
 {
-    if (fin->row_corr) sums = vsubq_s32(sums, vdupq_n_s32(fin->row_corr[r]));
-    if (fin->col_corr) sums = vsubq_s32(sums, vld1q_s32(fin->col_corr + col));
-    /* w8_apply_scales of common.h: the scales are positive and finite, so vminq/vmaxq
-     * choose as the scalar comparison does. */
-    const float32x4_t sa = vdupq_n_f32(fin->a_scale[r]), sb = vld1q_f32(fin->b_scale + col);
-    vst1q_f32(p, vmulq_f32(vmulq_f32(vcvtq_f32_s32(sums), vminq_f32(sa, sb)),
-                           vmaxq_f32(sa, sb)));
+    vst1q_f32(p, w8_neon_scaled(sums, &fin->g, r, col));
 }
 
 /* Both Arm paths: 4 rows x 4 int32x4 (one panel, 16 channels) = 16 accumulators; with the 4

@@ -48,6 +48,7 @@ typedef struct {
     int64_t rot_stride;
     w8_gemm_job jobs[W8_MAX_WEIGHTS];
     int njobs;
+    w8_gemm_plan up;         /* a gated pair: the up projection of jobs[0] (its .up) */
     float *wide_out[W8_MAX_WEIGHTS]; /* a float product beyond W8_EXACT_K: its output */
     int64_t wide_ldo[W8_MAX_WEIGHTS];
 } w8_product;
@@ -124,10 +125,7 @@ static inline int64_t w8_run_product(w8_product *p, int nthreads)
     const int64_t bad = w8_first_bad_row(p);
     if (bad < 0)
         for (int j = 0; j < p->njobs; j++)
-            if (p->wide_out[j])
-                w8_finish_wide((const int64_t *)p->jobs[j].g.out, p->M, p->jobs[j].g.N,
-                               p->a_scale, p->jobs[j].g.b_scale, p->wide_out[j],
-                               p->wide_ldo[j]);
+            if (p->wide_out[j]) w8_finish_wide(&p->jobs[j].g, p->wide_out[j], p->wide_ldo[j]);
     return bad;
 }
 

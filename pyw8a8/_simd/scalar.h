@@ -83,22 +83,84 @@ static void w8_scalar_u8s8_ukernel_signed(int rows, int npanels, int64_t kq,
     w8_scalar_tile(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, 0, 1, 0);
 }
 
-/* The float epilogue of common.h: the reference of every SIMD one, and their tail past the
- * last whole vector (ukernel.h).  The compensated sum is formed modulo 2^32 (it fits in
- * int32, see W8_EXACT_K), then converted once. */
-static void w8_scalar_epilogue(const int32_t *acc, int64_t ldacc, int rows, int cols,
-                               const int32_t *row_corr, const int32_t *col_corr,
-                               const float *a_scale, const float *b_scale, float *out,
-                               int64_t ldo)
+/* A tile's finish from its column j on: every column pointer advanced by j. */
+static inline w8_tile_finish w8_finish_from_column(const w8_tile_finish *fin, int j)
 {
-    for (int r = 0; r < rows; r++) {
-        const uint32_t rc = row_corr ? (uint32_t)row_corr[r] : 0;
-        for (int j = 0; j < cols; j++) {
-            const uint32_t cc = col_corr ? (uint32_t)col_corr[j] : 0;
-            const int32_t v = (int32_t)((uint32_t)acc[r * ldacc + j] - rc - cc);
-            out[r * ldo + j] = w8_apply_scales((float)v, a_scale[r], b_scale[j]);
-        }
+    w8_tile_finish f = *fin;
+    w8_scaling *s[2] = {&f.g, &f.u};
+    for (int i = 0; i < 2; i++) {
+        if (s[i]->col_corr) s[i]->col_corr += j;
+        if (s[i]->b_scale) s[i]->b_scale += j;
+        if (s[i]->bias) s[i]->bias += j;
     }
+    if (f.up) f.up += j;
+    return f;
+}
+
+static void w8_scalar_act_tile(float *out, int64_t ldo, int rows, int cols,
+                               const w8_tile_finish *fin);
+
+/* The activation template's reference instance (w8_scalar_scaled, the epilogue's
+ * arithmetic on one sum, and w8_scalar_activate): one lane, the double "halves" both the
+ * value itself (the second is never used, and the compiler drops it). */
+W8_INLINE int32_t w8_scalar_low32(double d)
+{
+    uint64_t u;
+    memcpy(&u, &d, 8);
+    return (int32_t)(uint32_t)u;
+}
+
+W8_INLINE float w8_scalar_pow2(int32_t i)
+{
+    const uint32_t bits = ((uint32_t)i + 127u) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+#define W8_AF(name) w8_scalar_##name
+#define W8_AF_TARGET
+#define W8_AF_LANES 1
+#define W8_AF_F float
+#define W8_AF_D double
+#define W8_AF_I int32_t
+#define W8_AF_FSET(c) (c)
+#define W8_AF_FADD(a, b) ((a) + (b))
+#define W8_AF_FSUB(a, b) ((a) - (b))
+#define W8_AF_FMUL(a, b) ((a) * (b))
+#define W8_AF_FDIV(a, b) ((a) / (b))
+#define W8_AF_FMAX(a, b) ((a) > (b) ? (a) : (b))
+#define W8_AF_FMIN(a, b) ((a) < (b) ? (a) : (b))
+#define W8_AF_FSEL_NEG(c, x, y) ((c) < 0.0f ? (x) : (y))
+#define W8_AF_DSET(c) (c)
+#define W8_AF_DADD(a, b) ((a) + (b))
+#define W8_AF_DSUB(a, b) ((a) - (b))
+#define W8_AF_DMUL(a, b) ((a) * (b))
+#define W8_AF_DDIV(a, b) ((a) / (b))
+#define W8_AF_DMAX(a, b) ((a) > (b) ? (a) : (b))
+#define W8_AF_DNEGABS(a) (-fabs(a))
+#define W8_AF_DLO(f) ((double)(f))
+#define W8_AF_DHI(f) ((double)(f))
+#define W8_AF_DTOF(lo, hi) ((void)(hi), (float)(lo))
+#define W8_AF_DLOW32(lo, hi) ((void)(hi), w8_scalar_low32(lo))
+#define W8_AF_ISET(c) (c)
+#define W8_AF_ISRA1(i) ((i) >> 1)
+#define W8_AF_ISUB(a, b) ((int32_t)((uint32_t)(a) - (uint32_t)(b)))
+#define W8_AF_ICVT(i) ((float)(i))
+#define W8_AF_IPOW2(i) w8_scalar_pow2(i)
+#define W8_AF_FLOAD(p) (*(p))
+#define W8_AF_FSTORE(p, v) (*(p) = (v))
+#define W8_AF_ILOAD(p) (*(p))
+#include "activation.h"
+
+/* The float epilogue of common.h: the reference of every SIMD one, and their tail past the
+ * last whole vector (ukernel.h). */
+static void w8_scalar_epilogue(const int32_t *acc, int64_t ldacc, int rows, int cols,
+                               const w8_tile_finish *fin, float *out, int64_t ldo)
+{
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < cols; j++)
+            out[r * ldo + j] = w8_scalar_scaled(acc[r * ldacc + j], &fin->g, r, j);
 }
 
 static int w8_scalar_absmax(const float *x, int64_t n, float *amax)

@@ -6,6 +6,7 @@
  *   <prefix>_ukernel_f32_biased, <prefix>_ukernel_f32_signed  w8_ukernel_f32_fn
  *   <prefix>_epilogue    w8_epilogue_fn: W8_UK_STORE_FLOAT over each row's whole vectors,
  *                        w8_scalar_epilogue (the reference) over the columns past them
+ *                        (the activation and gate follow in activation.h's act_tile)
  *
  * and, inlined into the kernels, <prefix>_tile (one tile of ROWS x NVEC vectors, both
  * constants), <prefix>_tile_rows and <prefix>_tiles (the switches that make them constants).
@@ -27,9 +28,9 @@
  *   W8_UK_LOAD_B(p, BIASED)  a B vector (64 / W8_UK_VPP bytes of a quad row)
  *   W8_UK_PREP_B(b)        per-B-vector work shared by every row of the tile (or b)
  *   W8_UK_DOT(acc, a, b, prep, BIASED)  acc plus the four-product dots of a and b
- *   W8_UK_STORE_FLOAT(p, sums, fin, r, col)  the float epilogue of common.h on one vector
- *                          of sums (tile row r, tile column col), stored as floats at p:
- *                          the path's one definition of that arithmetic
+ *   W8_UK_STORE_FLOAT(p, sums, fin, r, col)  the product's scaling (fin->g, common.h) of
+ *                          one vector of sums (tile row r, tile column col), stored as
+ *                          floats at p: the path's one definition of that arithmetic
  * Traits that several instantiations share sit in a traits header without include guard,
  * included right before this file (ymm_traits.h, neon_traits.h).
  *
@@ -201,18 +202,17 @@ W8_UK_TARGET static void W8_UK(ukernel_f32_signed)(int rows, int npanels, int64_
 /* The per-tile epilogue (edge tiles, and paths without fused kernels) with the fused
  * kernels' own vector store, so both give the same bits by construction. */
 W8_UK_TARGET static void W8_UK(epilogue)(const int32_t *acc, int64_t ldacc, int rows,
-                                         int cols, const int32_t *row_corr,
-                                         const int32_t *col_corr, const float *a_scale,
-                                         const float *b_scale, float *out, int64_t ldo)
+                                         int cols, const w8_tile_finish *fin, float *out,
+                                         int64_t ldo)
 {
-    const w8_tile_finish fin = {row_corr, col_corr, a_scale, b_scale};
     const int whole = cols / W8_UK_VCOLS * W8_UK_VCOLS;
     for (int r = 0; r < rows; r++)
         for (int j = 0; j < whole; j += W8_UK_VCOLS)
-            W8_UK_STORE_FLOAT(out + r * ldo + j, W8_UK_LOAD(acc + r * ldacc + j), &fin, r, j);
-    w8_scalar_epilogue(acc + whole, ldacc, rows, cols - whole, row_corr,
-                       col_corr ? col_corr + whole : NULL, a_scale, b_scale + whole,
-                       out + whole, ldo);
+            W8_UK_STORE_FLOAT(out + r * ldo + j, W8_UK_LOAD(acc + r * ldacc + j), fin, r, j);
+    if (whole < cols) {
+        const w8_tile_finish tail = w8_finish_from_column(fin, whole);
+        w8_scalar_epilogue(acc + whole, ldacc, rows, cols - whole, &tail, out + whole, ldo);
+    }
 }
 
 #undef W8_UK_VCOLS

@@ -209,8 +209,9 @@ static void test_gemm_case(const w8_isa_ops *ops, int kind, int64_t M, int64_t N
         for (int v = 0; v < NUM_VARIANTS; v++) {
             const gemm_variant *var = &variants[v];
             if (var->out_kind != W8_OUT_I64 && !exact) continue;
-            w8_gemm_plan g = {ops, enc, M, N, Kp, a, Kp, a_psum, b, b_psum, sa, sb,
-                              var->out_kind, NULL, ldo, Kp, round_up(M, ops->mr), Np};
+            w8_gemm_plan g = {ops, enc, M, N, Kp, a, Kp, a_psum, b, b_psum, sa, sb, NULL,
+                              W8_ACT_NONE, NULL, var->out_kind, NULL, ldo, Kp,
+                              round_up(M, ops->mr), Np};
             if (var->fine) {
                 g.kc = W8_KPAD;
                 g.mc = ops->mr;
@@ -251,6 +252,100 @@ static void test_gemm_case(const w8_isa_ops *ops, int kind, int64_t M, int64_t N
     }
     free(qa), free(qw), free(a), free(b), free(a_psum), free(b_psum), free(ref), free(o64),
         free(o32), free(sa), free(sb);
+}
+
+/* The fused layer through the loop nest: a product with a bias and each activation, and a
+ * gated pair (its up projection in the other weight encoding, so with its own activation
+ * format and corrections) against the scalar formula on the exact sums, bit for bit; whole
+ * and edge tiles, coarse and fine blocking. */
+static void test_fused_gemm(const w8_isa_ops *ops)
+{
+    static const int64_t shapes[][3] = {{1, 17, 64}, {7, 70, 200}, {13, 100, 640},
+                                        {33, 50, 130}, {6, 64, 128}};
+    for (int s = 0; s < (int)(sizeof(shapes) / sizeof(shapes[0])); s++) {
+        const int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        const int64_t Kp = round_up(K, W8_KPAD), Np = round_up(N, W8_NR);
+        const int64_t Mp = round_up(M, W8_A_ROW_PAD), nch = Kp / W8_KPAD + 1;
+        int8_t *qa = xmalloc((size_t)(M * K)), *qw[2];
+        uint8_t *a[2], *b[2];
+        int32_t *a_psum[2], *b_psum[2], *up_sums = xmalloc(sizeof(int32_t) * (size_t)(M * N));
+        int64_t *ref[2];
+        float *sa = xmalloc(sizeof(float) * (size_t)M), *sb[2], *bias[2];
+        float *out = xmalloc(sizeof(float) * (size_t)(M * N));
+        for (int64_t i = 0; i < M * K; i++) qa[i] = (int8_t)rand_q();
+        for (int64_t m = 0; m < M; m++) sa[m] = rand_scale();
+        for (int w = 0; w < 2; w++) {
+            qw[w] = xmalloc((size_t)(N * K));
+            a[w] = xmalloc((size_t)(Mp * Kp));
+            b[w] = xmalloc((size_t)(Np * Kp));
+            a_psum[w] = xmalloc(sizeof(int32_t) * (size_t)(M * nch));
+            b_psum[w] = xmalloc(sizeof(int32_t) * (size_t)(Np * nch));
+            ref[w] = xmalloc(sizeof(int64_t) * (size_t)(M * N));
+            sb[w] = xmalloc(sizeof(float) * (size_t)N);
+            bias[w] = xmalloc(sizeof(float) * (size_t)N);
+            for (int64_t i = 0; i < N * K; i++) qw[w][i] = (int8_t)rand_q();
+            for (int64_t n = 0; n < N; n++) {
+                sb[w][n] = ldexpf(0.5f + 0.5f * fabsf(rand_f()), -8);
+                bias[w][n] = rand_f();
+            }
+            for (int64_t i = M * Kp; i < Mp * Kp; i++) a[w][i] = (uint8_t)rng_next();
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t n = 0; n < N; n++) {
+                    int64_t t = 0;
+                    for (int64_t k = 0; k < K; k++) t += (int64_t)qa[m * K + k] * qw[w][n * K + k];
+                    ref[w][m * N + n] = t;
+                }
+        }
+        for (int enc = 0; enc < 2; enc++)
+            for (int act = W8_ACT_NONE; act <= W8_ACT_SILU; act++)
+                for (int gated = 0; gated < 2; gated++)
+                    for (int fine = 0; fine < 2; fine++) {
+                        if (gated && act == W8_ACT_NONE) continue;
+                        const int encs[2] = {enc, 1 - enc};
+                        w8_gemm_plan g[2];
+                        for (int w = 0; w < 2; w++) {
+                            pack_act(qa, M, K, Kp, ops->a_flip[encs[w]], a[w], a_psum[w]);
+                            pack_weight(qw[w], N, K, Np, Kp, encs[w], b[w], b_psum[w]);
+                            g[w] = (w8_gemm_plan){ops, encs[w], M, N, Kp, a[w], Kp, a_psum[w],
+                                                  b[w], b_psum[w], sa, sb[w], bias[w],
+                                                  w ? W8_ACT_NONE : act, NULL,
+                                                  w ? W8_OUT_I32 : W8_OUT_F32,
+                                                  w ? (void *)up_sums : (void *)out, N, Kp,
+                                                  round_up(M, ops->mr), Np};
+                            if (fine) {
+                                g[w].kc = W8_KPAD;
+                                g[w].mc = ops->mr;
+                                g[w].nc = (int64_t)W8_NR * ops->npanels;
+                            }
+                        }
+                        if (gated) g[0].up = &g[1];
+                        run_plan(&g[0], fine, Np);
+                        int64_t bad = -1;
+                        for (int64_t m = 0; m < M && bad < 0; m++)
+                            for (int64_t n = 0; n < N; n++) {
+                                float want = w8_apply_scales((float)(int32_t)ref[0][m * N + n],
+                                                             sa[m], sb[0][n]) + bias[0][n];
+                                if (act) want = w8_scalar_activate(want, act);
+                                if (gated)
+                                    want = want * (w8_apply_scales(
+                                                       (float)(int32_t)ref[1][m * N + n], sa[m],
+                                                       sb[1][n]) + bias[1][n]);
+                                if (!same_float(out[m * N + n], want)) {
+                                    bad = m * N + n;
+                                    break;
+                                }
+                            }
+                        check(bad < 0,
+                              "%s fused gemm M=%lld N=%lld K=%lld enc=%d act=%d gated=%d "
+                              "fine=%d: first bad at %lld",
+                              ops->name, (long long)M, (long long)N, (long long)K, enc, act,
+                              gated, fine, (long long)bad);
+                    }
+        for (int w = 0; w < 2; w++)
+            free(qw[w]), free(a[w]), free(b[w]), free(a_psum[w]), free(b_psum[w]),
+                free(ref[w]), free(sb[w]), free(bias[w]);
+        free(qa), free(up_sums), free(sa), free(out);
+    }
 }
 
 /* The smallest sizes, and sizes just below, at and just above multiples of 16 (panel), 64
@@ -451,14 +546,15 @@ static void test_fwht(const fwht_case *cases, int ncases)
 /* ------------------------------------------------------------- epilogue --------------- */
 
 /* Every path's epilogue against the scalar one, bit for bit: random and extreme sums and
- * corrections (their differences wrap around int32 as the kernels' do), every width from
- * a partial vector to a full tile, in place (out over the sums) as the loop nest runs it. */
+ * corrections (their differences wrap around int32 as the kernels' do), with and without a
+ * bias, every width from a partial vector to a full tile, in place (out over the sums) as
+ * the loop nest runs it. */
 static void test_epilogue(const w8_isa_ops *ops)
 {
     enum { ROWS = 5, LD = 70 };
     const w8_isa_ops *scalar = w8_isa_lookup("scalar");
     int32_t acc[ROWS * LD], rc[ROWS], cc[64];
-    float sa[ROWS], sb[64], want[ROWS * LD], got[ROWS * LD];
+    float sa[ROWS], sb[64], bias[64], want[ROWS * LD], got[ROWS * LD];
     for (int rep = 0; rep < 40; rep++)
         for (int cols = 1; cols <= 64; cols += rep % 2 ? 1 : 7) {
             for (int i = 0; i < ROWS * LD; i++) {
@@ -472,13 +568,15 @@ static void test_epilogue(const w8_isa_ops *ops)
             for (int j = 0; j < 64; j++) {
                 cc[j] = (int32_t)(rng_next() % 100001) - 50000;
                 sb[j] = rand_scale();
+                bias[j] = rand_f() * rand_scale();
             }
-            for (int corr = 0; corr < 3; corr++) {
-                const int32_t *r = corr == 1 ? rc : NULL, *c = corr == 2 ? cc : NULL;
-                scalar->epilogue(acc, LD, ROWS, cols, r, c, sa, sb, want, LD);
+            for (int corr = 0; corr < 6; corr++) {
+                w8_tile_finish fin = {{corr % 3 == 1 ? rc : NULL, corr % 3 == 2 ? cc : NULL,
+                                       sa, sb, corr >= 3 ? bias : NULL},
+                                      W8_ACT_NONE, NULL, 0, {NULL, NULL, NULL, NULL, NULL}};
+                scalar->epilogue(acc, LD, ROWS, cols, &fin, want, LD);
                 memcpy(got, acc, sizeof(acc));
-                ops->epilogue((const int32_t *)(void *)got, LD, ROWS, cols, r, c, sa, sb,
-                              got, LD);
+                ops->epilogue((const int32_t *)(void *)got, LD, ROWS, cols, &fin, got, LD);
                 int ok = 1;
                 for (int rr = 0; rr < ROWS; rr++)
                     for (int j = 0; j < cols; j++)
@@ -486,6 +584,68 @@ static void test_epilogue(const w8_isa_ops *ops)
                 check(ok, "%s epilogue cols=%d corr=%d rep=%d", ops->name, cols, corr, rep);
             }
         }
+}
+
+/* A float with the bits b. */
+static float float_of_bits(uint32_t b)
+{
+    float f;
+    memcpy(&f, &b, sizeof(f));
+    return f;
+}
+
+/* Every path's activation pass against the scalar one, bit for bit: each activation over
+ * a sweep of every exponent (both signs, random mantissas), the special values (zeros,
+ * infinities, NaN, the subnormals, the clamps' edges), with and without the gate's product
+ * (an up tile of random sums, corrections, scales and bias). */
+static void test_act_tile(const w8_isa_ops *ops)
+{
+    enum { ROWS = 3, LD = 67, N = ROWS * LD };
+    const w8_isa_ops *scalar = w8_isa_lookup("scalar");
+    static const float special[] = {0.0f, -0.0f, 1.0f, -1.0f, 1e-45f, -1e-45f, 1.2e-38f,
+                                    -1.2e-38f, 3.4e38f, -3.4e38f, -1e4f, -1.0001e4f, -9999.0f,
+                                    -88.0f, -87.0f, -104.0f, -13.0f, -5.0f, 5.0f, 1e-8f,
+                                    -1e-8f, 0.5f, -0.5f, 20.0f, -20.0f, 100.0f};
+    float x[N], want[N], got[N], sa[ROWS], sb[LD], bias[LD];
+    int32_t up[N], rc[ROWS];
+    for (int rep = 0; rep < 300; rep++) {
+        for (int i = 0; i < N; i++) {
+            const uint32_t r = (uint32_t)rng_next();
+            /* exponents in turn across the range; every 7th value special */
+            const uint32_t e = (uint32_t)((rep * N + i) % 256);
+            x[i] = i % 7 == 0 ? special[(rep + i / 7) % (int)(sizeof(special) / sizeof(float))]
+                              : float_of_bits((r & 0x807fffffu) | (e << 23));
+            up[i] = (int32_t)(rng_next() % 2000001) - 1000000;
+        }
+        if (rep % 5 == 0) x[rep % N] = float_of_bits(0x7fc00000u); /* NaN */
+        for (int r = 0; r < ROWS; r++) {
+            sa[r] = rand_scale();
+            rc[r] = (int32_t)(rng_next() % 1001) - 500;
+        }
+        for (int j = 0; j < LD; j++) {
+            sb[j] = rand_scale();
+            bias[j] = rand_f();
+        }
+        for (int act = W8_ACT_NONE; act <= W8_ACT_SILU; act++)
+            for (int gated = 0; gated < 2; gated++) {
+                if (act == W8_ACT_NONE && !gated) continue;
+                const int cols = LD - rep % 19;
+                w8_tile_finish fin = {{NULL, NULL, NULL, NULL, NULL}, act,
+                                      gated ? up : NULL, LD, {rc, NULL, sa, sb, bias}};
+                memcpy(want, x, sizeof(x));
+                memcpy(got, x, sizeof(x));
+                scalar->act_tile(want, LD, ROWS, cols, &fin);
+                ops->act_tile(got, LD, ROWS, cols, &fin);
+                int ok = 1, bad = -1;
+                for (int i = 0; i < N && ok; i++) {
+                    ok = same_float(got[i], want[i]) || (isnan(got[i]) && isnan(want[i]));
+                    if (!ok) bad = i;
+                }
+                check(ok, "%s act_tile act=%d gated=%d rep=%d: x=%a got %a want %a", ops->name,
+                      act, gated, rep, bad >= 0 ? x[bad] : 0.0f, bad >= 0 ? got[bad] : 0.0f,
+                      bad >= 0 ? want[bad] : 0.0f);
+            }
+    }
 }
 
 /* ----------------------------------------------------------------- main --------------- */
@@ -522,9 +682,11 @@ int main(int argc, char **argv)
         }
         const long before = n_passed + n_failed;
         test_gemm(ops);
+        test_fused_gemm(ops);
         if (strcmp(ops->name, "scalar") != 0) {
             test_quantizer(ops);
             test_epilogue(ops);
+            test_act_tile(ops);
         }
 #if defined(W8_HAVE_AMX)
         if (strcmp(ops->name, "amx") == 0)

@@ -24,6 +24,15 @@
 /* Missing in SIMDe 0.8: within each 128-bit lane, permuting one source is shuffling it
  * with itself. */
 #define _mm512_permute_ps(a, imm) simde_mm512_shuffle_ps(a, a, imm)
+/* Missing in SIMDe 0.8 as well, the conversions between 8 floats and 8 doubles: through
+ * the 256-bit conversion of either half (to nearest even, as the hardware rounds). */
+#define _mm512_cvtpd_ps(a)                                                               \
+    simde_mm256_set_m128(simde_mm256_cvtpd_ps(simde_mm512_extractf64x4_pd(a, 1)),        \
+                         simde_mm256_cvtpd_ps(simde_mm512_extractf64x4_pd(a, 0)))
+#define _mm512_cvtps_pd(a)                                                               \
+    simde_mm512_insertf64x4(                                                             \
+        simde_mm512_castpd256_pd512(simde_mm256_cvtps_pd(simde_mm256_castps256_ps128(a))), \
+        simde_mm256_cvtps_pd(simde_mm256_extractf128_ps(a, 1)), 1)
 
 /* ---- AMX: eight tiles of at most 16 rows x 64 bytes, per thread as on hardware. ---- */
 
