@@ -372,3 +372,43 @@ def test_w8a8_router_close_to_float(real):
         kl[rotate] = kl_divergence(ref, logits)
     # Rotation spreads activation outliers: much closer to the float control.
     assert kl[True] < 0.02 and kl[True] < kl[False]
+
+
+def test_w8a8_ffn_runs_the_fused_gated_unit(tiny, monkeypatch):
+    """A routed model's FFN asks its LinearPair for the fused gelu_tanh unit; without it
+    (matmul_pair, then numpy's geglu) the logits differ only by the activation's float32
+    rounding, far below the W8A8 error itself."""
+    from pyw8a8.router import LinearPair, Router, RouterConfig, WeightCache
+
+    w, ids, ref = tiny
+    model = Gemma3(w, config=TINY, linear=Router(RouterConfig(min_k=1), cache=WeightCache()))
+    calls = []
+    fused_glu = LinearPair.glu
+
+    def recording(self, x, activation):
+        calls.append(activation)
+        return fused_glu(self, x, activation)
+
+    monkeypatch.setattr(LinearPair, "glu", recording)
+    fused = model.forward(ids)
+    assert calls == ["gelu_tanh"] * TINY.n_layers
+    monkeypatch.delattr(LinearPair, "glu")
+    unfused = model.forward(ids)
+    scale = np.sqrt(np.mean(ref[-1].astype(np.float64) ** 2))
+    assert np.max(np.abs(fused - unfused)) / scale < 1e-4
+    assert np.max(np.abs(fused - ref[-1])) / scale < 0.2  # W8A8 itself
+
+
+def test_timer_keeps_the_fused_gated_unit_and_times_it(tiny):
+    from pyw8a8.evaluate.timing import LinearTimer
+    from pyw8a8.router import Router, RouterConfig, WeightCache
+
+    w, ids, _ = tiny
+    router = Router(RouterConfig(min_k=1), cache=WeightCache())
+    timer = LinearTimer(router)
+    timed = Gemma3(w, config=TINY, linear=timer)
+    plain = Gemma3(w, config=TINY, linear=Router(RouterConfig(min_k=1), cache=WeightCache()))
+    np.testing.assert_array_equal(timed.forward(ids), plain.forward(ids))
+    pairs = [l for l in timer.layers if "+" in l.name]
+    assert len(pairs) == TINY.n_layers and all(hasattr(l, "glu") and l.seconds > 0
+                                               for l in pairs)

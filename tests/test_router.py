@@ -11,6 +11,7 @@ import threading
 import numpy as np
 import pytest
 
+from pyw8a8.models.gemma3.layers import geglu
 from pyw8a8.router import (
     FloatLinear,
     Linear,
@@ -62,12 +63,17 @@ class FakeKernels:
             self.packs.append((w.shape, rotate, block, seed))
         return FakePacked(w, rotate, block, seed, encoding)
 
-    def matmul(self, x, p):
-        return (np.asarray(x, np.float32) @ p.w.T).astype(np.float32)
+    def matmul(self, x, p, bias=None):
+        y = (np.asarray(x, np.float32) @ p.w.T).astype(np.float32)
+        return y if bias is None else y + bias
 
-    def matmul_pair(self, x, p1, p2):
+    def matmul_pair(self, x, p1, p2, glu=None, bias1=None, bias2=None):
         self.pair_calls += 1
-        return self.matmul(x, p1), self.matmul(x, p2)
+        y1, y2 = self.matmul(x, p1, bias1), self.matmul(x, p2, bias2)
+        if glu is None:
+            return y1, y2
+        assert glu == "gelu_tanh", glu  # what the tests' models ask for
+        return geglu(y1, y2)
 
     def equalize_ffn(self, w_gate, w_up, w_down, clamp=16.0):
         self.equalize_calls += 1
@@ -512,3 +518,39 @@ def test_real_scaling_exact_in_float_and_close_in_w8a8(core):
     out = _ffn(r.pair("blk.0.ffn_gate.weight", wg, "blk.0.ffn_up.weight", wu),
                r("blk.0.ffn_down.weight", wd), x)
     assert _rel_err(out, ref) < 0.05
+
+
+# ---------------------------------------------------------------------------
+# Biased layers and the fused gated unit
+# ---------------------------------------------------------------------------
+
+def test_router_layers_take_a_bias_fused_into_the_kernel():
+    import pyw8a8
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((40, 128)).astype(np.float32)
+    b = rng.standard_normal(40).astype(np.float32)
+    x = rng.standard_normal((5, 128)).astype(np.float32)
+    router = Router(RouterConfig(min_k=64), cache=WeightCache())
+    layer = router("fc.weight", w, b)
+    assert isinstance(layer, Linear)
+    np.testing.assert_array_equal(layer(x), pyw8a8.matmul(x, layer.packed, bias=b))
+    float_layer = Router(RouterConfig(exclude=["*"]), cache=WeightCache())("fc.weight", w, b)
+    assert isinstance(float_layer, FloatLinear)
+    np.testing.assert_allclose(float_layer(x), x @ w.T + b, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="fc.weight: bias must have shape \\(40,\\)"):
+        router("fc.weight", w, b[:3])
+    with pytest.raises(ValueError, match="fc.weight: bias holds NaN"):
+        router("fc.weight", w, np.full(40, np.nan, np.float32))
+
+
+def test_linear_pair_glu_is_matmul_pair_glu():
+    import pyw8a8
+    rng = np.random.default_rng(3)
+    wg, wu = (rng.standard_normal((48, 128)).astype(np.float32) for _ in range(2))
+    x = rng.standard_normal((7, 128)).astype(np.float32)
+    pair = Router(RouterConfig(min_k=64), cache=WeightCache()).pair("g", wg, "u", wu)
+    assert isinstance(pair, LinearPair)
+    got = pair.glu(x, "silu")
+    want = pyw8a8.matmul_pair(x, pair.first.packed, pair.second.packed, glu="silu")
+    np.testing.assert_array_equal(got, want)
+

@@ -7,7 +7,7 @@ import time
 from ..models.gemma3 import OUTPUT_NAME
 from ..router import SeparatePair
 
-__all__ = ["LinearTimer", "TimedLayer"]
+__all__ = ["LinearTimer", "TimedLayer", "TimedPair"]
 
 
 class TimedLayer:
@@ -33,6 +33,19 @@ class TimedLayer:
         return f"TimedLayer({self.layer!r})"
 
 
+class TimedPair(TimedLayer):
+    """A timed gate/up pair that also has the fused gated unit (`LinearPair.glu`), timed
+    alike: with it the model's FFN activation runs, and is timed, inside the layer."""
+
+    __slots__ = ()
+
+    def glu(self, x, activation):
+        t0 = time.perf_counter()
+        y = self.layer.glu(x, activation)
+        self.seconds += time.perf_counter() - t0
+        return y
+
+
 class LinearTimer:
     """A ``linear(name, w)`` factory that times the layers of another factory.
 
@@ -54,7 +67,7 @@ class LinearTimer:
         self.layers = []
 
     def _timed(self, name, layer):
-        timed = TimedLayer(layer, name)
+        timed = (TimedPair if hasattr(layer, "glu") else TimedLayer)(layer, name)
         self.layers.append(timed)
         return timed
 

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from .._validation import bias_vector
 from ..matmul import matmul, matmul_pair
 from ..packing import pack_weight
 from ..scaling import equalize_ffn
@@ -60,6 +61,11 @@ def check_weight(w, name="weight"):
     return w
 
 
+def _layer_bias(bias, shape, name):
+    """A layer's bias as float32 (N,), or None; the error names the layer."""
+    return bias_vector(bias, shape[0], f"{name or 'layer'}: bias")
+
+
 def _as_input(x, k, name):
     x = np.asarray(x, dtype=np.float32)
     if x.ndim != 2 or x.shape[1] != k:
@@ -99,6 +105,8 @@ class Linear:
         float32 weight of shape ``(N, K)``.
     rotate, block, seed, encoding
         Packing settings passed to ``pyw8a8.pack_weight``.
+    bias : array_like of float, shape (N,), optional
+        Added to the product in the kernels' epilogue (``pyw8a8.matmul``'s `bias`).
     name : str, optional
         Used in log messages.
     cache : WeightCache, optional
@@ -118,7 +126,7 @@ class Linear:
     """
 
     def __init__(self, w, rotate=True, block=128, seed=0, encoding="auto", name=None, cache=None,
-                 verbose=False, backend=None, _source=None):
+                 verbose=False, backend=None, bias=None, _source=None):
         if _source is None:
             w = check_weight(w, name or "weight")
             _source = WeightSource(w)
@@ -126,6 +134,7 @@ class Linear:
         else:
             shape = tuple(np.shape(w))
         self.shape = tuple(int(s) for s in shape)
+        self.bias = _layer_bias(bias, self.shape, name)
         self.name = name
         self.rotate = bool(rotate)
         self.block = int(block)
@@ -140,10 +149,11 @@ class Linear:
         self.pack_time = None
 
     @classmethod
-    def from_packed(cls, packed, name=None, backend=None):
+    def from_packed(cls, packed, name=None, backend=None, bias=None):
         """A layer around an already packed weight (see `load_packed`)."""
         self = cls.__new__(cls)
         self.shape = tuple(int(s) for s in packed.shape)
+        self.bias = _layer_bias(bias, self.shape, name)
         self.name = name
         self.rotate = packed.rotate
         self.block = packed.block
@@ -213,7 +223,9 @@ class Linear:
     def __call__(self, x):
         packed = self.pack()
         x = _as_input(x, self.shape[1], self.name or "Linear")
-        return self.backend.matmul(x, packed)
+        if self.bias is None:
+            return self.backend.matmul(x, packed)
+        return self.backend.matmul(x, packed, bias=self.bias)
 
     def __repr__(self):
         state = "packed" if self.is_packed else "lazy"
@@ -223,8 +235,9 @@ class Linear:
 class LinearPair:
     """Two W8A8 layers sharing one quantized activation (``pyw8a8.matmul_pair``).
 
-    ``layer(x) -> (x @ w1.T, x @ w2.T)``, e.g. the gate and up projections of
-    a gated FFN; the product runs on the first layer's backend.
+    ``layer(x) -> (x @ w1.T + b1, x @ w2.T + b2)``, e.g. the gate and up projections
+    of a gated FFN, and ``layer.glu(x, activation) -> activation(x @ w1.T + b1) * (x @
+    w2.T + b2)`` fused; the product runs on the first layer's backend.
     """
 
     def __init__(self, first: Linear, second: Linear):
@@ -233,10 +246,25 @@ class LinearPair:
         self.first = first
         self.second = second
 
-    def __call__(self, x):
+    def _inputs(self, x):
         p1, p2 = self.first.pack(), self.second.pack()
-        x = _as_input(x, self.first.shape[1], self.first.name or "LinearPair")
-        return self.first.backend.matmul_pair(x, p1, p2)
+        return p1, p2, _as_input(x, self.first.shape[1], self.first.name or "LinearPair")
+
+    def _biases(self):
+        """matmul_pair's bias arguments, only where a layer has one (backends without bias
+        support keep working for bias-free models)."""
+        return {f"bias{i}": layer.bias for i, layer in ((1, self.first), (2, self.second))
+                if layer.bias is not None}
+
+    def __call__(self, x):
+        p1, p2, x = self._inputs(x)
+        return self.first.backend.matmul_pair(x, p1, p2, **self._biases())
+
+    def glu(self, x, activation):
+        """``activation(first(x)) * second(x)`` in one fused call (``pyw8a8.matmul_pair``'s
+        `glu`); `activation` is one of its names."""
+        p1, p2, x = self._inputs(x)
+        return self.first.backend.matmul_pair(x, p1, p2, glu=activation, **self._biases())
 
     def __repr__(self):
         return f"LinearPair({self.first!r}, {self.second!r})"
@@ -254,13 +282,16 @@ class FloatLinear:
         Weight of shape ``(N, K)`` (converted to float32 if needed).
     name : str, optional
         Used in error messages and the repr.
+    bias : array_like of float, shape (N,), optional
+        Added to the product.
     """
 
-    def __init__(self, w, name=None, _source=None):
+    def __init__(self, w, name=None, bias=None, _source=None):
         if _source is None:
             w = check_weight(w, name or "weight")
             _source = WeightSource(w)
         self.shape = tuple(int(s) for s in np.shape(w))
+        self.bias = _layer_bias(bias, self.shape, name)
         self.name = name
         self._source = _source
         self._w = None
@@ -279,7 +310,10 @@ class FloatLinear:
     def __call__(self, x):
         w = self.weight
         x = _as_input(x, self.shape[1], self.name or "FloatLinear")
-        return x @ w.T
+        y = x @ w.T
+        if self.bias is not None:
+            y += self.bias
+        return y
 
     def __repr__(self):
         return f"FloatLinear({self.name!r}, shape={self.shape})"

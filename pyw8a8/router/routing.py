@@ -43,10 +43,11 @@ class Router:
 
     Notes
     -----
-    ``router(name, w)`` returns a `Linear` or a `FloatLinear`;
-    ``router.pair(name_gate, w_gate, name_up, w_up)`` returns a layer giving
-    ``(gate_out, up_out)``, a `LinearPair` (``pyw8a8.matmul_pair``) when both
-    go W8A8.  ``router.layers`` maps names to the layers created.
+    ``router(name, w)`` (or ``router(name, w, bias)``) returns a `Linear` or a
+    `FloatLinear`; ``router.pair(name_gate, w_gate, name_up, w_up)`` returns a layer
+    giving ``(gate_out, up_out)``, a `LinearPair` (``pyw8a8.matmul_pair``, with the fused
+    ``glu(x, activation)``) when both go W8A8.  ``router.layers`` maps names to the
+    layers created.
     """
 
     def __init__(self, config: RouterConfig | None = None, cache: WeightCache | None = None,
@@ -98,7 +99,7 @@ class Router:
             group.raw[role] = w
         return WeightSource(None, group, role)
 
-    def _make(self, name, w):
+    def _make(self, name, w, bias=None):
         w = check_weight(w, name)
         reason = self._float_reason(name, w.shape)
         use = reason is None
@@ -106,7 +107,8 @@ class Router:
             logger.info("pyw8a8: route %s %s -> %s (%s)", name, tuple(w.shape),
                         "W8A8" if use else "float", reason or "w8a8")
         if use and name in self.prepacked:
-            layer = Linear.from_packed(self.prepacked[name], name=name, backend=self.backend)
+            layer = Linear.from_packed(self.prepacked[name], name=name, backend=self.backend,
+                                       bias=bias)
             if tuple(layer.shape) != tuple(w.shape):
                 raise ValueError(
                     f"{name}: pre-packed weight has shape {layer.shape}, model expects {w.shape}"
@@ -115,15 +117,16 @@ class Router:
             c = self.config
             layer = Linear(w, rotate=c.rotate, block=c.block, seed=c.seed, encoding=c.encoding,
                            name=name, cache=self.cache, verbose=c.verbose, backend=self.backend,
-                           _source=self._source(name, w))
+                           bias=bias, _source=self._source(name, w))
         else:
-            layer = FloatLinear(w, name=name, _source=self._source(name, w))
+            layer = FloatLinear(w, name=name, bias=bias, _source=self._source(name, w))
         self.layers[name] = layer
         return layer
 
-    def __call__(self, name: str, w):
-        """``linear(name, w) -> layer`` factory."""
-        return self._make(name, w)
+    def __call__(self, name: str, w, bias=None):
+        """``linear(name, w, bias=None) -> layer`` factory: ``layer(x) = x @ w.T + bias``,
+        the bias fused into the W8A8 kernels' epilogue (float32, shape (N,))."""
+        return self._make(name, w, bias)
 
     def pair(self, name_gate: str, w_gate, name_up: str, w_up):
         """Gate/up pair factory; shares one quantized activation when both are W8A8."""

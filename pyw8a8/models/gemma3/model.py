@@ -37,7 +37,9 @@ class Gemma3:
         lazily).  Default ``pyw8a8.router.float_linear`` (the float control).
     linear_pair : callable, optional
         ``linear_pair(name_gate, w_gate, name_up, w_up) -> layer`` with
-        ``layer(x) -> (gate_out, up_out)``.  Default: ``linear.pair`` if the
+        ``layer(x) -> (gate_out, up_out)``, and optionally ``layer.glu(x,
+        "gelu_tanh")`` for the fused gated unit (a W8A8 `LinearPair` has it; the FFN
+        then never forms either product in float).  Default: ``linear.pair`` if the
         factory has one, otherwise two separate ``linear`` layers.
     max_tokens_per_step : int
         Longer inputs are processed in consecutive chunks of this many
@@ -271,8 +273,12 @@ class Gemma3:
             x = x + rms_norm(o, L.post_attn_norm, c.rms_eps)
 
             h = rms_norm(x, L.ffn_norm, c.rms_eps)
-            g, u = L.gate_up(h)
-            act = geglu(np.asarray(g, np.float32), np.asarray(u, np.float32))
+            fused = getattr(L.gate_up, "glu", None)
+            if fused is not None:  # W8A8: the gated unit in the kernels' epilogue
+                act = np.asarray(fused(h, "gelu_tanh"), np.float32)
+            else:
+                g, u = L.gate_up(h)
+                act = geglu(np.asarray(g, np.float32), np.asarray(u, np.float32))
             f = np.asarray(L.down(act), np.float32)
             x = x + rms_norm(f, L.post_ffn_norm, c.rms_eps)
         cache.length = start + m
