@@ -23,7 +23,7 @@ except (ValueError, RuntimeError) as error:
 from ._cpu import available_isas, compiled_isas, cpu_features, isa, set_isa, use_isa
 from ._threads import get_num_threads, set_num_threads
 from .matmul import int8_matmul, matmul, matmul_pair
-from .packing import PackedWeight, pack_weight
+from .packing import PackedWeight, pack_quantized, pack_weight
 from .quantize import quantize_per_channel, quantize_per_token
 from .rotation import fwht, rotate, unrotate
 from .scaling import equalize_ffn, smooth
@@ -45,6 +45,7 @@ __all__ = [
     "isa",
     "matmul",
     "matmul_pair",
+    "pack_quantized",
     "pack_weight",
     "quantize_per_channel",
     "quantize_per_token",

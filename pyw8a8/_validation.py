@@ -88,14 +88,27 @@ def bias_vector(bias, n, name):
 
 
 def int8_matrix(x, name):
+    """`x` as a C-contiguous int8 ndarray (N, K) with values in [-127, 127].
+
+    Raises
+    ------
+    TypeError
+        If x is not an int8 array.
+    ValueError
+        If x is not 2-D, or holds -128 (the message names the first row holding it).
+    """
     arr = np.asarray(x)
     if arr.dtype != np.int8:
         raise TypeError(f"{name} must be an int8 array, got dtype {arr.dtype}")
     if arr.ndim != 2:
         raise ValueError(f"{name} must be 2-D, got shape {arr.shape}")
     if arr.size and arr.min() == -128:
-        raise ValueError(f"{name} holds -128: the symmetric scheme uses [-127, 127]; "
-                         "clip it (np.clip(q, -127, 127)) or requantize")
+        row = int(np.argmax((arr == -128).any(axis=1)))
+        raise ValueError(f"{name} holds -128 (first in row {row}): pyw8a8's int8 is "
+                         "symmetric, [-127, 127] (-128 has no positive counterpart, and "
+                         "the kernels' exact int32 sums count on |q| <= 127); clip it "
+                         f"(np.clip({name}, -127, 127): -128 becomes -127, one step) or "
+                         "requantize")
     return np.ascontiguousarray(arr)
 
 

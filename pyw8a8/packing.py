@@ -16,7 +16,7 @@ import numpy as np
 
 from . import _cpu, _kernels
 from ._layout import W8_KPAD, W8_NR, packed_k, padded
-from ._validation import float_array, positive_int
+from ._validation import float_array, int8_matrix, positive_int
 from .quantize import quantize_rows
 from .rotation import (MAX_BLOCK, MAX_SEED, MIN_BLOCK, auto_block, check_rotation,
                        unrotate)
@@ -128,7 +128,8 @@ _PACK_ROWS = 8192
 class PackedWeight:
     """An int8 weight matrix in kernel layout, with its per-output-channel scales.
 
-    Created by :func:`pack_weight`; the float weights are not kept.
+    Created by :func:`pack_weight` (float weights, quantized there; the float weights are
+    not kept) or :func:`pack_quantized` (int8 weights quantized elsewhere, as they are).
 
     Attributes
     ----------
@@ -137,7 +138,8 @@ class PackedWeight:
     encoding : {'biased', 'signed'}
         Bytes stored as ``q + 128`` (uint8) or as ``q`` (int8).
     scales : ndarray of float32, shape (N,)
-        ``max|w[n]| / 127`` (of the rotated row when `rotate`).
+        ``max|w[n]| / 127`` (of the rotated row when `rotate`), or the scales given to
+        :func:`pack_quantized`.
     rotate : bool
         Whether rows were rotated (block Walsh-Hadamard) before quantization.
     block, seed : int
@@ -281,6 +283,51 @@ class PackedWeight:
             raw = raw ^ np.uint8(0x80)
         return np.ascontiguousarray(raw).view(np.int8)
 
+    def quantized(self):
+        """The int8 weights and per-channel scales the kernels multiply, for reuse elsewhere.
+
+        ``pack_quantized(*packed.quantized())`` multiplies bit-identically to `packed`
+        (with any `encoding`).
+
+        Returns
+        -------
+        qw : ndarray of int8, shape (N, K), C-contiguous
+            Values in [-127, 127]; a fresh copy.
+        scale : ndarray of float32, shape (N,)
+            Per output channel; a fresh copy.  ``qw * scale[:, None]`` is what
+            :meth:`dequantize` returns.
+
+        Raises
+        ------
+        ValueError
+            If the weight is rotated (``rotate=True``): its int8 values are in the rotated
+            basis (rows times the block Walsh-Hadamard transform), not a quantization of the
+            weights themselves, and no int8 (N, K) in the original basis multiplies the
+            same.  Use :meth:`int8` for the rotated values (they pair with
+            ``pyw8a8.rotate(x, block, seed, pad=True)``), :meth:`dequantize` for float
+            weights, or pack with ``rotate=False``.  Also if the arrays no longer fit the
+            weight (see :meth:`check_layout`).
+
+        Examples
+        --------
+        >>> import numpy as np, pyw8a8
+        >>> w = np.array([[1.0, -0.25, 0.0], [-4.0, 1.0, 3.0]], dtype=np.float32)
+        >>> qw, scale = pyw8a8.pack_weight(w, rotate=False).quantized()
+        >>> qw.dtype, qw.shape, scale.dtype, scale.shape
+        (dtype('int8'), (2, 3), dtype('float32'), (2,))
+        >>> qw.tolist()
+        [[127, -32, 0], [-127, 32, 95]]
+        """
+        if self.rotate:
+            raise ValueError(
+                "quantized() needs an unrotated weight; this one was rotated before "
+                f"quantization (block={self.block}, seed={self.seed}), so its int8 values "
+                "are in the rotated basis, not a quantization of the weights: use int8() "
+                "for them (to pair with pyw8a8.rotate(x, block, seed, pad=True)), "
+                "dequantize() for float weights, or pack_weight(w, rotate=False)")
+        self.check_layout()  # int8() reads the panels by the shape and encoding
+        return self.int8(), self.scales.copy()
+
     def dequantize(self):
         """The float32 approximation of the original weights.
 
@@ -404,6 +451,91 @@ def pack_int8(q, scales, encoding="auto", rotate=False, block=128, seed=0):
         panels.fill(0x80 if encoding == "biased" else 0)
     return PackedWeight(q.shape, encoding, panels, psum,
                         np.ascontiguousarray(scales, dtype=np.float32), rotate, block, seed)
+
+
+def _channel_scales(scale, n):
+    """`scale` as float32 (N,), checked: a float array of shape (N,), finite and >= 0."""
+    arr = np.asarray(scale)
+    if arr.dtype.kind != "f":
+        raise TypeError(f"scale must be a float array, got dtype {arr.dtype}")
+    if arr.shape != (n,):
+        raise ValueError(f"scale must have shape ({n},), one per row of qw, got shape "
+                         f"{arr.shape}")
+    with np.errstate(over="ignore"):  # beyond float32's range is reported below
+        # A fresh aligned copy: the weight must not change with the caller's array.
+        scales = np.array(arr, dtype=np.float32)
+    bad = ~np.isfinite(scales) | (scales < 0)
+    if bad.any():
+        i = int(np.argmax(bad))
+        beyond = (" (beyond float32's range)" if np.isfinite(arr[i]) and
+                  not np.isfinite(scales[i]) else "")
+        raise ValueError(f"scale must be finite and >= 0, got {arr[i]}{beyond} for row {i}")
+    return scales
+
+
+def pack_quantized(qw, scale, *, encoding="auto"):
+    """Store int8 weights quantized elsewhere, as they are, in the kernels' layout.
+
+    For weights from another tool (a PyTorch per-channel qint8 ``Linear``:
+    ``weight().int_repr()`` and ``weight().q_per_channel_scales()``, with zero points 0),
+    so that pyw8a8 multiplies the very same int8 weights.  The product is
+    ``s_a[m] * scale[n] * sum_k qa[m, k] * qw[n, k]``, exactly as for :func:`pack_weight`.
+
+    Rotation is not offered: it has to happen before quantization (the rotated float rows
+    are what gets quantized).  Rotating int8 rows gives non-integer values that would need
+    requantizing, and those would no longer be the weights you passed.
+
+    Parameters
+    ----------
+    qw : array_like of int8, shape (N, K)
+        Quantized weights in the ``torch.nn.Linear.weight`` layout, values in [-127, 127];
+        any memory order (copied into the packed layout).
+    scale : array_like of float, shape (N,)
+        One scale per output channel (row of `qw`), finite and >= 0; the weight is
+        ``qw * scale[:, None]``.  Stored as float32, the kernels' precision (float64
+        scales are rounded to the nearest float32).
+    encoding : {'auto', 'biased', 'signed'}
+        As in :func:`pack_weight`.
+
+    Returns
+    -------
+    PackedWeight
+        ``shape == (N, K)``, ``rotate == False``; ``quantized()`` gives `qw` and `scale`
+        (as float32) back.
+
+    Raises
+    ------
+    TypeError
+        If `qw` is not an int8 array or `scale` not a float array.
+    ValueError
+        If `qw` is not 2-D or holds -128: pyw8a8's int8 is symmetric, [-127, 127]
+        (symmetric schemes elsewhere may produce -128, PyTorch's qint8 among them; clip with
+        ``np.clip(qw, -127, 127)``, which moves those weights by one step); if `scale` is
+        not of shape (N,), or holds a negative, NaN, Inf or beyond-float32 value (the
+        message names the row); or if `encoding` is unknown.
+
+    Examples
+    --------
+    >>> import numpy as np, pyw8a8
+    >>> qw = np.array([[127, -3, 0], [5, -127, 64]], dtype=np.int8)
+    >>> scale = np.array([0.5, 0.25], dtype=np.float32)
+    >>> packed = pyw8a8.pack_quantized(qw, scale)
+    >>> packed.shape, packed.rotate
+    ((2, 3), False)
+
+    A row of activations whose max |x| is 127 quantizes to itself (scale 1), so the
+    product is exact: ``0.5 * (127*127 - 6)`` and ``0.25 * (635 - 254 - 64)``.
+
+    >>> pyw8a8.matmul(np.array([[127.0, 2.0, -1.0]], dtype=np.float32), packed).tolist()
+    [[8061.5, 79.25]]
+    """
+    q = int8_matrix(qw, "qw")
+    n, k = q.shape
+    scales = _channel_scales(scale, n)
+    # The block of an unrotated weight is only recorded; take the one pack_weight(w,
+    # rotate=False) records, since matmul_pair requires two weights' (rotate, block,
+    # seed) to match.
+    return pack_int8(q, scales, encoding, rotate=False, block=auto_block(k))
 
 
 def pack_weight(w, *, encoding="auto", rotate=True, block="auto", seed=0, pad=None):
