@@ -111,7 +111,8 @@ def _calm_openblas(path):
     finally:
         del os.environ["OPENBLAS_THREAD_TIMEOUT"]
     lib.blas_thread_shutdown_()
-    return f"worker spin 2^{BLAS_THREAD_TIMEOUT} cycles (OPENBLAS_THREAD_TIMEOUT={BLAS_THREAD_TIMEOUT})"
+    return (f"worker spin 2^{BLAS_THREAD_TIMEOUT} cycles "
+            f"(OPENBLAS_THREAD_TIMEOUT={BLAS_THREAD_TIMEOUT})")
 
 
 def share_blas_cores():

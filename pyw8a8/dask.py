@@ -17,11 +17,11 @@ import uuid
 
 import numpy as np
 
+from ._validation import float_array
 from .matmul import matmul as _w8a8_matmul
 from .packing import PackedWeight
 from .packing import pack_weight as _pack_weight
 from .quantize import quantize_rows
-from ._validation import float_array
 
 try:
     import dask

@@ -18,8 +18,7 @@ from . import _cpu, _kernels
 from ._layout import W8_KPAD, W8_NR, packed_k, padded
 from ._validation import float_array, positive_int
 from .quantize import quantize_rows
-from .rotation import (MAX_BLOCK, MAX_SEED, MIN_BLOCK, auto_block, check_rotation,
-                       unrotate)
+from .rotation import MAX_BLOCK, MAX_SEED, MIN_BLOCK, auto_block, check_rotation, unrotate
 
 ENCODINGS = ("biased", "signed")
 # Format of to_dict() and of pickles: 1, or 2 for a rotation whose last block is

@@ -3,8 +3,8 @@
 The rotation of a vector of K features acts on each block of `block` consecutive features
 independently (with ``pad=True`` a last partial block is zero-padded, so the rotated vector
 has K rounded up to a multiple of `block` features; the zeros add nothing to a dot product
-and the rotation stays orthonormal on the padded space): ``y_b = H (D_b x_b) / sqrt(block)``, with ``H`` the
-Sylvester Hadamard matrix (natural order, ``scipy.linalg.hadamard``) and ``D_b`` the
+and the rotation stays orthonormal on the padded space): ``y_b = H (D_b x_b) / sqrt(block)``,
+with ``H`` the Sylvester Hadamard matrix (natural order, ``scipy.linalg.hadamard``) and ``D_b`` the
 diagonal of random signs of the block's absolute positions. It is orthonormal, so rotating
 both operands of a dot product leaves it unchanged: ``rotate(a) . rotate(b) == a . b``, and
 :func:`pyw8a8.matmul` rotates the activations (fused with their quantization) of a weight

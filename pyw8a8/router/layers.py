@@ -19,7 +19,8 @@ from ..matmul import matmul, matmul_pair
 from ..packing import pack_weight
 from ..scaling import equalize_ffn
 
-__all__ = ["COMPILED_KERNELS", "FloatLinear", "Linear", "LinearPair", "SeparatePair", "float_linear"]
+__all__ = ["COMPILED_KERNELS", "FloatLinear", "Linear", "LinearPair", "SeparatePair",
+           "float_linear"]
 
 logger = logging.getLogger("pyw8a8")
 
@@ -217,7 +218,8 @@ class Linear:
 
     def __repr__(self):
         state = "packed" if self.is_packed else "lazy"
-        return f"Linear({self.name!r}, shape={self.shape}, rotate={self.rotate}, block={self.block}, {state})"
+        return (f"Linear({self.name!r}, shape={self.shape}, rotate={self.rotate}, "
+                f"block={self.block}, {state})")
 
 
 class LinearPair:

@@ -1,4 +1,5 @@
-"""Save and load packed weights as one ``.npz`` file (no pickling): the packed-weight file format."""
+"""Save and load packed weights as one ``.npz`` file (no pickling): the packed-weight file
+format."""
 
 from __future__ import annotations
 

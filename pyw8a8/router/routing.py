@@ -1,4 +1,5 @@
-"""`Router`: the ``linear(name, w)`` factory that sends each weight matmul of a model to W8A8 or float."""
+"""`Router`: the ``linear(name, w)`` factory that sends each weight matmul of a model to W8A8
+or float."""
 
 from __future__ import annotations
 
@@ -137,16 +138,17 @@ class Router:
 
     def pack_all(self) -> dict:
         """Pack every W8A8 layer now; returns ``{name: PackedWeight}`` (for `save_packed`)."""
-        return {name: layer.pack() for name, layer in self.layers.items() if isinstance(layer, Linear)}
+        return {name: layer.pack() for name, layer in self.layers.items()
+                if isinstance(layer, Linear)}
 
     def stats(self) -> dict:
         """Counts, packed bytes and total pack time of the layers created so far."""
-        w8 = [l for l in self.layers.values() if isinstance(l, Linear)]
+        w8 = [layer for layer in self.layers.values() if isinstance(layer, Linear)]
         return {
             "w8a8_layers": len(w8),
             "float_layers": len(self.layers) - len(w8),
-            "packed_bytes": int(sum(l.nbytes for l in w8)),
-            "pack_time_s": float(sum(l.pack_time or 0.0 for l in w8)),
+            "packed_bytes": int(sum(layer.nbytes for layer in w8)),
+            "pack_time_s": float(sum(layer.pack_time or 0.0 for layer in w8)),
         }
 
 
