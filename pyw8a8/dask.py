@@ -14,14 +14,19 @@ reads it from its worker's memory; without one (dask's local schedulers) it is o
 the graph, shared by every chunk.
 """
 import uuid
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ._validation import float_array
 from .matmul import matmul as _w8a8_matmul
 from .packing import PackedWeight
 from .packing import pack_weight as _pack_weight
 from .quantize import quantize_rows
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 try:
     import dask
@@ -82,7 +87,11 @@ class SharedWeight:
 
     __slots__ = ("shape", "packed_repr", "ref")
 
-    def __init__(self, packed, client=None):
+    shape: tuple[int, int]
+    packed_repr: str
+    ref: Any  # a distributed.Future or a dask Delayed
+
+    def __init__(self, packed: PackedWeight, client: "Client | None" = None) -> None:
         if not isinstance(packed, PackedWeight):
             raise TypeError(f"packed must be a PackedWeight, got {type(packed).__name__}")
         _check_layout(packed, "packed")
@@ -96,13 +105,14 @@ class SharedWeight:
         else:
             self.ref = dask.delayed(packed, name=f"pyw8a8-weight-{uuid.uuid4().hex}")
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         where = ("in the graph" if isinstance(self.ref, Delayed)
                  else f"on the cluster's workers, key {self.ref.key}")
         return f"SharedWeight({self.packed_repr}, {where})"
 
 
-def pack_weight(w, *, client=None, **kwargs):
+def pack_weight(w: npt.ArrayLike | PackedWeight, *, client: "Client | None" = None,
+                **kwargs: Any) -> SharedWeight:
     """Pack a weight on the client and ship it to the cluster once, for many graphs.
 
     Parameters
@@ -174,7 +184,8 @@ def _row_error(x, packed, info):
     return None
 
 
-def matmul(x, packed, *, client=None):
+def matmul(x: da.Array, packed: SharedWeight | PackedWeight, *,
+           client: "Client | None" = None) -> da.Array:
     """Lazy W8A8 product ``x @ w.T`` of a dask array, chunk by chunk.
 
     Parameters

@@ -12,8 +12,10 @@ count and blocking, bit for bit.
 import math
 import threading
 import time
+from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _cpu, _kernels, _threads
 from ._validation import check_finite_row, float_array, int8_matrix
@@ -225,7 +227,10 @@ def matmul_pair(x, packed1, packed2):
     return y1, y2
 
 
-def int8_matmul(qa, qw, *, encoding="auto", out_dtype=np.int32, _kc=None):
+def int8_matmul(qa: npt.ArrayLike, qw: npt.ArrayLike, *,
+                encoding: Literal["auto", "biased", "signed"] = "auto",
+                out_dtype: npt.DTypeLike = np.int32,
+                _kc: int | None = None) -> npt.NDArray[np.signedinteger[Any]]:
     """Exact integer product ``qa @ qw.T`` of int8 matrices.
 
     Parameters
@@ -255,6 +260,19 @@ def int8_matmul(qa, qw, *, encoding="auto", out_dtype=np.int32, _kc=None):
     OverflowError
         out_dtype is int32 and a result does not fit in int32 (possible only when
         K > 133,143); ask for ``out_dtype=numpy.int64``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import pyw8a8
+    >>> rng = np.random.default_rng(0)
+    >>> qa = rng.integers(-127, 128, (4, 1000), dtype=np.int8)
+    >>> qw = rng.integers(-127, 128, (24, 1000), dtype=np.int8)
+    >>> c = pyw8a8.int8_matmul(qa, qw)
+    >>> c.dtype, c.shape
+    (dtype('int32'), (4, 24))
+    >>> bool(np.array_equal(c, qa.astype(np.int64) @ qw.T.astype(np.int64)))  # exact
+    True
     """
     a = int8_matrix(qa, "qa")
     w = int8_matrix(qw, "qw")

@@ -4,10 +4,12 @@ format."""
 from __future__ import annotations
 
 import lzma
+import os
 import re
 import zipfile
 import zlib
 from collections import Counter
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -37,7 +39,7 @@ _READ_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, l
                 RuntimeError)
 
 
-def save_packed(path, mapping: dict) -> None:
+def save_packed(path: str | os.PathLike[str], mapping: Mapping[str, PackedWeight]) -> None:
     """Save packed weights to an ``.npz`` file (no pickling).
 
     Parameters
@@ -112,7 +114,8 @@ def _describe(value):
     return "raw bytes (not a .npy member)"
 
 
-def load_packed(path, cls=PackedWeight) -> dict:
+def load_packed(path: str | os.PathLike[str],
+                cls: type[PackedWeight] = PackedWeight) -> dict[str, PackedWeight]:
     """Load packed weights written by `save_packed`.
 
     Parameters

@@ -6,7 +6,12 @@ from __future__ import annotations
 import fnmatch
 import logging
 import threading
+from collections.abc import Sequence
+from typing import Any
 
+import numpy.typing as npt
+
+from ..packing import PackedWeight
 from .cache import WeightCache, default_cache
 from .config import RouterConfig
 from .ffn import FfnGroup, ffn_role
@@ -51,12 +56,12 @@ class Router:
     """
 
     def __init__(self, config: RouterConfig | None = None, cache: WeightCache | None = None,
-                 packed: dict | None = None, backend=None):
+                 packed: dict[str, PackedWeight] | None = None, backend: Any = None) -> None:
         self.config = config if config is not None else RouterConfig()
         self.cache = cache if cache is not None else default_cache()
         self.prepacked = dict(packed) if packed else {}
         self.backend = backend if backend is not None else COMPILED_KERNELS
-        self.layers = {}
+        self.layers: dict[str, Linear | FloatLinear] = {}
         self._groups = {}
         self._lock = threading.Lock()
         if self.config.verbose:
@@ -64,7 +69,7 @@ class Router:
 
     # -- decisions ---------------------------------------------------------
 
-    def decide(self, name: str, shape) -> bool:
+    def decide(self, name: str, shape: Sequence[int]) -> bool:
         """True if tensor `name` of shape ``(N, K)`` should use W8A8."""
         return self._float_reason(name, shape) is None
 
@@ -99,7 +104,7 @@ class Router:
             group.raw[role] = w
         return WeightSource(None, group, role)
 
-    def _make(self, name, w):
+    def _make(self, name: str, w: npt.ArrayLike) -> Linear | FloatLinear:
         w = check_weight(w, name)
         reason = self._float_reason(name, w.shape)
         use = reason is None
@@ -122,11 +127,12 @@ class Router:
         self.layers[name] = layer
         return layer
 
-    def __call__(self, name: str, w):
+    def __call__(self, name: str, w: npt.ArrayLike) -> Linear | FloatLinear:
         """``linear(name, w) -> layer`` factory."""
         return self._make(name, w)
 
-    def pair(self, name_gate: str, w_gate, name_up: str, w_up):
+    def pair(self, name_gate: str, w_gate: npt.ArrayLike, name_up: str,
+             w_up: npt.ArrayLike) -> LinearPair | SeparatePair:
         """Gate/up pair factory; shares one quantized activation when both are W8A8."""
         g = self._make(name_gate, w_gate)
         u = self._make(name_up, w_up)
@@ -136,12 +142,12 @@ class Router:
 
     # -- utilities ---------------------------------------------------------
 
-    def pack_all(self) -> dict:
+    def pack_all(self) -> dict[str, PackedWeight]:
         """Pack every W8A8 layer now; returns ``{name: PackedWeight}`` (for `save_packed`)."""
         return {name: layer.pack() for name, layer in self.layers.items()
                 if isinstance(layer, Linear)}
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, int | float]:
         """Counts, packed bytes and total pack time of the layers created so far."""
         w8 = [layer for layer in self.layers.values() if isinstance(layer, Linear)]
         return {
