@@ -171,7 +171,7 @@ def smooth(weights: Sequence[npt.ArrayLike], act_absmax: npt.ArrayLike,
         The consumers of the activation (e.g. q/k/v, or gate/up), in the
         ``torch.nn.Linear.weight`` layout.
     act_absmax : array_like of float, shape (K,)
-        Calibration maximum of |x[:, j]| per input channel, non-negative.
+        Calibration maximum of ``|x[:, j]|`` per input channel, non-negative.
     alpha : float
         Migration strength in [0, 1]: 0 leaves the activation alone (s = 1 / wmax), 1
         moves all of its range into the weights.
