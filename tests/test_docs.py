@@ -54,6 +54,22 @@ def test_relative_links_exist(page):
     assert missing == []
 
 
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_table_rows_have_the_header_cells(page):
+    """A '|' in a cell, even inside a code span, ends the cell unless escaped ('\\|')."""
+    bad, header = [], None
+    for number, line in enumerate(page.read_text().splitlines(), 1):
+        if not line.startswith("|"):
+            header = None
+            continue
+        cells = len(re.findall(r"(?<!\\)\|", line)) - 1
+        if header is None:
+            header = cells
+        elif cells != header:
+            bad.append(number)
+    assert bad == []
+
+
 def test_api_reference_names_every_public_name():
     text = (ROOT / "docs" / "api.rst").read_text()
     current = ""
