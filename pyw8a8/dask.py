@@ -216,6 +216,23 @@ def matmul(x: da.Array, packed: SharedWeight | PackedWeight, *,
         a PackedWeight is inconsistent. When a chunk is computed, a row holding NaN/Inf
         (or a float64 value beyond float32's range) raises the ValueError of
         :func:`pyw8a8.matmul`, naming the row in the whole of x, not in its chunk.
+
+    Examples
+    --------
+    >>> import dask.array as da
+    >>> import numpy as np
+    >>> import pyw8a8
+    >>> import pyw8a8.dask
+    >>> rng = np.random.default_rng(0)
+    >>> w = rng.standard_normal((48, 128)).astype(np.float32)
+    >>> x = da.from_array(rng.standard_normal((1000, 128)).astype(np.float32), chunks=(256, 128))
+    >>> weight = pyw8a8.dask.pack_weight(w)  # no cluster here: dask's local scheduler
+    >>> y = pyw8a8.dask.matmul(x, weight)
+    >>> y.shape, y.chunks[0], y.dtype
+    ((1000, 48), (256, 256, 256, 232), dtype('float32'))
+    >>> packed = pyw8a8.pack_weight(w)
+    >>> bool(np.array_equal(y.compute(), pyw8a8.matmul(x.compute(), packed)))  # bit for bit
+    True
     """
     if not isinstance(x, da.Array):
         raise TypeError(f"x must be a dask.array.Array, got {type(x).__name__} (for numpy "

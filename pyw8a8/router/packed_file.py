@@ -142,6 +142,21 @@ def load_packed(path: str | os.PathLike[str],
         ``save_packed``, corrupted or truncated (a failed zip CRC included), duplicate
         entries or tensor names, an entry of the wrong type or shape, an unsupported
         container format version, or a packed weight ``cls.from_dict`` rejects.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> import pyw8a8
+    >>> from pyw8a8.router import load_packed, save_packed
+    >>> w = np.random.default_rng(0).standard_normal((32, 64)).astype(np.float32)
+    >>> path = os.path.join(tempfile.mkdtemp(), "weights.npz")
+    >>> save_packed(path, {"up": pyw8a8.pack_weight(w)})
+    >>> loaded = load_packed(path)
+    >>> list(loaded), loaded["up"].shape
+    (['up'], (32, 64))
+    >>> bool(np.array_equal(loaded["up"].int8(), pyw8a8.pack_weight(w).int8()))
+    True
     """
     members = _read_members(path)
     if members is None:
