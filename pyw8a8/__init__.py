@@ -21,13 +21,13 @@ except (ValueError, RuntimeError) as error:
     raise SystemExit(2) from None
 
 from ._cpu import available_isas, compiled_isas, cpu_features, isa, set_isa, use_isa
+from ._thread_policy import thread_policy
 from ._threads import get_num_threads, set_num_threads
 from .matmul import int8_matmul, matmul, matmul_pair
 from .packing import PackedWeight, pack_quantized, pack_weight
 from .quantize import quantize_per_channel, quantize_per_token
 from .rotation import fwht, rotate, unrotate
 from .scaling import equalize_ffn, smooth
-from ._thread_policy import thread_policy
 
 _thread_policy.share_blas_cores()  # numpy's BLAS is loaded by now
 

@@ -3,13 +3,14 @@ run-time switching (numpy-style dispatch over paths compiled into one portable b
 import contextlib
 import contextvars
 import os
+from collections.abc import Iterator
 
 from . import _kernels
 
 ENV_ISA = "PYW8A8_ISA"
 
 
-def cpu_features():
+def cpu_features() -> dict[str, bool]:
     """Instruction-set features of this CPU that the operating system also enables.
 
     Returns
@@ -17,21 +18,38 @@ def cpu_features():
     dict of str to bool
         Keys include ``avx2``, ``avx512_vnni``, ``avx_vnni``, ``amx_int8`` (x86) and
         ``asimd``, ``asimddp`` (Arm); a feature is True only when usable.
+
+    Examples
+    --------
+    >>> import pyw8a8
+    >>> features = pyw8a8.cpu_features()
+    >>> sorted(k for k in features if k in ("avx2", "avx512_vnni", "asimddp"))
+    ['asimddp', 'avx2', 'avx512_vnni']
+    >>> all(isinstance(v, bool) for v in features.values())
+    True
     """
     return _kernels.cpu_features()
 
 
-def compiled_isas():
+def compiled_isas() -> list[str]:
     """Every path compiled into this build (the C registry), most preferred first.
 
     Returns
     -------
     list of str
+
+    Examples
+    --------
+    >>> import pyw8a8
+    >>> pyw8a8.compiled_isas()[-2:]  # the portable paths close the list
+    ['scalar', 'scalar_u8s8']
+    >>> set(pyw8a8.available_isas()) <= set(pyw8a8.compiled_isas())
+    True
     """
     return _kernels.isa_names()
 
 
-def available_isas():
+def available_isas() -> list[str]:
     """Paths this CPU can run, most preferred first.
 
     ``scalar`` comes last but one; last is ``scalar_u8s8``, plain C computing the u8 x s8
@@ -42,11 +60,17 @@ def available_isas():
     Returns
     -------
     list of str
+
+    Examples
+    --------
+    >>> import pyw8a8
+    >>> pyw8a8.available_isas()  # on an AVX2 CPU: ['avx2', 'scalar', 'scalar_u8s8']
+    [...'scalar', 'scalar_u8s8']
     """
     return [name for name in _kernels.isa_names() if _kernels.isa_supported(name)]
 
 
-def checked_ops(name, source):
+def checked_ops(name: object, source: str) -> _kernels.IsaOps:
     """The IsaOps of path `name`, or a clear error naming `source` when it is unknown or
     this CPU cannot run it (internal)."""
     known = _kernels.isa_names()
@@ -71,7 +95,8 @@ _default = _initial_ops()
 # ... and the path of the current thread and context, when a use_isa / use_ops body set
 # one: (IsaOps, exactly).  A context variable, as numpy 2's errstate, so a switch made in
 # one thread never changes what another thread (or a thread started inside it) runs.
-_scoped = contextvars.ContextVar("pyw8a8_isa", default=None)
+_scoped: contextvars.ContextVar[tuple[_kernels.IsaOps, bool] | None] = \
+    contextvars.ContextVar("pyw8a8_isa", default=None)
 
 
 # Below this many activation rows an AMX tile is mostly empty; the avx512vnni kernels
@@ -91,16 +116,16 @@ def _amx_min_rows():
 
 
 AMX_MIN_ROWS = _amx_min_rows()
-_amx_fallback = None
+_amx_fallback: _kernels.IsaOps | None = None
 
 
-def _current():
+def _current() -> tuple[_kernels.IsaOps, bool]:
     """(IsaOps, exactly) of the calling thread and context."""
     scoped = _scoped.get()
     return (_default, False) if scoped is None else scoped
 
 
-def active_ops(rows=None):
+def active_ops(rows: int | None = None) -> _kernels.IsaOps:
     """The function table for a product with `rows` activation rows (internal)."""
     global _amx_fallback
     ops, exactly = _current()
@@ -111,7 +136,7 @@ def active_ops(rows=None):
     return ops
 
 
-def isa():
+def isa() -> str:
     """Name of the instruction-set path the calling thread uses.
 
     Returns
@@ -120,11 +145,17 @@ def isa():
         One of :func:`available_isas`: the one a :func:`use_isa` body of this thread
         chose, else the process-wide one (:func:`set_isa`, the ``PYW8A8_ISA`` environment
         variable, or the CPU's best, chosen at import).
+
+    Examples
+    --------
+    >>> import pyw8a8
+    >>> pyw8a8.isa() in pyw8a8.available_isas()
+    True
     """
     return _current()[0].name
 
 
-def set_isa(name):
+def set_isa(name: str) -> None:
     """Switch the process-wide path: every later call of every thread, except inside a
     :func:`use_isa` body, which keeps its own.
 
@@ -139,13 +170,28 @@ def set_isa(name):
         If `name` is not a path of pyw8a8.
     RuntimeError
         If this CPU cannot run it.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import pyw8a8
+    >>> w = pyw8a8.pack_weight(np.ones((16, 64), np.float32))
+    >>> x = np.ones((2, 64), np.float32)
+    >>> before = pyw8a8.isa()
+    >>> pyw8a8.set_isa("scalar")
+    >>> pyw8a8.isa()
+    'scalar'
+    >>> y_scalar = pyw8a8.matmul(x, w)
+    >>> pyw8a8.set_isa(before)
+    >>> bool(np.array_equal(y_scalar, pyw8a8.matmul(x, w)))  # the same bits on every path
+    True
     """
     global _default
     _default = checked_ops(name, "isa")
 
 
 @contextlib.contextmanager
-def use_ops(ops, exactly=True):
+def use_ops(ops: _kernels.IsaOps, exactly: bool = True) -> Iterator[None]:
     """Run the body's calls of this thread and context on `ops`, an IsaOps of a supported
     path; `exactly`: without amx's small-M fallback either (internal: the bench's no-op
     kernel copies of a path, its amx / avx512vnni crossover)."""
@@ -156,7 +202,7 @@ def use_ops(ops, exactly=True):
         _scoped.reset(token)
 
 
-def use_isa(name):
+def use_isa(name: str) -> contextlib.AbstractContextManager[None]:
     """Context manager running the calls of its body on the path `name`.
 
     The switch holds for the calling thread (and its context) only: other threads, and
@@ -172,5 +218,15 @@ def use_isa(name):
     ------
     ValueError, RuntimeError
         As :func:`set_isa`.
+
+    Examples
+    --------
+    >>> import pyw8a8
+    >>> before = pyw8a8.isa()
+    >>> with pyw8a8.use_isa("scalar"):
+    ...     print(pyw8a8.isa())
+    scalar
+    >>> pyw8a8.isa() == before  # back to the process-wide path
+    True
     """
     return use_ops(checked_ops(name, "isa"), exactly=False)

@@ -26,12 +26,13 @@ import ctypes
 import importlib.util
 import os
 import re
+from typing import Any
 
 ENV_POLICY = "PYW8A8_THREAD_POLICY"
 OPENMP_SPINCOUNT = "10000"
 BLAS_THREAD_TIMEOUT = 18  # OpenBLAS spins for 2 ** this many cycles after a call
 
-_report = {"policy": "share", "openmp": "not loaded yet", "blas": []}
+_report: dict[str, Any] = {"policy": "share", "openmp": "not loaded yet", "blas": []}
 
 
 def _enabled():
@@ -111,7 +112,8 @@ def _calm_openblas(path):
     finally:
         del os.environ["OPENBLAS_THREAD_TIMEOUT"]
     lib.blas_thread_shutdown_()
-    return f"worker spin 2^{BLAS_THREAD_TIMEOUT} cycles (OPENBLAS_THREAD_TIMEOUT={BLAS_THREAD_TIMEOUT})"
+    return (f"worker spin 2^{BLAS_THREAD_TIMEOUT} cycles "
+            f"(OPENBLAS_THREAD_TIMEOUT={BLAS_THREAD_TIMEOUT})")
 
 
 def share_blas_cores():
@@ -137,7 +139,7 @@ def share_blas_cores():
         _report["blas"].append(entry)
 
 
-def thread_policy():
+def thread_policy() -> dict[str, Any]:
     """What pyw8a8 did, at import, to the busy-waiting of its threads and of the BLAS's.
 
     Returns
@@ -147,6 +149,15 @@ def thread_policy():
         (pyw8a8's OpenMP spin setting and the runtime it links), ``blas`` (one entry per
         BLAS library: its path and what was changed) and ``fork`` (whether the calling
         thread falls back to one thread, as the survivor of a fork).
+
+    Examples
+    --------
+    >>> import pyw8a8
+    >>> report = pyw8a8.thread_policy()
+    >>> sorted(report)
+    ['blas', 'fork', 'openmp', 'policy']
+    >>> report["policy"] in ("share", "leave")
+    True
     """
     from ._threads import fork_fallback
     fork = ("this thread survived a fork after it ran a parallel product: its products run "

@@ -21,9 +21,10 @@ from . import _kernels
 # cannot create the threads asked for (100000 segfaulted, 60000 exited).
 MAX_THREADS_PER_CPU = 8
 
-_override = None
+_override: int | None = None
 _ran_team = threading.local()  # .value: this thread has started an OpenMP team
-_stale_pool_thread = None  # ident of a forked child's surviving thread, when its pool is stale
+# The ident of a forked child's surviving thread, when its pool is stale.
+_stale_pool_thread: int | None = None
 
 
 def _after_fork_in_child():
@@ -36,7 +37,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def max_threads():
+def max_threads() -> int:
     """The largest thread count accepted: MAX_THREADS_PER_CPU per logical CPU."""
     return MAX_THREADS_PER_CPU * (os.cpu_count() or 1)
 
@@ -53,13 +54,13 @@ def _check_environment():
 _check_environment()
 
 
-def fork_fallback():
+def fork_fallback() -> bool:
     """Whether the calling thread is a forked child's surviving thread whose OpenMP pool
     was left behind by the fork (it then runs products on one thread)."""
     return _stale_pool_thread is not None and threading.get_ident() == _stale_pool_thread
 
 
-def get_num_threads():
+def get_num_threads() -> int:
     """Number of threads the next call of the calling thread will use.
 
     Returns
@@ -67,7 +68,14 @@ def get_num_threads():
     int
         :func:`set_num_threads`'s count, else OpenMP's default (``OMP_NUM_THREADS``,
         threadpoolctl's limit); 1 in the thread that survived a ``fork`` after it ran a
-        parallel product (see the README's "Threads and processes").
+        parallel product (see the user guide's "Threads and processes").
+
+    Examples
+    --------
+    >>> import os
+    >>> import pyw8a8
+    >>> 1 <= pyw8a8.get_num_threads() <= 8 * os.cpu_count()
+    True
     """
     if fork_fallback():
         return 1
@@ -77,7 +85,7 @@ def get_num_threads():
     return min(max(1, _kernels.omp_max_threads()), max_threads())
 
 
-def set_num_threads(n):
+def set_num_threads(n: int | None) -> None:
     """Set the thread count of later calls, process-wide; ``None`` returns to the OpenMP
     default.
 
@@ -92,6 +100,18 @@ def set_num_threads(n):
         If `n` is not an int or None.
     ValueError
         If `n` is out of that range.
+
+    Examples
+    --------
+    >>> import pyw8a8
+    >>> pyw8a8.set_num_threads(1)
+    >>> pyw8a8.get_num_threads()
+    1
+    >>> pyw8a8.set_num_threads(None)  # back to OpenMP's default
+    >>> pyw8a8.set_num_threads(0)
+    Traceback (most recent call last):
+    ...
+    ValueError: n must be from 1 to ... per logical CPU), got 0
     """
     global _override
     if n is None:
@@ -116,7 +136,7 @@ def set_num_threads(n):
 SERIAL_WORK = 1 << 19
 
 
-def threads_for(work):
+def threads_for(work: int) -> int:
     """Threads for a call doing `work` multiply-accumulates (or element operations)."""
     if work < SERIAL_WORK:
         return 1

@@ -3,7 +3,6 @@ import operator
 
 import numpy as np
 
-
 _FLOAT32 = np.dtype(np.float32)
 _FLOAT64 = np.dtype(np.float64)
 _FLOAT32_MAX = np.finfo(np.float32).max

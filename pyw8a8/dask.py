@@ -14,14 +14,19 @@ reads it from its worker's memory; without one (dask's local schedulers) it is o
 the graph, shared by every chunk.
 """
 import uuid
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
+from ._validation import float_array
 from .matmul import matmul as _w8a8_matmul
 from .packing import PackedWeight
 from .packing import pack_weight as _pack_weight
 from .quantize import quantize_rows
-from ._validation import float_array
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 try:
     import dask
@@ -82,7 +87,11 @@ class SharedWeight:
 
     __slots__ = ("shape", "packed_repr", "ref")
 
-    def __init__(self, packed, client=None):
+    shape: tuple[int, int]
+    packed_repr: str
+    ref: Any  # a distributed.Future or a dask Delayed
+
+    def __init__(self, packed: PackedWeight, client: "Client | None" = None) -> None:
         if not isinstance(packed, PackedWeight):
             raise TypeError(f"packed must be a PackedWeight, got {type(packed).__name__}")
         _check_layout(packed, "packed")
@@ -96,13 +105,14 @@ class SharedWeight:
         else:
             self.ref = dask.delayed(packed, name=f"pyw8a8-weight-{uuid.uuid4().hex}")
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         where = ("in the graph" if isinstance(self.ref, Delayed)
                  else f"on the cluster's workers, key {self.ref.key}")
         return f"SharedWeight({self.packed_repr}, {where})"
 
 
-def pack_weight(w, *, client=None, **kwargs):
+def pack_weight(w: npt.ArrayLike | PackedWeight, *, client: "Client | None" = None,
+                **kwargs: Any) -> SharedWeight:
     """Pack a weight on the client and ship it to the cluster once, for many graphs.
 
     Parameters
@@ -174,7 +184,8 @@ def _row_error(x, packed, info):
     return None
 
 
-def matmul(x, packed, *, client=None):
+def matmul(x: da.Array, packed: SharedWeight | PackedWeight, *,
+           client: "Client | None" = None) -> da.Array:
     """Lazy W8A8 product ``x @ w.T`` of a dask array, chunk by chunk.
 
     Parameters
@@ -205,6 +216,23 @@ def matmul(x, packed, *, client=None):
         a PackedWeight is inconsistent. When a chunk is computed, a row holding NaN/Inf
         (or a float64 value beyond float32's range) raises the ValueError of
         :func:`pyw8a8.matmul`, naming the row in the whole of x, not in its chunk.
+
+    Examples
+    --------
+    >>> import dask.array as da
+    >>> import numpy as np
+    >>> import pyw8a8
+    >>> import pyw8a8.dask
+    >>> rng = np.random.default_rng(0)
+    >>> w = rng.standard_normal((48, 128)).astype(np.float32)
+    >>> x = da.from_array(rng.standard_normal((1000, 128)).astype(np.float32), chunks=(256, 128))
+    >>> weight = pyw8a8.dask.pack_weight(w)  # no cluster here: dask's local scheduler
+    >>> y = pyw8a8.dask.matmul(x, weight)
+    >>> y.shape, y.chunks[0], y.dtype
+    ((1000, 48), (256, 256, 256, 232), dtype('float32'))
+    >>> packed = pyw8a8.pack_weight(w)
+    >>> bool(np.array_equal(y.compute(), pyw8a8.matmul(x.compute(), packed)))  # bit for bit
+    True
     """
     if not isinstance(x, da.Array):
         raise TypeError(f"x must be a dask.array.Array, got {type(x).__name__} (for numpy "

@@ -12,8 +12,10 @@ count and blocking, bit for bit.
 import math
 import threading
 import time
+from typing import Any, Literal, overload
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _cpu, _kernels, _threads
 from ._validation import bias_vector, check_finite_row, float_array, int8_matrix
@@ -167,7 +169,12 @@ def _float_products(x, plans, outs, lead, biases, act=0, glu=False):
              x.shape, biases=biases, act=act, glu=glu)
 
 
-def matmul(x, packed, *, bias=None, activation=None, out=None, out_dtype=None):
+Activation = Literal["relu", "gelu", "gelu_tanh", "silu"]
+
+
+def matmul(x: npt.ArrayLike, packed: PackedWeight, *, bias: npt.ArrayLike | None = None,
+           activation: Activation | None = None, out: npt.NDArray[Any] | None = None,
+           out_dtype: npt.DTypeLike | None = None) -> npt.NDArray[Any]:
     """W8A8 layer ``activation(x @ w.T + bias)`` against a packed weight.
 
     Activations are quantized per row (token) on every call, optionally rotated first with
@@ -211,6 +218,24 @@ def matmul(x, packed, *, bias=None, activation=None, out=None, out_dtype=None):
         message), `bias` has the wrong shape or dtype or holds NaN/Inf, `activation` is
         not one of the names, or `out` has the wrong shape, is read-only or overlaps x.
         Nothing is written to `out` when an error is raised.
+
+    Examples
+    --------
+    >>> import numpy as np, pyw8a8
+    >>> rng = np.random.default_rng(0)
+    >>> w = rng.standard_normal((32, 256)).astype(np.float32)
+    >>> x = rng.standard_normal((4, 256)).astype(np.float32)
+    >>> packed = pyw8a8.pack_weight(w)
+    >>> y = pyw8a8.matmul(x, packed)
+    >>> y.shape, y.dtype
+    ((4, 32), dtype('float32'))
+    >>> ref = x @ w.T
+    >>> bool(np.abs(y - ref).max() < 0.05 * np.sqrt(np.mean(ref ** 2)))
+    True
+    >>> b = np.ones(32, np.float32)
+    >>> z = pyw8a8.matmul(x, packed, bias=b, activation="relu")
+    >>> bool(np.array_equal(z, np.maximum(y + b, 0)))
+    True
     """
     if (out is None and out_dtype is None and bias is None and activation is None
             and type(x) is np.ndarray and x.dtype is _F32 and x.flags.c_contiguous
@@ -232,7 +257,22 @@ def matmul(x, packed, *, bias=None, activation=None, out=None, out_dtype=None):
     return _finish(result, target)
 
 
-def matmul_pair(x, packed1, packed2, *, glu=None, bias1=None, bias2=None):
+@overload
+def matmul_pair(x: npt.ArrayLike, packed1: PackedWeight, packed2: PackedWeight, *,
+                glu: None = None, bias1: npt.ArrayLike | None = None,
+                bias2: npt.ArrayLike | None = None,
+                ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]: ...
+@overload
+def matmul_pair(x: npt.ArrayLike, packed1: PackedWeight, packed2: PackedWeight, *,
+                glu: Activation, bias1: npt.ArrayLike | None = None,
+                bias2: npt.ArrayLike | None = None) -> npt.NDArray[np.float32]: ...
+
+
+def matmul_pair(x: npt.ArrayLike, packed1: PackedWeight, packed2: PackedWeight, *,
+                glu: Activation | None = None, bias1: npt.ArrayLike | None = None,
+                bias2: npt.ArrayLike | None = None,
+                ) -> (tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]
+                      | npt.NDArray[np.float32]):
     """Two W8A8 products of one activation, quantized once (e.g. gate and up projections),
     or with `glu` the gated unit of a transformer's feed-forward block.
 
@@ -263,6 +303,20 @@ def matmul_pair(x, packed1, packed2, *, glu=None, bias1=None, bias2=None):
     TypeError, ValueError
         As :func:`matmul`; also ValueError if the two weights differ in K or rotation, or,
         with `glu`, in N, or if `glu` is not one of the names.
+
+    Examples
+    --------
+    >>> import numpy as np, pyw8a8
+    >>> rng = np.random.default_rng(0)
+    >>> gate, up = (pyw8a8.pack_weight(rng.standard_normal((64, 128)).astype(np.float32))
+    ...             for _ in range(2))
+    >>> x = rng.standard_normal((3, 128)).astype(np.float32)
+    >>> g, u = pyw8a8.matmul_pair(x, gate, up)
+    >>> g.shape, u.shape
+    ((3, 64), (3, 64))
+    >>> h = pyw8a8.matmul_pair(x, gate, up, glu="relu")
+    >>> bool(np.array_equal(h, np.maximum(g, 0) * u))
+    True
     """
     plan1, plan2 = _plan(packed1, "packed1"), _plan(packed2, "packed2")
     act = _activation_code(glu, "glu")
@@ -290,7 +344,10 @@ def matmul_pair(x, packed1, packed2, *, glu=None, bias1=None, bias2=None):
     return y1, y2
 
 
-def int8_matmul(qa, qw, *, encoding="auto", out_dtype=np.int32, _kc=None):
+def int8_matmul(qa: npt.ArrayLike, qw: npt.ArrayLike, *,
+                encoding: Literal["auto", "biased", "signed"] = "auto",
+                out_dtype: npt.DTypeLike = np.int32,
+                _kc: int | None = None) -> npt.NDArray[np.signedinteger[Any]]:
     """Exact integer product ``qa @ qw.T`` of int8 matrices.
 
     Parameters
@@ -320,6 +377,19 @@ def int8_matmul(qa, qw, *, encoding="auto", out_dtype=np.int32, _kc=None):
     OverflowError
         out_dtype is int32 and a result does not fit in int32 (possible only when
         K > 133,143); ask for ``out_dtype=numpy.int64``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import pyw8a8
+    >>> rng = np.random.default_rng(0)
+    >>> qa = rng.integers(-127, 128, (4, 1000), dtype=np.int8)
+    >>> qw = rng.integers(-127, 128, (24, 1000), dtype=np.int8)
+    >>> c = pyw8a8.int8_matmul(qa, qw)
+    >>> c.dtype, c.shape
+    (dtype('int32'), (4, 24))
+    >>> bool(np.array_equal(c, qa.astype(np.int64) @ qw.T.astype(np.int64)))  # exact
+    True
     """
     a = int8_matrix(qa, "qa")
     w = int8_matrix(qw, "qw")

@@ -11,15 +11,17 @@ copy) and works on every instruction-set path whatever its encoding, so it can b
 another process or machine (a process pool, a dask cluster: see :mod:`pyw8a8.dask`).
 """
 import operator
+from collections.abc import Mapping
+from typing import Any, Literal, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _cpu, _kernels
 from ._layout import W8_KPAD, W8_NR, packed_k, padded
 from ._validation import float_array, int8_matrix, positive_int
 from .quantize import quantize_rows
-from .rotation import (MAX_BLOCK, MAX_SEED, MIN_BLOCK, auto_block, check_rotation,
-                       unrotate)
+from .rotation import MAX_BLOCK, MAX_SEED, MIN_BLOCK, auto_block, check_rotation, unrotate
 
 ENCODINGS = ("biased", "signed")
 # Format of to_dict() and of pickles: 1, or 2 for a rotation whose last block is
@@ -120,6 +122,8 @@ def _check_seed(value):
     return seed
 
 
+_Packed = TypeVar("_Packed", bound="PackedWeight")  # from_dict makes the class it is called on
+
 # Rows quantized and packed at a time: bounds the temporaries of packing a large weight
 # (the 262144 x 640 embedding of a language model) to a few tens of MB.
 _PACK_ROWS = 8192
@@ -155,13 +159,38 @@ class PackedWeight:
     A PackedWeight pickles (and ``copy.deepcopy``-s) as its packed bytes, scales, sums,
     settings and format version, with no float copy; its `encoding` works on every
     instruction-set path, so it can be unpickled on a CPU whose paths differ.
+
+    Examples
+    --------
+    >>> import pickle
+    >>> import numpy as np
+    >>> import pyw8a8
+    >>> w = np.random.default_rng(0).standard_normal((48, 100)).astype(np.float32)
+    >>> packed = pyw8a8.pack_weight(w)
+    >>> packed  # doctest: +ELLIPSIS
+    PackedWeight(shape=(48, 100), ..., padded K=100 to 128 (last block zero-padded), nbytes=...)
+    >>> packed.shape, packed.rotated_k, packed.scales.dtype
+    ((48, 100), 128, dtype('float32'))
+    >>> err = np.abs(packed.dequantize() - w).max()  # within half a step of each row
+    >>> bool(err <= packed.scales.max() / 2 * np.sqrt(128))
+    True
+    >>> again = pickle.loads(pickle.dumps(packed))  # packed bytes only, no float copy
+    >>> bool(np.array_equal(again.int8(), packed.int8()))
+    True
     """
 
     __slots__ = ("shape", "encoding", "scales", "_rotate", "_block", "_seed", "panels",
                  "psum", "_plan")
 
-    def __init__(self, shape, encoding, panels, psum, scales, rotate=False, block=128,
-                 seed=0):
+    shape: tuple[int, int]
+    encoding: str
+    scales: npt.NDArray[np.float32]
+    panels: npt.NDArray[np.uint8]
+    psum: npt.NDArray[np.int32]
+
+    def __init__(self, shape: tuple[int, int], encoding: str, panels: npt.NDArray[np.uint8],
+                 psum: npt.NDArray[np.int32], scales: npt.NDArray[np.float32],
+                 rotate: bool = False, block: int = 128, seed: int = 0) -> None:
         self.shape = (int(shape[0]), int(shape[1]))
         self.encoding = encoding
         self.panels = panels
@@ -173,13 +202,24 @@ class PackedWeight:
         self._rotate = _check_rotate(rotate)
         self._block = _check_block(block)
         self._seed = _check_seed(seed)
-        self._plan = None
+        self._plan: _kernels.WeightPlan | None = None
 
-    rotate = property(lambda self: self._rotate, doc="Whether the rows were rotated.")
-    block = property(lambda self: self._block, doc="The rotation's block size.")
-    seed = property(lambda self: self._seed, doc="The rotation's seed.")
+    @property
+    def rotate(self) -> bool:
+        """Whether the rows were rotated."""
+        return self._rotate
 
-    def plan(self):
+    @property
+    def block(self) -> int:
+        """The rotation's block size."""
+        return self._block
+
+    @property
+    def seed(self) -> int:
+        """The rotation's seed."""
+        return self._seed
+
+    def plan(self) -> _kernels.WeightPlan:
         """The per-weight half of a product (a ``_kernels.WeightPlan``), built and checked
         once; rebuilt (and checked again) only if an attribute has been replaced since."""
         plan = self._plan
@@ -192,11 +232,11 @@ class PackedWeight:
         return plan
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         """Bytes held: the packed panels, the scales and the compensation sums."""
         return self.panels.nbytes + self.scales.nbytes + self.psum.nbytes
 
-    def check_layout(self):
+    def check_layout(self) -> None:
         """Raise ValueError unless the arrays have the dtypes, shapes and C order that
         `shape`, `encoding` and the rotation imply.
 
@@ -239,15 +279,16 @@ class PackedWeight:
         raise ValueError(f"packed weight shape {self.shape!r} is not two ints")
 
     @property
-    def kp(self):
+    def kp(self) -> int:
         """Packed K: `rotated_k` rounded up to a multiple of 64."""
         return packed_k(self.shape[1], self.rotate, self.block)
 
     @property
-    def rotated_k(self):
+    def rotated_k(self) -> int:
+        """Features of the stored (rotated) rows (see the class's attributes)."""
         return padded(self.shape[1], self.block) if self.rotate else self.shape[1]
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         rot = ""
         if self.rotate:
             rot = f", rotate=True, block={self.block}, seed={self.seed}"
@@ -263,10 +304,10 @@ class PackedWeight:
         return (_unpickle, (self._format_version(), self.shape, self.encoding, self.rotate,
                             self.block, self.seed, self.panels, self.psum, self.scales))
 
-    def _format_version(self):
+    def _format_version(self) -> int:
         return _FORMAT_PADDED if self.rotated_k != self.shape[1] else _FORMAT_UNPADDED
 
-    def int8(self):
+    def int8(self) -> npt.NDArray[np.int8]:
         """The quantized weights.
 
         Returns
@@ -283,7 +324,7 @@ class PackedWeight:
             raw = raw ^ np.uint8(0x80)
         return np.ascontiguousarray(raw).view(np.int8)
 
-    def quantized(self):
+    def quantized(self) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.float32]]:
         """The int8 weights and per-channel scales the kernels multiply, for reuse elsewhere.
 
         ``pack_quantized(*packed.quantized())`` multiplies bit-identically to `packed`
@@ -328,7 +369,7 @@ class PackedWeight:
         self.check_layout()  # int8() reads the panels by the shape and encoding
         return self.int8(), self.scales.copy()
 
-    def dequantize(self):
+    def dequantize(self) -> npt.NDArray[np.float32]:
         """The float32 approximation of the original weights.
 
         Returns
@@ -341,7 +382,7 @@ class PackedWeight:
             w = unrotate(w, block=self.block, seed=self.seed)
         return np.ascontiguousarray(w[:, :self.shape[1]])
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, npt.NDArray[Any]]:
         """Arrays describing this weight, for ``np.savez`` (see :meth:`from_dict`)."""
         return {
             "format_version": np.array(self._format_version(), dtype=np.int64),
@@ -354,7 +395,7 @@ class PackedWeight:
         }
 
     @classmethod
-    def from_dict(cls, d):
+    def from_dict(cls: type[_Packed], d: Mapping[str, Any]) -> _Packed:
         """Rebuild a weight from :meth:`to_dict` arrays, checking every size and dtype.
 
         Raises
@@ -473,7 +514,8 @@ def _channel_scales(scale, n):
     return scales
 
 
-def pack_quantized(qw, scale, *, encoding="auto"):
+def pack_quantized(qw: npt.ArrayLike, scale: npt.ArrayLike, *,
+                   encoding: Literal["auto", "biased", "signed"] = "auto") -> PackedWeight:
     """Store int8 weights quantized elsewhere, as they are, in the kernels' layout.
 
     For weights from another tool (a PyTorch per-channel qint8 ``Linear``:
@@ -523,7 +565,7 @@ def pack_quantized(qw, scale, *, encoding="auto"):
     >>> packed.shape, packed.rotate
     ((2, 3), False)
 
-    A row of activations whose max |x| is 127 quantizes to itself (scale 1), so the
+    A row of activations whose max ``|x|`` is 127 quantizes to itself (scale 1), so the
     product is exact: ``0.5 * (127*127 - 6)`` and ``0.25 * (635 - 254 - 64)``.
 
     >>> pyw8a8.matmul(np.array([[127.0, 2.0, -1.0]], dtype=np.float32), packed).tolist()
@@ -538,7 +580,9 @@ def pack_quantized(qw, scale, *, encoding="auto"):
     return pack_int8(q, scales, encoding, rotate=False, block=auto_block(k))
 
 
-def pack_weight(w, *, encoding="auto", rotate=True, block="auto", seed=0, pad=None):
+def pack_weight(w: npt.ArrayLike, *, encoding: Literal["auto", "biased", "signed"] = "auto",
+                rotate: bool = True, block: int | Literal["auto"] = "auto", seed: int = 0,
+                pad: bool | None = None) -> PackedWeight:
     """Quantize a weight matrix once and store it in the kernels' layout.
 
     Parameters
@@ -583,6 +627,17 @@ def pack_weight(w, *, encoding="auto", rotate=True, block="auto", seed=0, pad=No
         `block`, `seed` are invalid, or (when rotating) an explicit `block` does not divide
         K and `pad` is not set: the message names ``pad=True`` and suggests a block that
         divides K, if any; ``rotate=False`` packs any K too.
+
+    Examples
+    --------
+    >>> import numpy as np, pyw8a8
+    >>> w = np.random.default_rng(0).standard_normal((48, 100)).astype(np.float32)
+    >>> packed = pyw8a8.pack_weight(w)
+    >>> packed.shape, packed.rotate, packed.block, packed.rotated_k
+    ((48, 100), True, 128, 128)
+    >>> err = np.abs(packed.dequantize() - w).max() / np.abs(w).max()
+    >>> bool(err < 0.02)
+    True
     """
     arr = float_array(w, "w", ndim=2)
     encoding = resolve_encoding(encoding)

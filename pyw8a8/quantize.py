@@ -7,6 +7,7 @@ zeros included) gets ``scale = 0`` and ``q = 0``: dequantizing gives exact zeros
 holding NaN or Inf raises ``ValueError`` naming the row.
 """
 import numpy as np
+import numpy.typing as npt
 
 from . import _cpu, _kernels, _threads
 from ._layout import W8_A_ROW_PAD, W8_KPAD, padded
@@ -55,13 +56,15 @@ def quantize_rows(x2d, kp, ops=None, enc=_kernels.W8_ENC_BIASED, name="x", shape
     return q, scale, sums
 
 
-def _quantize_matrix(x, name):
+def _quantize_matrix(x: npt.ArrayLike,
+                     name: str) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.float32]]:
     arr = float_array(x, name, ndim=2)
     q, scale, _ = quantize_rows(np.ascontiguousarray(arr), arr.shape[1], name=name)
     return q[:arr.shape[0]].view(np.int8), scale
 
 
-def quantize_per_token(x):
+def quantize_per_token(x: npt.ArrayLike) -> tuple[npt.NDArray[np.int8],
+                                                 npt.NDArray[np.float32]]:
     """Quantize activations to int8 with one scale per row (token).
 
     Parameters
@@ -83,11 +86,25 @@ def quantize_per_token(x):
         If x is not a float32/float64 array.
     ValueError
         If x is not 2-D, or a row holds NaN or Inf (the message names the row).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import pyw8a8
+    >>> x = np.array([[0.5, -1.0, 0.25], [0.0, 0.0, 0.0]], dtype=np.float32)
+    >>> q, scale = pyw8a8.quantize_per_token(x)
+    >>> q.dtype, q.shape, scale.dtype
+    (dtype('int8'), (2, 3), dtype('float32'))
+    >>> q.tolist()  # the largest |x| of a row maps to 127; a zero row to zeros
+    [[64, -127, 32], [0, 0, 0]]
+    >>> bool(np.all(np.abs(q * scale[:, None] - x) <= scale[:, None] / 2))  # half a step
+    True
     """
     return _quantize_matrix(x, "x")
 
 
-def quantize_per_channel(w):
+def quantize_per_channel(w: npt.ArrayLike) -> tuple[npt.NDArray[np.int8],
+                                                   npt.NDArray[np.float32]]:
     """Quantize weights to int8 with one scale per output channel.
 
     Parameters
@@ -110,5 +127,18 @@ def quantize_per_channel(w):
     See Also
     --------
     quantize_per_token : the same rounding, one scale per activation row.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import pyw8a8
+    >>> w = np.random.default_rng(0).standard_normal((16, 64)).astype(np.float32)
+    >>> q, scale = pyw8a8.quantize_per_channel(w)
+    >>> q.shape, scale.shape
+    ((16, 64), (16,))
+    >>> bool(np.all(np.abs(q).max(axis=1) == 127))  # every row spans the int8 range
+    True
+    >>> bool(np.allclose(scale, np.abs(w).max(axis=1) / 127))
+    True
     """
     return _quantize_matrix(w, "w")

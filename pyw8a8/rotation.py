@@ -3,8 +3,8 @@
 The rotation of a vector of K features acts on each block of `block` consecutive features
 independently (with ``pad=True`` a last partial block is zero-padded, so the rotated vector
 has K rounded up to a multiple of `block` features; the zeros add nothing to a dot product
-and the rotation stays orthonormal on the padded space): ``y_b = H (D_b x_b) / sqrt(block)``, with ``H`` the
-Sylvester Hadamard matrix (natural order, ``scipy.linalg.hadamard``) and ``D_b`` the
+and the rotation stays orthonormal on the padded space): ``y_b = H (D_b x_b) / sqrt(block)``,
+with ``H`` the Sylvester Hadamard matrix (natural order, ``scipy.linalg.hadamard``) and ``D_b`` the
 diagonal of random signs of the block's absolute positions. It is orthonormal, so rotating
 both operands of a dot product leaves it unchanged: ``rotate(a) . rotate(b) == a . b``, and
 :func:`pyw8a8.matmul` rotates the activations (fused with their quantization) of a weight
@@ -18,8 +18,10 @@ half of every window is negated, the pattern has no short period, and the hash c
 """
 import math
 import operator
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _cpu, _rotation, _threads
 from ._layout import padded
@@ -34,18 +36,19 @@ def _is_power_of_two(n):
     return n >= 1 and n & (n - 1) == 0
 
 
-def rotated_length(k, block):
+def rotated_length(k: int, block: int) -> int:
     """K rounded up to a multiple of `block`: the length of a zero-padded rotated row."""
     return padded(k, block)
 
 
-def auto_block(k):
+def auto_block(k: int) -> int:
     """The block ``pack_weight(block='auto')`` uses for K = `k` features: 128, or for K
     below 128 the smallest power of two from 16 that covers K (one zero-padded block)."""
     return min(128, max(MIN_BLOCK, 1 << max(int(k) - 1, 0).bit_length()))
 
 
-def check_rotation(k, block, seed, name="x", pad=False, caller="pack_weight"):
+def check_rotation(k: int, block: Any, seed: Any, name: str = "x", pad: bool = False,
+                   caller: str = "pack_weight") -> tuple[int, int]:
     """Validate a rotation of K = `k` features; returns (block, seed) as ints.
 
     `caller` is the public function whose options the message of a block that does not
@@ -104,14 +107,16 @@ def _threads_for(size, n):
     return _threads.threads_for(size * (n.bit_length() + 1))
 
 
-def _rows(x, name):
+def _rows(x: npt.ArrayLike,
+          name: str) -> tuple[npt.NDArray[np.float32], tuple[int, ...]]:
     """x as a C-contiguous float32 (M, K) matrix, and its original shape."""
     arr = float_array(x, name)
     rows = arr.reshape(math.prod(arr.shape[:-1]), arr.shape[-1])
     return np.ascontiguousarray(rows), arr.shape
 
 
-def fwht(x, out=None):
+def fwht(x: npt.ArrayLike,
+         out: npt.NDArray[np.float32] | None = None) -> npt.NDArray[np.float32]:
     """Unnormalized fast Walsh-Hadamard transform along the last axis.
 
     Parameters
@@ -136,6 +141,16 @@ def fwht(x, out=None):
     ValueError
         If x is a scalar, a float64 x holds a finite value beyond float32's range, n is
         not a power of two, or out has the wrong shape or is read-only.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import pyw8a8
+    >>> pyw8a8.fwht(np.array([1, 0, 0, 0], dtype=np.float32))  # the first Hadamard column
+    array([1., 1., 1., 1.], dtype=float32)
+    >>> h = pyw8a8.fwht(np.eye(8, dtype=np.float32))  # the Hadamard matrix itself
+    >>> bool(np.array_equal(h @ h, 8 * np.eye(8)))  # H H = n I
+    True
     """
     arr = float_array(x, "x")
     n = arr.shape[-1]
@@ -165,7 +180,8 @@ def fwht(x, out=None):
     return result
 
 
-def rotate(x, block=128, seed=0, pad=False):
+def rotate(x: npt.ArrayLike, block: int = 128, seed: int = 0,
+           pad: bool = False) -> npt.NDArray[np.float32]:
     """Block randomized Hadamard rotation of the last axis (orthonormal).
 
     Parameters
@@ -197,11 +213,25 @@ def rotate(x, block=128, seed=0, pad=False):
         is not a power of two in [16, 4096], seed is out of range, or K is not a multiple
         of block and `pad` is false (the message names ``pad=True`` and suggests a block
         that fits).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import pyw8a8
+    >>> rng = np.random.default_rng(0)
+    >>> a, b = rng.standard_normal((2, 256)).astype(np.float32)
+    >>> ra, rb = pyw8a8.rotate(a, block=128), pyw8a8.rotate(b, block=128)
+    >>> ra.shape, ra.dtype
+    ((256,), dtype('float32'))
+    >>> bool(np.isclose(ra @ rb, a @ b, rtol=1e-4))  # dot products are unchanged
+    True
+    >>> pyw8a8.rotate(np.ones((3, 100), np.float32), block=64, pad=True).shape
+    (3, 128)
     """
     return _rotate(x, "x", block, seed, inverse=False, pad=pad)
 
 
-def unrotate(y, block=128, seed=0):
+def unrotate(y: npt.ArrayLike, block: int = 128, seed: int = 0) -> npt.NDArray[np.float32]:
     """Inverse (and transpose) of :func:`rotate` with the same block and seed.
 
     Parameters
@@ -229,11 +259,21 @@ def unrotate(y, block=128, seed=0):
     See Also
     --------
     rotate : the forward rotation, and its `pad` for a K that `block` does not divide.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import pyw8a8
+    >>> x = np.random.default_rng(0).standard_normal((4, 512)).astype(np.float32)
+    >>> y = pyw8a8.rotate(x, block=64, seed=7)
+    >>> bool(np.allclose(pyw8a8.unrotate(y, block=64, seed=7), x, atol=1e-5))
+    True
     """
     return _rotate(y, "y", block, seed, inverse=True)
 
 
-def _rotate(x, name, block, seed, inverse, pad=False):
+def _rotate(x: npt.ArrayLike, name: str, block: int, seed: int, inverse: bool,
+            pad: bool = False) -> npt.NDArray[np.float32]:
     """The block rotation (or its inverse) of the last axis of x, as float32."""
     x2d, shape = _rows(x, name)
     block, seed = check_rotation(shape[-1], block, seed, name=name, pad=pad,

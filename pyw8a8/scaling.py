@@ -16,15 +16,20 @@ Two transforms, both exact in real arithmetic:
 Apply scaling before rotation (pack the returned weights with ``rotate=True``).
 """
 import numbers
+from collections.abc import Sequence
+from typing import Any, Literal, overload
 
 import numpy as np
+import numpy.typing as npt
 
 NORM_FLOOR = 1e-12
 SMOOTH_FLOOR = 1e-5
 _MODES = ("gated", "plain")
 
+_FloatArray = npt.NDArray[np.floating[Any]]  # float32 or float64, as the input
 
-def _matrix(w, name):
+
+def _matrix(w: npt.ArrayLike, name: str) -> _FloatArray:
     arr = np.asarray(w)
     if arr.dtype not in (np.float32, np.float64):
         raise TypeError(f"{name} must be a float32 or float64 array, got dtype {arr.dtype}")
@@ -35,7 +40,7 @@ def _matrix(w, name):
     return arr
 
 
-def _real(value, name):
+def _real(value: object, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
     value = float(value)
@@ -44,12 +49,23 @@ def _real(value, name):
     return value
 
 
-def _norms(w, axis):
+def _norms(w: _FloatArray, axis: int) -> npt.NDArray[np.float64]:
     return np.maximum(np.linalg.norm(w.astype(np.float64, copy=False), axis=axis),
                       NORM_FLOOR)
 
 
-def equalize_ffn(w_gate, w_up, w_down, clamp=16.0, mode="gated"):
+@overload
+def equalize_ffn(w_gate: npt.ArrayLike, w_up: npt.ArrayLike, w_down: npt.ArrayLike,
+                 clamp: float = ..., mode: Literal["gated", "plain"] = ...
+                 ) -> tuple[_FloatArray, _FloatArray, _FloatArray, npt.NDArray[np.float64]]: ...
+@overload
+def equalize_ffn(w_gate: None, w_up: npt.ArrayLike, w_down: npt.ArrayLike,
+                 clamp: float = ..., mode: Literal["plain"] = ...
+                 ) -> tuple[None, _FloatArray, _FloatArray, npt.NDArray[np.float64]]: ...
+def equalize_ffn(w_gate: npt.ArrayLike | None, w_up: npt.ArrayLike, w_down: npt.ArrayLike,
+                 clamp: float = 16.0, mode: Literal["gated", "plain"] = "gated"
+                 ) -> tuple[_FloatArray | None, _FloatArray, _FloatArray,
+                            npt.NDArray[np.float64]]:
     """Data-free equalization of a (gated) FFN's hidden channels.
 
     Per hidden channel i, with L2 norms ``u_i = ||w_up[i, :]||``, ``g_i = ||w_gate[i, :]||``
@@ -96,6 +112,23 @@ def equalize_ffn(w_gate, w_up, w_down, clamp=16.0, mode="gated"):
     ValueError
         If a weight is not 2-D or holds NaN/Inf, the shapes disagree, clamp < 1, or mode
         is unknown.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import pyw8a8
+    >>> rng = np.random.default_rng(0)
+    >>> w_gate, w_up = rng.standard_normal((2, 32, 16))
+    >>> w_down = rng.standard_normal((16, 32)) * np.linspace(0.1, 10, 32)  # uneven columns
+    >>> gate, up, down, t = pyw8a8.equalize_ffn(w_gate, w_up, w_down)
+    >>> t.shape, bool(np.all((1 / 16 <= t) & (t <= 16)))
+    ((32,), True)
+    >>> def ffn(g, u, d, x):
+    ...     h = g @ x
+    ...     return d @ (h / (1 + np.exp(-h)) * (u @ x))  # SiLU-gated
+    >>> x = rng.standard_normal(16)
+    >>> bool(np.allclose(ffn(gate, up, down, x), ffn(w_gate, w_up, w_down, x)))
+    True
     """
     if mode not in _MODES:
         raise ValueError(f"mode must be 'gated' or 'plain', got {mode!r}")
@@ -117,7 +150,7 @@ def equalize_ffn(w_gate, w_up, w_down, clamp=16.0, mode="gated"):
         raise ValueError("w_gate is required in mode='gated' (pass mode='plain' without "
                          "a gate)")
     ratio = _norms(down, axis=0) / _norms(up, axis=1)
-    if mode == "gated":
+    if gate is not None and mode == "gated":  # a gate is required in this mode (above)
         ratio /= _norms(gate, axis=1)
     t = np.clip(np.sqrt(ratio), 1.0 / clamp, clamp)
     new_up = (up * t[:, None]).astype(up.dtype, copy=False)
@@ -125,7 +158,8 @@ def equalize_ffn(w_gate, w_up, w_down, clamp=16.0, mode="gated"):
     return gate, new_up, new_down, t
 
 
-def smooth(weights, act_absmax, alpha=0.5):
+def smooth(weights: Sequence[npt.ArrayLike], act_absmax: npt.ArrayLike,
+           alpha: float = 0.5) -> tuple[npt.NDArray[np.float64], list[_FloatArray]]:
     """SmoothQuant factors for linears that share one input activation.
 
     ``s_j = act_absmax_j**alpha / wmax_j**(1 - alpha)``, clamped to at least 1e-5, where
@@ -137,7 +171,7 @@ def smooth(weights, act_absmax, alpha=0.5):
         The consumers of the activation (e.g. q/k/v, or gate/up), in the
         ``torch.nn.Linear.weight`` layout.
     act_absmax : array_like of float, shape (K,)
-        Calibration maximum of |x[:, j]| per input channel, non-negative.
+        Calibration maximum of ``|x[:, j]|`` per input channel, non-negative.
     alpha : float
         Migration strength in [0, 1]: 0 leaves the activation alone (s = 1 / wmax), 1
         moves all of its range into the weights.
@@ -158,6 +192,20 @@ def smooth(weights, act_absmax, alpha=0.5):
     ValueError
         If the weights are empty, not 2-D, hold NaN/Inf or differ in K; act_absmax has
         the wrong shape or holds negative or non-finite values; alpha is outside [0, 1].
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import pyw8a8
+    >>> rng = np.random.default_rng(0)
+    >>> x = rng.standard_normal((8, 64))
+    >>> x[:, 3] *= 50  # an outlier input channel
+    >>> w_q, w_k = rng.standard_normal((2, 32, 64))
+    >>> s, (q_scaled, k_scaled) = pyw8a8.smooth([w_q, w_k], np.abs(x).max(axis=0))
+    >>> bool(np.allclose((x / s) @ q_scaled.T, x @ w_q.T))
+    True
+    >>> bool(np.abs(x / s).max(axis=0)[3] < np.abs(x).max(axis=0)[3])  # outlier tamed
+    True
     """
     if isinstance(weights, np.ndarray) or not isinstance(weights, (list, tuple)):
         raise TypeError(f"weights must be a list or tuple of 2-D arrays (pass [w] for one "

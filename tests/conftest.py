@@ -70,7 +70,8 @@ def _restore_pyw8a8_state():
 
 @pytest.fixture
 def clean_env(monkeypatch):
-    """No ``PYW8A8_*`` variable in the environment for the test; returns `monkeypatch`, to set some."""
+    """No ``PYW8A8_*`` variable in the environment for the test; returns `monkeypatch`, to set
+    some."""
     for var in list(os.environ):
         if var.startswith("PYW8A8_"):
             monkeypatch.delenv(var)

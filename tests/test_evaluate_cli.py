@@ -21,14 +21,28 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evaluate_helpers import (CONTROL_CHOICES, CONTROL_LOGITS, EXPECTED_ANSWERS, KL_FULL,
-                              KL_FULL_SUMMARY, KL_OPTS, LABELS, LETTER_OPTIONS, LN2, SAME_ANSWERS,
-                              TARGET_CHOICES, TARGET_LOGITS, VOCAB, approx_dict, table_rows)
 from pyw8a8.evaluate import cli, subprocesses
 from pyw8a8.evaluate import speed as speed_check
 from pyw8a8.evaluate.bfloat16 import bfloat16_linear
 from pyw8a8.router import float_linear
 
+from evaluate_helpers import (
+    CONTROL_CHOICES,
+    CONTROL_LOGITS,
+    EXPECTED_ANSWERS,
+    KL_FULL,
+    KL_FULL_SUMMARY,
+    KL_OPTS,
+    LABELS,
+    LETTER_OPTIONS,
+    LN2,
+    SAME_ANSWERS,
+    TARGET_CHOICES,
+    TARGET_LOGITS,
+    VOCAB,
+    approx_dict,
+    table_rows,
+)
 
 # ---------------------------------------------------------------------------
 # Usage errors, before the model is touched

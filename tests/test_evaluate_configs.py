@@ -6,8 +6,12 @@ xfails until the gaps were fixed.  ``--configs`` on the command line: test_evalu
 
 import pytest
 
-from pyw8a8.evaluate.configs import (DEFAULT_CONFIGS, Bfloat16Weights, parse_config,
-                                     parse_config_list)
+from pyw8a8.evaluate.configs import (
+    DEFAULT_CONFIGS,
+    Bfloat16Weights,
+    parse_config,
+    parse_config_list,
+)
 from pyw8a8.router import RouterConfig
 
 

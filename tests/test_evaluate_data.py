@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from evaluate_helpers import LETTER_OPTIONS
 from pyw8a8.evaluate.samples import _answer_index, _split_options, load_samples, zero_shot_prompt
+
+from evaluate_helpers import LETTER_OPTIONS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = Path(os.path.join(REPO_ROOT, "..", "shared", "data", "mmlu_gemmacpp.json"))

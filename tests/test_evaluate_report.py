@@ -11,13 +11,28 @@ import json
 import numpy as np
 import pytest
 
-from evaluate_helpers import (CONTROL_CHOICES, CONTROL_LOGITS, EXPECTED_ANSWERS, KL_FULL,
-                              KL_FULL_SUMMARY, KL_OPTS, KL_OPTS_SUMMARY, LABELS, LN2, OPTION_IDS,
-                              SAME_ANSWERS, TARGET_CHOICES, TARGET_LOGITS, approx_dict, table_rows)
 from pyw8a8.evaluate.metrics import kl_divergence, option_kl
 from pyw8a8.evaluate.plot import plot_kl
 from pyw8a8.evaluate.report import build_comparison, render_markdown
 from pyw8a8.evaluate.speed import speed_questions, speed_summary
+
+from evaluate_helpers import (
+    CONTROL_CHOICES,
+    CONTROL_LOGITS,
+    EXPECTED_ANSWERS,
+    KL_FULL,
+    KL_FULL_SUMMARY,
+    KL_OPTS,
+    KL_OPTS_SUMMARY,
+    LABELS,
+    LN2,
+    OPTION_IDS,
+    SAME_ANSWERS,
+    TARGET_CHOICES,
+    TARGET_LOGITS,
+    approx_dict,
+    table_rows,
+)
 
 
 def test_hand_made_logits_match_the_hand_worked_numbers():
@@ -164,7 +179,7 @@ def test_gap_error_message_with_pipe_or_newline_keeps_the_table_intact():
     res["rotated32"]["error"] = "ValueError: shape (1|2)\nsecond line"
     md = render_markdown(build_comparison(res, LABELS, META))
     block = md.split("## Combined result")[1].split("##")[0]
-    rows = [l for l in block.strip().splitlines() if l.startswith("|")]
+    rows = [line for line in block.strip().splitlines() if line.startswith("|")]
     assert len(rows) == 2 + 4
     assert all(r.count("|") == rows[0].count("|") for r in rows)
 

@@ -199,10 +199,10 @@ def test_linear_timer_times_every_layer_and_changes_no_result(tiny):
     plain = Gemma3(w, config=TINY)
     # one timed layer per call site: q, k, v, o, the gate/up pair and down, then the output
     assert len(timer.layers) == 6 * TINY.n_layers + 1
-    assert [l.name for l in timer.layers[4:6]] == ["blk.0.ffn_gate.weight+blk.0.ffn_up.weight",
-                                                   "blk.0.ffn_down.weight"]
+    assert [layer.name for layer in timer.layers[4:6]] == [
+        "blk.0.ffn_gate.weight+blk.0.ffn_up.weight", "blk.0.ffn_down.weight"]
     np.testing.assert_array_equal(timed.forward(ids), plain.forward(ids))
-    assert all(l.seconds > 0 for l in timer.layers)
+    assert all(layer.seconds > 0 for layer in timer.layers)
     assert timer.output_seconds() == timer.layers[-1].seconds
     timer.reset()
     assert timer.seconds() == 0.0
@@ -355,8 +355,8 @@ def test_generate_through_the_cache_equals_reprefill(real):
 
 def test_w8a8_router_close_to_float(real):
     from pyw8a8.evaluate.metrics import kl_divergence
-    from pyw8a8.router import Router, RouterConfig, WeightCache
     from pyw8a8.models.gemma3 import load_weights
+    from pyw8a8.router import Router, RouterConfig, WeightCache
 
     model, tok = real
     ids = tok.encode("The capital of France is")
@@ -409,6 +409,6 @@ def test_timer_keeps_the_fused_gated_unit_and_times_it(tiny):
     timed = Gemma3(w, config=TINY, linear=timer)
     plain = Gemma3(w, config=TINY, linear=Router(RouterConfig(min_k=1), cache=WeightCache()))
     np.testing.assert_array_equal(timed.forward(ids), plain.forward(ids))
-    pairs = [l for l in timer.layers if "+" in l.name]
-    assert len(pairs) == TINY.n_layers and all(hasattr(l, "glu") and l.seconds > 0
-                                               for l in pairs)
+    pairs = [layer for layer in timer.layers if "+" in layer.name]
+    assert len(pairs) == TINY.n_layers and all(hasattr(p, "glu") and p.seconds > 0
+                                               for p in pairs)

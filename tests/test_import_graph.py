@@ -1,7 +1,8 @@
 """The package's shape: no import circle between its modules (function-level imports
 included, which is where circles hide), no module importing a name back from the package's
-``__init__`` (a subpackage's public names may be imported from its ``__init__``), and at most 12 modules at the package root (the API and its plumbing; the lab
-tools live in ``pyw8a8.tools``, the evaluation in ``pyw8a8.evaluate``)."""
+``__init__`` (a subpackage's public names may be imported from its ``__init__``), and at
+most 12 modules at the package root (the API and its plumbing; the lab tools live in
+``pyw8a8.tools``, the evaluation in ``pyw8a8.evaluate``)."""
 import ast
 from pathlib import Path
 

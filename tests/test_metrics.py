@@ -13,7 +13,6 @@ from pyw8a8.evaluate.metrics import (
     option_kl,
 )
 
-
 # --- log_softmax -----------------------------------------------------------
 
 

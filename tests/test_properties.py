@@ -252,8 +252,8 @@ def _check_matmul(isa, x, w, xshape, dtype, layout, out_kind, rotate, block=128,
        x_kinds=st.sets(st.sampled_from(X_ROWS), min_size=1, max_size=3).map(sorted),
        w_kinds=st.sets(st.sampled_from(W_ROWS), min_size=1, max_size=3).map(sorted),
        seed=SEEDS)
-def test_matmul_matches_quantized_reference(any_isa, m, n, k, lead, dtype, layout, out_kind, x_kinds,
-                                            w_kinds, seed):
+def test_matmul_matches_quantized_reference(any_isa, m, n, k, lead, dtype, layout, out_kind,
+                                            x_kinds, w_kinds, seed):
     rng = np.random.default_rng(seed)
     xshape = {"2d": (m, k), "3d": (2, m, k), "1d": (k,)}[lead]
     rows = int(np.prod(xshape[:-1]))

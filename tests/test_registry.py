@@ -1,5 +1,6 @@
 """The registry of instruction-set paths (``_simd/dispatch.h``): every compiled path is
-reachable, the Python lists come from it, and the README's path table names the same paths.
+reachable, the Python lists come from it, and the path table of the internals page
+(docs/guide/internals.md) names the same paths.
 
 The kernels of the paths this CPU lacks run in the emulated C build
 (test_c_kernels.py::test_every_x86_path_emulated)."""
@@ -19,7 +20,7 @@ FEATURES = pyw8a8.cpu_features()
 X86 = platform.machine().lower() in ("x86_64", "amd64")
 ARM64 = platform.machine().lower() in ("aarch64", "arm64")
 # The registry's paths per architecture, most preferred first: the expectation that
-# dispatch.h and the README's table are both checked against.
+# dispatch.h and the internals page's table are both checked against.
 ARCH_PATHS = {"x86": ["amx", "avx512vnni", "avxvnni", "avx2"], "arm": ["neondot", "neon"]}
 PORTABLE_PATHS = ["scalar", "scalar_u8s8"]
 
@@ -83,10 +84,10 @@ def test_amx_tile_configuration_reads_back_whole():
     assert _kernels.amx_config_roundtrip() is True
 
 
-def test_readme_path_table_names_the_registry():
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
-        readme = f.read()
-    section = readme.split("## Instruction-set paths", 1)[1].split("\n## ", 1)[0]
+def test_internals_path_table_names_the_registry():
+    with open(os.path.join(ROOT, "docs", "guide", "internals.md"), encoding="utf-8") as f:
+        page = f.read()
+    section = page.split("## Instruction-set paths", 1)[1].split("\n## ", 1)[0]
     names = re.findall(r"^\| `(\w+)` \|", section, flags=re.M)
     assert names == ARCH_PATHS["x86"] + ARCH_PATHS["arm"] + PORTABLE_PATHS
     compiled = pyw8a8.compiled_isas()

@@ -198,7 +198,8 @@ def test_router_factory_kinds_and_laziness(fake):
     k = r("blk.0.attn_k.weight", rand(2, 4))
     assert isinstance(q, Linear) and isinstance(k, FloatLinear)
     assert fake.packs == [] and not q.is_packed  # nothing packed at construction
-    pair = r.pair("blk.0.ffn_gate.weight", rand(6, 4, seed=1), "blk.0.ffn_up.weight", rand(6, 4, seed=2))
+    pair = r.pair("blk.0.ffn_gate.weight", rand(6, 4, seed=1),
+                  "blk.0.ffn_up.weight", rand(6, 4, seed=2))
     assert isinstance(pair, LinearPair)
     x = rand(3, 4, seed=3)
     g, u = pair(x)
@@ -342,7 +343,8 @@ def test_router_shares_cache_across_models(fake):
     Router(RouterConfig(), cache=cache, backend=fake)("w", w)(x)
     Router(RouterConfig(), cache=cache, backend=fake)("w", w)(x)
     assert len(fake.packs) == 1 and cache.hits == 1
-    Router(RouterConfig(block=64), cache=cache, backend=fake)("w", w)(x)  # other settings: packed again
+    # other settings: packed again
+    Router(RouterConfig(block=64), cache=cache, backend=fake)("w", w)(x)
     assert len(fake.packs) == 2
 
 
@@ -389,7 +391,8 @@ def test_scaling_incomplete_group_falls_back(fake, caplog):
 
 
 def test_save_load_roundtrip(tmp_path):
-    mapping = {"blk.0.attn_q.weight": FakePacked(rand(4, 8), True, 64, 2), "output": FakePacked(rand(3, 8))}
+    mapping = {"blk.0.attn_q.weight": FakePacked(rand(4, 8), True, 64, 2),
+               "output": FakePacked(rand(3, 8))}
     path = tmp_path / "packed.npz"
     save_packed(path, mapping)
     loaded = load_packed(path, cls=FakePacked)

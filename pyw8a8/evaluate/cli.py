@@ -1,4 +1,5 @@
-"""``python -m pyw8a8 eval``: the options, every configuration and the speed check run in turn, the reports."""
+"""``python -m pyw8a8 eval``: the options, every configuration and the speed check run in
+turn, the reports."""
 
 from __future__ import annotations
 

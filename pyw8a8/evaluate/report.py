@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from .metrics import compare_answers, kl_summary
 from .configs import NOISE_FLOOR
+from .metrics import compare_answers, kl_summary
 from .speed import decode_summary, speed_summary, time_split
 
 __all__ = ["build_comparison", "render_markdown"]

@@ -85,13 +85,13 @@ class LinearTimer:
 
     def seconds(self) -> float:
         """Seconds spent inside every layer since the last `reset`."""
-        return sum(l.seconds for l in self.layers)
+        return sum(layer.seconds for layer in self.layers)
 
     def output_seconds(self) -> float:
         """Seconds spent inside the output (logits) layer since the last `reset`."""
-        return sum(l.seconds for l in self.layers if l.name == OUTPUT_NAME)
+        return sum(layer.seconds for layer in self.layers if layer.name == OUTPUT_NAME)
 
     def reset(self) -> None:
         """Start the clocks again from zero."""
-        for l in self.layers:
-            l.seconds = 0.0
+        for layer in self.layers:
+            layer.seconds = 0.0

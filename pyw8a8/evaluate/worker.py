@@ -11,9 +11,9 @@ import numpy as np
 
 from .._cpu import isa
 from .._threads import get_num_threads, set_num_threads
-from .metrics import kl_divergence, option_kl
 from ..models import gemma3
 from .configs import build_model, parse_config
+from .metrics import kl_divergence, option_kl
 
 __all__ = ["partial_logits_path", "peak_rss_mib", "progress", "run_config"]
 

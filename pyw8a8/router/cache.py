@@ -6,8 +6,12 @@ import threading
 import weakref
 import zlib
 from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Any
 
 import numpy as np
+
+from ..packing import PackedWeight
 
 __all__ = ["WeightCache", "content_checksum", "default_cache"]
 
@@ -84,21 +88,21 @@ class WeightCache:
         If `max_bytes` is not None or an integer >= 0.
     """
 
-    def __init__(self, max_bytes: int | None = 1 << 30):
+    def __init__(self, max_bytes: int | None = 1 << 30) -> None:
         if max_bytes is not None and (isinstance(max_bytes, bool)
                                       or not isinstance(max_bytes, (int, np.integer))
                                       or max_bytes < 0):
             raise ValueError(f"max_bytes must be None or an integer >= 0, got {max_bytes!r}")
         self.max_bytes = max_bytes
         # key -> (weak reference to the array, its checksum when packed, packed, nbytes)
-        self._entries: OrderedDict = OrderedDict()
+        self._entries: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._nbytes = 0
         self._lock = threading.RLock()
         self.hits = 0
         self.misses = 0
 
     @staticmethod
-    def key(array: np.ndarray, *settings) -> tuple:
+    def key(array: np.ndarray, *settings: Hashable) -> tuple[Hashable, ...]:
         """The entry key of `array` packed with `settings` (identity, shape and dtype)."""
         return (id(array), tuple(array.shape), array.dtype.str) + tuple(settings)
 
@@ -145,12 +149,12 @@ class WeightCache:
             while self.max_bytes is not None and self._nbytes > self.max_bytes:
                 self._drop(next(iter(self._entries)))
 
-    def get(self, array: np.ndarray, *settings):
+    def get(self, array: np.ndarray, *settings: Hashable) -> PackedWeight | None:
         """The packed weight cached for `array`, as its contents are now, and `settings`; or
         None."""
         return self._get(array, content_checksum(array), settings)
 
-    def put(self, array: np.ndarray, packed, *settings) -> None:
+    def put(self, array: np.ndarray, packed: PackedWeight, *settings: Hashable) -> None:
         """Insert (or refresh) an entry, then evict down to `max_bytes`.
 
         `packed` must have been packed from `array`'s current contents: their checksum
@@ -158,7 +162,8 @@ class WeightCache:
         """
         self._put(array, content_checksum(array), packed, settings)
 
-    def get_or_pack(self, array: np.ndarray, pack, *settings):
+    def get_or_pack(self, array: np.ndarray, pack: Callable[[], PackedWeight],
+                    *settings: Hashable) -> PackedWeight:
         """Cached packed weight, or ``pack()`` inserted into the cache."""
         if self.max_bytes == 0:  # nothing can be stored: skip the checksum
             with self._lock:
@@ -186,7 +191,7 @@ class WeightCache:
             self._nbytes = 0
 
 
-_DEFAULT_CACHE = None
+_DEFAULT_CACHE: WeightCache | None = None
 _DEFAULT_CACHE_LOCK = threading.Lock()
 
 

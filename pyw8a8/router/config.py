@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -115,8 +117,8 @@ class RouterConfig:
 
     min_k: int = 0
     skip_rows: int | None = None
-    include: list = field(default_factory=list)
-    exclude: list = field(default_factory=list)
+    include: list[str] = field(default_factory=list)
+    exclude: list[str] = field(default_factory=list)
     verbose: bool = False
     rotate: bool = True
     block: int = 128
@@ -124,7 +126,7 @@ class RouterConfig:
     scaling: bool = False
     encoding: str = "auto"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if isinstance(self.include, str):
             self.include = _parse_list(self.include)
         if isinstance(self.exclude, str):
@@ -143,7 +145,8 @@ class RouterConfig:
                              f"got {self.encoding!r}")
 
     @classmethod
-    def from_env(cls, environ=None, **overrides) -> "RouterConfig":
+    def from_env(cls, environ: Mapping[str, str] | None = None,
+                 **overrides: Any) -> RouterConfig:
         """Configuration from ``PYW8A8_*`` environment variables.
 
         Variables (all optional): ``PYW8A8_MIN_K`` (int >= 0),
@@ -160,7 +163,7 @@ class RouterConfig:
             variable.  Invalid `overrides` raise as in the constructor.
         """
         env = os.environ if environ is None else environ
-        kw = {}
+        kw: dict[str, Any] = {}
 
         def get(name):
             v = env.get(name)
@@ -191,6 +194,6 @@ class RouterConfig:
         kw.update(overrides)
         return cls(**kw)
 
-    def with_(self, **changes) -> "RouterConfig":
+    def with_(self, **changes: Any) -> RouterConfig:
         """A copy with some fields changed."""
         return replace(self, **changes)

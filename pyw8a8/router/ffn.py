@@ -1,4 +1,5 @@
-"""FFN groups: collect each FFN's gate, up and down weights and equalize them once, before packing."""
+"""FFN groups: collect each FFN's gate, up and down weights and equalize them once, before
+packing."""
 
 from __future__ import annotations
 

@@ -12,15 +12,19 @@ import mmap
 import threading
 import time
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from .._validation import bias_vector
 from ..matmul import matmul, matmul_pair
-from ..packing import pack_weight
+from ..packing import PackedWeight, pack_weight
 from ..scaling import equalize_ffn
+from .cache import WeightCache
 
-__all__ = ["COMPILED_KERNELS", "FloatLinear", "Linear", "LinearPair", "SeparatePair", "float_linear"]
+__all__ = ["COMPILED_KERNELS", "FloatLinear", "Linear", "LinearPair", "SeparatePair",
+           "float_linear"]
 
 logger = logging.getLogger("pyw8a8")
 
@@ -49,7 +53,7 @@ def _release_pages(array) -> None:
             pass
 
 
-def check_weight(w, name="weight"):
+def check_weight(w: npt.ArrayLike, name: str = "weight") -> npt.NDArray[np.float32]:
     """`w` as a 2-D float32 array, the caller's object itself when it already is one."""
     # Keep the caller's object when possible: the cache keys on its identity.
     if not isinstance(w, np.ndarray):
@@ -61,12 +65,13 @@ def check_weight(w, name="weight"):
     return w
 
 
-def _layer_bias(bias, shape, name):
+def _layer_bias(bias: npt.ArrayLike | None, shape: tuple[int, ...],
+                name: str | None) -> npt.NDArray[np.float32] | None:
     """A layer's bias as float32 (N,), or None; the error names the layer."""
     return bias_vector(bias, shape[0], f"{name or 'layer'}: bias")
 
 
-def _as_input(x, k, name):
+def _as_input(x: npt.ArrayLike, k: int, name: str) -> npt.NDArray[np.float32]:
     x = np.asarray(x, dtype=np.float32)
     if x.ndim != 2 or x.shape[1] != k:
         raise ValueError(f"{name}: expected input of shape (M, {k}), got {x.shape}")
@@ -125,15 +130,18 @@ class Linear:
     dropped (and, for memory-mapped weights, its resident pages released).
     """
 
-    def __init__(self, w, rotate=True, block=128, seed=0, encoding="auto", name=None, cache=None,
-                 verbose=False, backend=None, bias=None, _source=None):
+    def __init__(self, w: npt.ArrayLike, rotate: bool = True, block: int = 128, seed: int = 0,
+                 encoding: str = "auto", name: str | None = None,
+                 cache: WeightCache | None = None, verbose: bool = False,
+                 backend: Any = None, bias: npt.ArrayLike | None = None,
+                 _source: WeightSource | None = None) -> None:
         if _source is None:
             w = check_weight(w, name or "weight")
             _source = WeightSource(w)
             shape = w.shape
         else:
             shape = tuple(np.shape(w))
-        self.shape = tuple(int(s) for s in shape)
+        self.shape: tuple[int, ...] = tuple(int(s) for s in shape)
         self.bias = _layer_bias(bias, self.shape, name)
         self.name = name
         self.rotate = bool(rotate)
@@ -144,12 +152,13 @@ class Linear:
         self._source = _source
         self._cache = cache
         self.verbose = bool(verbose)
-        self._packed = None
+        self._packed: PackedWeight | None = None
         self._lock = threading.Lock()
-        self.pack_time = None
+        self.pack_time: float | None = None
 
     @classmethod
-    def from_packed(cls, packed, name=None, backend=None, bias=None):
+    def from_packed(cls, packed: PackedWeight, name: str | None = None,
+                    backend: Any = None, bias: npt.ArrayLike | None = None) -> Linear:
         """A layer around an already packed weight (see `load_packed`)."""
         self = cls.__new__(cls)
         self.shape = tuple(int(s) for s in packed.shape)
@@ -170,12 +179,13 @@ class Linear:
 
     @property
     def is_packed(self) -> bool:
+        """Whether the weight has been packed."""
         return self._packed is not None
 
     def _settings(self):
         return ("w8a8", self.rotate, self.block, self.seed, self.encoding)
 
-    def pack(self):
+    def pack(self) -> PackedWeight:
         """Pack the weight now (idempotent, thread safe); returns the PackedWeight."""
         packed = self._packed
         if packed is not None:
@@ -212,7 +222,8 @@ class Linear:
             return self._packed
 
     @property
-    def packed(self):
+    def packed(self) -> PackedWeight:
+        """The packed weight (packed now if it was not yet)."""
         return self.pack()
 
     @property
@@ -220,7 +231,7 @@ class Linear:
         """Bytes of the packed weight (0 before packing)."""
         return int(self._packed.nbytes) if self._packed is not None else 0
 
-    def __call__(self, x):
+    def __call__(self, x: npt.ArrayLike) -> npt.NDArray[np.float32]:
         packed = self.pack()
         x = _as_input(x, self.shape[1], self.name or "Linear")
         if self.bias is None:
@@ -229,7 +240,8 @@ class Linear:
 
     def __repr__(self):
         state = "packed" if self.is_packed else "lazy"
-        return f"Linear({self.name!r}, shape={self.shape}, rotate={self.rotate}, block={self.block}, {state})"
+        return (f"Linear({self.name!r}, shape={self.shape}, rotate={self.rotate}, "
+                f"block={self.block}, {state})")
 
 
 class LinearPair:
@@ -240,31 +252,33 @@ class LinearPair:
     w2.T + b2)`` fused; the product runs on the first layer's backend.
     """
 
-    def __init__(self, first: Linear, second: Linear):
+    def __init__(self, first: Linear, second: Linear) -> None:
         if first.shape[1] != second.shape[1]:
             raise ValueError(f"pair weights must share K, got {first.shape} and {second.shape}")
         self.first = first
         self.second = second
 
-    def _inputs(self, x):
+    def _inputs(self, x: npt.ArrayLike) -> tuple[PackedWeight, PackedWeight,
+                                                 npt.NDArray[np.float32]]:
         p1, p2 = self.first.pack(), self.second.pack()
         return p1, p2, _as_input(x, self.first.shape[1], self.first.name or "LinearPair")
 
-    def _biases(self):
+    def _biases(self) -> dict[str, npt.NDArray[np.float32]]:
         """matmul_pair's bias arguments, only where a layer has one (backends without bias
         support keep working for bias-free models)."""
         return {f"bias{i}": layer.bias for i, layer in ((1, self.first), (2, self.second))
                 if layer.bias is not None}
 
-    def __call__(self, x):
-        p1, p2, x = self._inputs(x)
-        return self.first.backend.matmul_pair(x, p1, p2, **self._biases())
+    def __call__(self, x: npt.ArrayLike) -> tuple[npt.NDArray[np.float32],
+                                                  npt.NDArray[np.float32]]:
+        p1, p2, rows = self._inputs(x)
+        return self.first.backend.matmul_pair(rows, p1, p2, **self._biases())
 
-    def glu(self, x, activation):
+    def glu(self, x: npt.ArrayLike, activation: str) -> npt.NDArray[np.float32]:
         """``activation(first(x)) * second(x)`` in one fused call (``pyw8a8.matmul_pair``'s
         `glu`); `activation` is one of its names."""
-        p1, p2, x = self._inputs(x)
-        return self.first.backend.matmul_pair(x, p1, p2, glu=activation, **self._biases())
+        p1, p2, rows = self._inputs(x)
+        return self.first.backend.matmul_pair(rows, p1, p2, glu=activation, **self._biases())
 
     def __repr__(self):
         return f"LinearPair({self.first!r}, {self.second!r})"
@@ -286,19 +300,22 @@ class FloatLinear:
         Added to the product.
     """
 
-    def __init__(self, w, name=None, bias=None, _source=None):
+    def __init__(self, w: npt.ArrayLike, name: str | None = None,
+                 bias: npt.ArrayLike | None = None,
+                 _source: WeightSource | None = None) -> None:
         if _source is None:
             w = check_weight(w, name or "weight")
             _source = WeightSource(w)
-        self.shape = tuple(int(s) for s in np.shape(w))
+        self.shape: tuple[int, ...] = tuple(int(s) for s in np.shape(w))
         self.bias = _layer_bias(bias, self.shape, name)
         self.name = name
         self._source = _source
-        self._w = None
+        self._w: npt.NDArray[np.float32] | None = None
         self._lock = threading.Lock()
 
     @property
-    def weight(self):
+    def weight(self) -> npt.NDArray[np.float32]:
+        """The float32 weight (N, K)."""
         if self._w is None:
             with self._lock:
                 if self._w is None:
@@ -307,7 +324,7 @@ class FloatLinear:
                     self._source = None
         return self._w
 
-    def __call__(self, x):
+    def __call__(self, x: npt.ArrayLike) -> npt.NDArray[np.float32]:
         w = self.weight
         x = _as_input(x, self.shape[1], self.name or "FloatLinear")
         y = x @ w.T
@@ -319,7 +336,7 @@ class FloatLinear:
         return f"FloatLinear({self.name!r}, shape={self.shape})"
 
 
-def float_linear(name, w):
+def float_linear(name: str, w: npt.ArrayLike) -> FloatLinear:
     """The float32 ``linear(name, w)`` factory: every weight matmul of a model stays float.
 
     Parameters
@@ -339,11 +356,12 @@ def float_linear(name, w):
 class SeparatePair:
     """Two independent layers on one input: ``layer(x) -> (first(x), second(x))``."""
 
-    def __init__(self, first, second):
+    def __init__(self, first: Linear | FloatLinear, second: Linear | FloatLinear) -> None:
         self.first = first
         self.second = second
 
-    def __call__(self, x):
+    def __call__(self, x: npt.ArrayLike) -> tuple[npt.NDArray[np.float32],
+                                                  npt.NDArray[np.float32]]:
         return self.first(x), self.second(x)
 
     def __repr__(self):

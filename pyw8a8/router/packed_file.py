@@ -1,12 +1,15 @@
-"""Save and load packed weights as one ``.npz`` file (no pickling): the packed-weight file format."""
+"""Save and load packed weights as one ``.npz`` file (no pickling): the packed-weight file
+format."""
 
 from __future__ import annotations
 
 import lzma
+import os
 import re
 import zipfile
 import zlib
 from collections import Counter
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -36,7 +39,7 @@ _READ_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, l
                 RuntimeError)
 
 
-def save_packed(path, mapping: dict) -> None:
+def save_packed(path: str | os.PathLike[str], mapping: Mapping[str, PackedWeight]) -> None:
     """Save packed weights to an ``.npz`` file (no pickling).
 
     Parameters
@@ -111,7 +114,8 @@ def _describe(value):
     return "raw bytes (not a .npy member)"
 
 
-def load_packed(path, cls=PackedWeight) -> dict:
+def load_packed(path: str | os.PathLike[str],
+                cls: type[PackedWeight] = PackedWeight) -> dict[str, PackedWeight]:
     """Load packed weights written by `save_packed`.
 
     Parameters
@@ -138,6 +142,21 @@ def load_packed(path, cls=PackedWeight) -> dict:
         ``save_packed``, corrupted or truncated (a failed zip CRC included), duplicate
         entries or tensor names, an entry of the wrong type or shape, an unsupported
         container format version, or a packed weight ``cls.from_dict`` rejects.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> import pyw8a8
+    >>> from pyw8a8.router import load_packed, save_packed
+    >>> w = np.random.default_rng(0).standard_normal((32, 64)).astype(np.float32)
+    >>> path = os.path.join(tempfile.mkdtemp(), "weights.npz")
+    >>> save_packed(path, {"up": pyw8a8.pack_weight(w)})
+    >>> loaded = load_packed(path)
+    >>> list(loaded), loaded["up"].shape
+    (['up'], (32, 64))
+    >>> bool(np.array_equal(loaded["up"].int8(), pyw8a8.pack_weight(w).int8()))
+    True
     """
     members = _read_members(path)
     if members is None:

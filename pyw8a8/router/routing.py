@@ -1,11 +1,17 @@
-"""`Router`: the ``linear(name, w)`` factory that sends each weight matmul of a model to W8A8 or float."""
+"""`Router`: the ``linear(name, w)`` factory that sends each weight matmul of a model to W8A8
+or float."""
 
 from __future__ import annotations
 
 import fnmatch
 import logging
 import threading
+from collections.abc import Sequence
+from typing import Any
 
+import numpy.typing as npt
+
+from ..packing import PackedWeight
 from .cache import WeightCache, default_cache
 from .config import RouterConfig
 from .ffn import FfnGroup, ffn_role
@@ -48,15 +54,33 @@ class Router:
     giving ``(gate_out, up_out)``, a `LinearPair` (``pyw8a8.matmul_pair``, with the fused
     ``glu(x, activation)``) when both go W8A8.  ``router.layers`` maps names to the
     layers created.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from pyw8a8.router import Router, RouterConfig
+    >>> rng = np.random.default_rng(0)
+    >>> router = Router(RouterConfig(min_k=64))
+    >>> q = router("blk.0.attn_q.weight", rng.standard_normal((256, 256), np.float32))
+    >>> tiny = router("blk.0.tiny.weight", rng.standard_normal((8, 16), np.float32))
+    >>> type(q).__name__, type(tiny).__name__  # K = 16 < min_k stays float
+    ('Linear', 'FloatLinear')
+    >>> x = rng.standard_normal((4, 256), np.float32)
+    >>> y = q(x)  # packed now, on first use
+    >>> y.shape, q.is_packed
+    ((4, 256), True)
+    >>> err = np.linalg.norm(y - x @ q.packed.dequantize().T) / np.linalg.norm(y)
+    >>> bool(err < 0.02)
+    True
     """
 
     def __init__(self, config: RouterConfig | None = None, cache: WeightCache | None = None,
-                 packed: dict | None = None, backend=None):
+                 packed: dict[str, PackedWeight] | None = None, backend: Any = None) -> None:
         self.config = config if config is not None else RouterConfig()
         self.cache = cache if cache is not None else default_cache()
         self.prepacked = dict(packed) if packed else {}
         self.backend = backend if backend is not None else COMPILED_KERNELS
-        self.layers = {}
+        self.layers: dict[str, Linear | FloatLinear] = {}
         self._groups = {}
         self._lock = threading.Lock()
         if self.config.verbose:
@@ -64,7 +88,7 @@ class Router:
 
     # -- decisions ---------------------------------------------------------
 
-    def decide(self, name: str, shape) -> bool:
+    def decide(self, name: str, shape: Sequence[int]) -> bool:
         """True if tensor `name` of shape ``(N, K)`` should use W8A8."""
         return self._float_reason(name, shape) is None
 
@@ -99,7 +123,8 @@ class Router:
             group.raw[role] = w
         return WeightSource(None, group, role)
 
-    def _make(self, name, w, bias=None):
+    def _make(self, name: str, w: npt.ArrayLike,
+              bias: npt.ArrayLike | None = None) -> Linear | FloatLinear:
         w = check_weight(w, name)
         reason = self._float_reason(name, w.shape)
         use = reason is None
@@ -123,12 +148,14 @@ class Router:
         self.layers[name] = layer
         return layer
 
-    def __call__(self, name: str, w, bias=None):
+    def __call__(self, name: str, w: npt.ArrayLike,
+                 bias: npt.ArrayLike | None = None) -> Linear | FloatLinear:
         """``linear(name, w, bias=None) -> layer`` factory: ``layer(x) = x @ w.T + bias``,
         the bias fused into the W8A8 kernels' epilogue (float32, shape (N,))."""
         return self._make(name, w, bias)
 
-    def pair(self, name_gate: str, w_gate, name_up: str, w_up):
+    def pair(self, name_gate: str, w_gate: npt.ArrayLike, name_up: str,
+             w_up: npt.ArrayLike) -> LinearPair | SeparatePair:
         """Gate/up pair factory; shares one quantized activation when both are W8A8."""
         g = self._make(name_gate, w_gate)
         u = self._make(name_up, w_up)
@@ -138,18 +165,19 @@ class Router:
 
     # -- utilities ---------------------------------------------------------
 
-    def pack_all(self) -> dict:
+    def pack_all(self) -> dict[str, PackedWeight]:
         """Pack every W8A8 layer now; returns ``{name: PackedWeight}`` (for `save_packed`)."""
-        return {name: layer.pack() for name, layer in self.layers.items() if isinstance(layer, Linear)}
+        return {name: layer.pack() for name, layer in self.layers.items()
+                if isinstance(layer, Linear)}
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, int | float]:
         """Counts, packed bytes and total pack time of the layers created so far."""
-        w8 = [l for l in self.layers.values() if isinstance(l, Linear)]
+        w8 = [layer for layer in self.layers.values() if isinstance(layer, Linear)]
         return {
             "w8a8_layers": len(w8),
             "float_layers": len(self.layers) - len(w8),
-            "packed_bytes": int(sum(l.nbytes for l in w8)),
-            "pack_time_s": float(sum(l.pack_time or 0.0 for l in w8)),
+            "packed_bytes": int(sum(layer.nbytes for layer in w8)),
+            "pack_time_s": float(sum(layer.pack_time or 0.0 for layer in w8)),
         }
 
 

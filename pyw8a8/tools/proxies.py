@@ -45,7 +45,7 @@ _DOT_STEPS = {
 # Paths whose inner loops llvm-mca can model: (registry name, C prefix, dot mnemonic,
 # llvm-mca CPU).  icelake-server models zmm vpdpbusd as measured on Sapphire Rapids (2 per
 # cycle); it has no AVX-VNNI, whose VEX form alderlake models.  AMX tile instructions are
-# not modelled by llvm-mca at all (see the README for their arithmetic).
+# not modelled by llvm-mca at all (see docs/guide/performance.md for their arithmetic).
 MCA_PATHS = [("avx512vnni", "w8_avx512", "vpdpbusd", "icelake-server"),
              ("avxvnni", "w8_avxvnni", "vpdpbusd", "alderlake"),
              ("avx2", "w8_avx2", "vpmaddubsw", "icelake-server")]

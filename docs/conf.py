@@ -1,0 +1,40 @@
+"""Sphinx configuration of pyw8a8's documentation: a user guide in Markdown (MyST) and an
+API reference generated from the numpydoc docstrings.
+
+Build (CI does the same, with warnings as errors, in tests/test_docs.py):
+
+    pip install -e ".[docs]"
+    sphinx-build -W -b html docs docs/_build/html
+"""
+import sys
+from pathlib import Path
+
+# Document this checkout's package (built in place), whichever pyw8a8 is installed.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import pyw8a8  # noqa: E402
+
+project = "pyw8a8"
+author = "The pyw8a8 authors"
+copyright = "2026, The pyw8a8 authors"
+release = pyw8a8.__version__
+version = release
+
+extensions = [
+    "myst_parser",  # the guide pages are Markdown, as the README they came from
+    "sphinx.ext.autodoc",
+    "numpydoc",  # the docstrings' Parameters / Returns / Examples sections
+]
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+exclude_patterns = ["_build"]
+myst_heading_anchors = 3  # [text](#a-heading) links, as on GitHub
+
+# The reference documents each public name once, where pyw8a8/__init__ exports it; class
+# members are listed by autodoc, so numpydoc's own member tables (which would need
+# autosummary pages) are off.
+numpydoc_show_class_members = False
+autodoc_member_order = "bysource"
+autodoc_typehints = "none"  # the numpydoc sections already give every type
+
+html_theme = "alabaster"
+html_title = f"pyw8a8 {release}"

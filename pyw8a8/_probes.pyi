@@ -1,0 +1,9 @@
+# Type stub of the bench's compiled probes (_probes.pyx).
+import numpy as np
+import numpy.typing as npt
+
+from ._kernels import IsaOps
+
+def peak_macs(isa: IsaOps, iters: int, nthreads: int) -> int: ...
+def fp32_peak_macs(zmm: bool, iters: int, nthreads: int) -> int: ...
+def read_bytes(buf: npt.NDArray[np.uint8], nthreads: int) -> int: ...
