@@ -6,8 +6,9 @@ once with numpy 1.26 (the wheel is built against numpy 2).
 it and sets the variable); without it these tests skip. In each environment the wheel
 multiplies exactly on every path this CPU runs, its thread policy handles the libgomp
 the wheel vendors (under a hashed name), a fork after a parallel product does not hang,
-and under numpy 1.26 a fast subset of this suite passes (``NUMPY1_SUBSET``). Every
-command runs outside the checkout, so the installed package is the one imported.
+``python -m pyw8a8 --version`` names this checkout's version (a stale wheel fails), and
+under numpy 1.26 a fast subset of this suite passes (``NUMPY1_SUBSET``). Every command
+runs outside the checkout, so the installed package is the one imported.
 """
 import json
 import os
@@ -19,6 +20,7 @@ import zipfile
 
 import pytest
 
+import pyw8a8
 from pyw8a8 import _thread_policy
 
 pytestmark = pytest.mark.wheel
@@ -202,6 +204,12 @@ def test_a_fork_after_a_parallel_product_does_not_hang(env):
         print(os.waitstatus_to_exitcode(status), np.array_equal(w8.matmul(x, p), reference))
     """, OMP_NUM_THREADS="2")
     assert out.split() == ["0", "True"]
+
+
+def test_the_command_line_reports_this_checkout_s_version(env):
+    """The installed command runs, and the wheel is of the version under test."""
+    status, stdout, stderr = env.run(["-m", "pyw8a8", "--version"])
+    assert (status, stdout, stderr) == (0, f"pyw8a8 {pyw8a8.__version__}\n", "")
 
 
 def test_the_fast_subset_passes_under_numpy_1_26(envs):
