@@ -1,5 +1,10 @@
 # Developer targets of pyw8a8.
 #
+#   make dist       the sdist and the manylinux wheel in dist/, built from the files git tracks
+#                   (uncommitted changes included) in a temporary directory: python -m build
+#                   (the wheel from the sdist), then auditwheel repair, which vendors libgomp
+#                   under a hashed name; prints the wheel's manylinux tag and the glibc
+#                   symbols that set it (.ci/dist.py; needs a C compiler and a package index)
 #   make arm-tools  install what the Arm kernel tests need (gcc-aarch64-linux-gnu, qemu-user)
 #   make sanitize   build the extension with AddressSanitizer + UndefinedBehaviorSanitizer
 #                   (setup.py's PYW8A8_SANITIZE=1) in a scratch copy of the work tree, so the
@@ -15,7 +20,10 @@ SANITIZE_TESTS ?= tests/test_properties.py tests/test_hostile.py tests/test_thre
 	tests/test_int8_matmul.py tests/test_matmul.py tests/test_quantize.py tests/test_rotation.py
 SANITIZE_PYTEST_ARGS ?= -q -m "not slow" -p no:cacheprovider --capture=sys
 
-.PHONY: sanitize arm-tools
+.PHONY: sanitize arm-tools dist
+
+dist:
+	$(PYTHON) .ci/dist.py
 
 # The cross compiler and qemu that the Arm kernel tests need (tests/c/run.sh arm; Debian).
 arm-tools:

@@ -4,6 +4,7 @@ int8 weights (one scale per output channel, packed once) times int8 activations 
 per token, quantized per call), exact int32 accumulation, float output; by default with a
 block randomized Walsh-Hadamard rotation that spreads outliers before quantizing.
 """
+import importlib
 import sys
 
 from . import _thread_policy
@@ -31,7 +32,25 @@ from .scaling import equalize_ffn, smooth
 
 _thread_policy.share_blas_cores()  # numpy's BLAS is loaded by now
 
-__version__ = "0.1.0"  # the one place the version is set (pyproject.toml reads it)
+__version__ = "0.2.0"  # the one place the version is set (pyproject.toml reads it)
+
+# Subpackages load on first access (``pyw8a8.router`` works after ``import pyw8a8``), so
+# the import stays as cheap as the API: pyw8a8.dask imports dask, the evaluation its
+# model and reports. ``metrics`` is the evaluation's metrics module.
+_SUBMODULES = {"dask": "dask", "evaluate": "evaluate", "metrics": "evaluate.metrics",
+               "models": "models", "router": "router", "tools": "tools"}
+
+
+def __getattr__(name):
+    if name not in _SUBMODULES:
+        raise AttributeError(f"module 'pyw8a8' has no attribute {name!r}")
+    module = importlib.import_module(f".{_SUBMODULES[name]}", __name__)
+    globals()[name] = module
+    return module
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_SUBMODULES))
 
 __all__ = [
     "PackedWeight",

@@ -1,4 +1,5 @@
-"""Command line: ``python -m pyw8a8 [info|bench|eval|quality] [options]``.
+"""Command line: ``python -m pyw8a8 [info|bench|eval|quality] [options]``, or
+``--help``, or ``--version``.
 
 A usage or environment error ends with one line on stderr and exit status 2, never a
 traceback: an unknown command here, a bad option in the command's parser (argparse's
@@ -22,9 +23,10 @@ def usage():
     -------
     str
     """
-    lines = ["usage: python -m pyw8a8 [COMMAND] [options]", "", "commands:"]
+    lines = ["usage: python -m pyw8a8 [--version] [COMMAND] [options]", "", "commands:"]
     lines += [f"  {name:<9}{text}" for name, text in COMMANDS.items()]
-    lines += ["", "python -m pyw8a8 COMMAND --help shows the options of a command."]
+    lines += ["", "python -m pyw8a8 COMMAND --help shows the options of a command;",
+              "--version prints pyw8a8's version."]
     return "\n".join(lines)
 
 
@@ -40,11 +42,17 @@ def main(argv=None):
     Returns
     -------
     int
-        The exit status: the command's, 0 for ``--help``, 2 for an unknown command.
+        The exit status: the command's, 0 for ``--help`` and ``--version``, 2 for an
+        unknown command.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] in (["-h"], ["--help"]):
         print(usage())
+        return 0
+    if argv[:1] == ["--version"]:
+        # The package is imported before this module runs (``-m`` and ``import
+        # pyw8a8.__main__`` both import it first); read from it, not imported back.
+        print(f"pyw8a8 {sys.modules[__package__].__version__}")
         return 0
     command = argv.pop(0) if argv and not argv[0].startswith("-") else "info"
     if command in ("info", "bench"):

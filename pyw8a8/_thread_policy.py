@@ -25,7 +25,7 @@ import contextlib
 import ctypes
 import importlib.util
 import os
-import re
+import struct
 from typing import Any
 
 ENV_POLICY = "PYW8A8_THREAD_POLICY"
@@ -43,17 +43,46 @@ def _enabled():
     return value == "share"
 
 
+def _needed_libraries(path):
+    """The DT_NEEDED entries of an ELF shared object, in order; [] for a file that is not
+    ELF (or has no dynamic section).
+
+    Read from the dynamic section, not by searching the file's bytes: auditwheel's
+    patchelf renames a needed library by appending the new name to the string table,
+    so the old ``libgomp.so.1`` is still there, before the vendored name."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:4] != b"\x7fELF":
+        return []
+    bits64, order = data[4] == 2, "<" if data[5] == 1 else ">"
+    word, dyn = ("Q", "qQ") if bits64 else ("I", "iI")
+    shoff, = struct.unpack_from(order + word, data, 0x28 if bits64 else 0x20)
+    shentsize, shnum = struct.unpack_from(order + "HH", data, 0x3A if bits64 else 0x2E)
+    section = struct.Struct(order + ("IIQQQQIIQQ" if bits64 else "IIIIIIIIII"))
+    sections = [section.unpack_from(data, shoff + i * shentsize) for i in range(shnum)]
+    entry = struct.Struct(order + dyn)
+    names = []
+    for _, kind, _, _, offset, size, link, *_ in sections:
+        if kind != 6:  # SHT_DYNAMIC; its sh_link is the section of its strings
+            continue
+        strings = sections[link][4]
+        for tag, value in entry.iter_unpack(data[offset:offset + size]):
+            if tag == 1:  # DT_NEEDED
+                names.append(data[strings + value:data.index(b"\0", strings + value)]
+                             .decode())
+    return names
+
+
 def _own_openmp_library():
-    """The file name under which the compiled module links its OpenMP runtime, read from
-    its dynamic section's strings: ``libgomp.so.1`` for a build from source, the hashed
+    """The file name under which the compiled module links its OpenMP runtime (its
+    DT_NEEDED entry): ``libgomp.so.1`` for a build from source, the hashed
     ``libgomp-<hash>.so.1...`` that auditwheel vendors into a wheel; None without one."""
     spec = importlib.util.find_spec("._kernels", __package__)
     try:
-        with open(spec.origin, "rb") as f:
-            found = re.search(rb"libgomp[\w.-]*\.so[\w.]*", f.read())
-    except (AttributeError, OSError):
+        needed = _needed_libraries(spec.origin)
+    except (AttributeError, OSError):  # no such module, or its file cannot be read
         return None
-    return found.group().decode() if found else None
+    return next((name for name in needed if name.startswith(("libgomp.", "libgomp-"))), None)
 
 
 def _loaded(library):

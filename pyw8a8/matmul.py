@@ -51,15 +51,32 @@ def _activations(x, k, name="x"):
     return arr
 
 
+def _out_dtype(out_dtype):
+    """matmul's `out_dtype` as a numpy dtype: float32 or bfloat16, given as a dtype, a type
+    or a name (numpy knows the name 'bfloat16' only once ml_dtypes is imported)."""
+    if isinstance(out_dtype, str) and out_dtype == "bfloat16":
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise ImportError('out_dtype="bfloat16" needs ml_dtypes: pip install '
+                              '"pyw8a8[bf16]"') from None
+        return np.dtype(ml_dtypes.bfloat16)
+    try:
+        dtype = np.dtype(out_dtype)
+    except TypeError:
+        dtype = None
+    if dtype is None or (dtype != np.float32 and dtype.name != "bfloat16"):
+        raise TypeError(f"out_dtype must be float32 or bfloat16 (ml_dtypes.bfloat16 or "
+                        f"'bfloat16'), got {out_dtype!r}")
+    return dtype
+
+
 def _output(out, out_dtype, shape, x):
     """The float32 array to compute into, and what to convert or copy it to afterwards."""
     if out is not None and not isinstance(out, np.ndarray):
         raise TypeError(f"out must be a numpy array, got {type(out).__name__}")
     if out_dtype is not None:
-        out_dtype = np.dtype(out_dtype)
-        if out_dtype != np.float32 and out_dtype.name != "bfloat16":
-            raise TypeError(f"out_dtype must be float32 or ml_dtypes.bfloat16, got "
-                            f"{out_dtype}")
+        out_dtype = _out_dtype(out_dtype)
     if out is None:
         result = np.empty(shape, dtype=np.float32)
         return result, (None if out_dtype in (None, np.float32) else out_dtype)
@@ -200,8 +217,9 @@ def matmul(x: npt.ArrayLike, packed: PackedWeight, *, bias: npt.ArrayLike | None
         gives NaN out; +-Inf give the limits (+Inf, and -0 or 0).
     out : ndarray, shape (..., N), optional
         Where to write the result (dtype float32, or `out_dtype`); must not overlap x.
-    out_dtype : {numpy.float32, ml_dtypes.bfloat16}, optional
-        Output dtype (default float32, or out's dtype).
+    out_dtype : {numpy.float32, ml_dtypes.bfloat16, 'float32', 'bfloat16'}, optional
+        Output dtype (default float32, or out's dtype). bfloat16 needs ml_dtypes
+        (``pip install "pyw8a8[bf16]"``).
 
     Returns
     -------
@@ -212,7 +230,10 @@ def matmul(x: npt.ArrayLike, packed: PackedWeight, *, bias: npt.ArrayLike | None
     Raises
     ------
     TypeError
-        Wrong dtype of x or out, or `packed` not a PackedWeight.
+        Wrong dtype of x or out, an out_dtype other than float32 or bfloat16, or `packed`
+        not a PackedWeight.
+    ImportError
+        out_dtype is 'bfloat16' and ml_dtypes is not installed.
     ValueError
         x's last dimension differs from K, a row of x holds NaN/Inf (named in the
         message), `bias` has the wrong shape or dtype or holds NaN/Inf, `activation` is

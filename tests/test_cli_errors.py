@@ -95,6 +95,12 @@ def test_help_lists_the_commands(flag):
         assert sum(line.split()[:1] == [name] for line in lines) == 1, result.stdout
 
 
+def test_version_prints_the_package_s():
+    result = run_cli(["pyw8a8", "--version"])
+    assert result.returncode == 0 and not result.stderr
+    assert result.stdout == f"pyw8a8 {pyw8a8.__version__}\n"
+
+
 @pytest.mark.parametrize("command, option", [("bench", "--shapes"), ("info", "--rounds"),
                                              ("quality", "--blocks")])
 def test_a_command_help_shows_its_own_options(command, option):

@@ -2,9 +2,15 @@
 included, which is where circles hide), no module importing a name back from the package's
 ``__init__`` (a subpackage's public names may be imported from its ``__init__``), and at
 most 12 modules at the package root (the API and its plumbing; the lab tools live in
-``pyw8a8.tools``, the evaluation in ``pyw8a8.evaluate``)."""
+``pyw8a8.tools``, the evaluation in ``pyw8a8.evaluate``), which load on first access
+after ``import pyw8a8``."""
 import ast
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
+
+import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "pyw8a8"
 MAX_ROOT_MODULES = 12
@@ -87,3 +93,35 @@ def test_no_import_circle():
 def test_at_most_12_modules_at_the_package_root():
     root = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__"))
     assert len(root) <= MAX_ROOT_MODULES, root
+
+
+def test_subpackages_load_on_first_access_after_import_pyw8a8():
+    """``import pyw8a8`` then ``pyw8a8.router`` (and the others the README names) works,
+    while the import itself loads none of them (dask would cost a second)."""
+    code = textwrap.dedent("""
+        import sys, pyw8a8
+        loaded = [m for m in ("dask", "pyw8a8.dask", "pyw8a8.router", "pyw8a8.evaluate")
+                  if m in sys.modules]
+        assert not loaded, loaded
+        assert pyw8a8.router.Router is sys.modules["pyw8a8.router"].Router
+        assert pyw8a8.metrics is sys.modules["pyw8a8.evaluate.metrics"]
+        assert callable(pyw8a8.metrics.kl_divergence)
+        assert pyw8a8.evaluate.main and pyw8a8.tools and pyw8a8.models
+        assert {"dask", "evaluate", "metrics", "models", "router", "tools"} <= set(dir(pyw8a8))
+        try:
+            pyw8a8.no_such_name
+        except AttributeError as error:
+            assert str(error) == "module 'pyw8a8' has no attribute 'no_such_name'"
+        else:
+            raise AssertionError("no AttributeError")
+    """)
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=PACKAGE.parent,
+                   timeout=120)
+
+
+def test_pyw8a8_dask_after_import_pyw8a8():
+    pytest.importorskip("dask.array")
+    code = "import pyw8a8; print(pyw8a8.dask.matmul.__module__)"
+    out = subprocess.run([sys.executable, "-c", code], check=True, cwd=PACKAGE.parent,
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "pyw8a8.dask"

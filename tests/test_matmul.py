@@ -237,3 +237,15 @@ def test_compiled_call_path_keeps_the_errors():
     packed.scales = np.ones(3, np.float32)
     with pytest.raises(ValueError, match="scales"):
         pyw8a8.matmul(np.ones((2, 64), np.float32), packed)
+
+
+def test_bfloat16_output_by_name():
+    """numpy users name dtypes by string; numpy knows 'bfloat16' only after ml_dtypes is
+    imported, which matmul does for them."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x, w = realistic(np.random.default_rng(4), 8, 64, 32)
+    packed = pyw8a8.pack_weight(w, rotate=False)
+    y = pyw8a8.matmul(x, packed, out_dtype="bfloat16")
+    assert y.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(y, pyw8a8.matmul(x, packed, out_dtype=ml_dtypes.bfloat16))
+    assert pyw8a8.matmul(x, packed, out_dtype="float32").dtype == np.float32

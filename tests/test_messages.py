@@ -1,5 +1,9 @@
 """Error messages that name what the user passed: rows of the whole dask array, float64
-values beyond float32's range, byte orders, and unrotate's options (hostile input)."""
+values beyond float32's range, byte orders, unrotate's options and matmul's out_dtype
+(hostile input)."""
+import re
+import sys
+
 import numpy as np
 import pytest
 
@@ -158,3 +162,20 @@ def test_unrotate_message_offers_what_unrotate_has():
     with pytest.raises(ValueError, match=r"use block=32 .*, or pass pad=True to zero-pad "
                        r"the last block to 128 features$"):
         pyw8a8.rotate(y, 64)
+
+
+# --- matmul's out_dtype ----------------------------------------------------------------
+
+
+def test_bfloat16_by_name_without_ml_dtypes_names_the_extra(packed, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ml_dtypes", None)  # import ml_dtypes now fails
+    with pytest.raises(ImportError, match=r'out_dtype="bfloat16" needs ml_dtypes: pip '
+                       r'install "pyw8a8\[bf16\]"'):
+        pyw8a8.matmul(activations((2, 64)), packed, out_dtype="bfloat16")
+
+
+@pytest.mark.parametrize("out_dtype", ["float16", "bogus", np.int32, 3])
+def test_an_unsupported_out_dtype_is_named(packed, out_dtype):
+    with pytest.raises(TypeError, match=r"out_dtype must be float32 or bfloat16 .*, got "
+                       + re.escape(repr(out_dtype))):
+        pyw8a8.matmul(activations((2, 64)), packed, out_dtype=out_dtype)

@@ -34,8 +34,17 @@ def bits(a):
 def sylvester_columns(x, cols):
     """(x @ H)[..., cols] in float64 from H[i, j] = (-1)^popcount(i & j)."""
     i, j = np.arange(x.shape[-1])[:, None], np.asarray(cols)[None, :]
-    signs = 1 - 2 * (np.bitwise_count(i & j).astype(np.int64) & 1)
-    return product(x, signs)
+    return product(x, 1 - 2 * popcount_parity(i & j))
+
+
+def popcount_parity(v):
+    """1 where an element has an odd number of set bits, else 0 (numpy 1.x, which the
+    wheel supports, has no bitwise_count)."""
+    parity = np.zeros_like(v)
+    while v.any():
+        parity ^= v & 1
+        v = v >> 1
+    return parity
 
 
 def test_popcount_formula_is_scipys_hadamard():

