@@ -60,6 +60,7 @@ def available_isas() -> list[str]:
     Returns
     -------
     list of str
+        The names :func:`use_isa` and ``PYW8A8_ISA`` accept on this CPU.
 
     Examples
     --------

@@ -645,22 +645,23 @@ def pack_weight(w: npt.ArrayLike, *, encoding: Literal["auto", "biased", "signed
     if isinstance(block, str):
         if block != "auto":
             raise ValueError(f"block must be a power of two or 'auto', got {block!r}")
-        block = auto_block(k)
+        size = auto_block(k)
         pad = True if pad is None else pad
-    block = positive_int(block, "block")
+    else:
+        size = positive_int(block, "block")
     seed = positive_int(seed, "seed", minimum=0)
     if pad not in (None, True, False):
         raise TypeError(f"pad must be True, False or None, got {pad!r}")
     if rotate:
-        block, seed = check_rotation(k, block, seed, name="w", pad=bool(pad))
-    kp = packed_k(k, rotate, block)
+        size, seed = check_rotation(k, size, seed, name="w", pad=bool(pad))
+    kp = packed_k(k, rotate, size)
     panels, psum = _empty_arrays(n, kp, encoding)
     scales = np.empty(n, dtype=np.float32)
     # Block by block, rotation fused with quantization: no float copy of the whole weight.
     for r0 in range(0, n, _PACK_ROWS):
         rows = np.ascontiguousarray(arr[r0:r0 + _PACK_ROWS])
         q, scales[r0:r0 + rows.shape[0]], _ = quantize_rows(
-            rows, kp, name="w", shape=arr.shape, block=block if rotate and k else 0,
+            rows, kp, name="w", shape=arr.shape, block=size if rotate and k else 0,
             seed=seed, row_offset=r0)
         _fill_panels(panels, psum, r0, q[:rows.shape[0]].view(np.int8), encoding)
-    return PackedWeight((n, k), encoding, panels, psum, scales, rotate, block, seed)
+    return PackedWeight((n, k), encoding, panels, psum, scales, rotate, size, seed)

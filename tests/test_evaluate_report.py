@@ -16,53 +16,38 @@ from pyw8a8.evaluate.plot import plot_kl
 from pyw8a8.evaluate.report import build_comparison, render_markdown
 from pyw8a8.evaluate.speed import speed_questions, speed_summary
 
-from evaluate_helpers import (
-    CONTROL_CHOICES,
-    CONTROL_LOGITS,
-    EXPECTED_ANSWERS,
-    KL_FULL,
-    KL_FULL_SUMMARY,
-    KL_OPTS,
-    KL_OPTS_SUMMARY,
-    LABELS,
-    LN2,
-    OPTION_IDS,
-    SAME_ANSWERS,
-    TARGET_CHOICES,
-    TARGET_LOGITS,
-    approx_dict,
-    table_rows,
-)
+import evaluate_helpers as fx  # the fixture: questions, logits and what they give
 
 
 def test_hand_made_logits_match_the_hand_worked_numbers():
     for i in range(4):
-        c, t = CONTROL_LOGITS[i], TARGET_LOGITS[i]
-        assert int(np.argmax(c[OPTION_IDS])) == CONTROL_CHOICES[i]
-        assert int(np.argmax(t[OPTION_IDS])) == TARGET_CHOICES[i]
-        assert kl_divergence(c, t) == pytest.approx(KL_FULL[i], abs=1e-7)
-        assert option_kl(c, t, OPTION_IDS) == pytest.approx(KL_OPTS[i], abs=1e-7)
+        c, t = fx.CONTROL_LOGITS[i], fx.TARGET_LOGITS[i]
+        assert int(np.argmax(c[fx.OPTION_IDS])) == fx.CONTROL_CHOICES[i]
+        assert int(np.argmax(t[fx.OPTION_IDS])) == fx.TARGET_CHOICES[i]
+        assert kl_divergence(c, t) == pytest.approx(fx.KL_FULL[i], abs=1e-7)
+        assert option_kl(c, t, fx.OPTION_IDS) == pytest.approx(fx.KL_OPTS[i], abs=1e-7)
 
 
 def synthetic_results():
     """Per-configuration results as the worker writes them (timings made up)."""
-    kl_full = [kl_divergence(CONTROL_LOGITS[i], TARGET_LOGITS[i]) for i in range(4)]
-    kl_opts = [option_kl(CONTROL_LOGITS[i], TARGET_LOGITS[i], OPTION_IDS) for i in range(4)]
+    kl_full = [kl_divergence(fx.CONTROL_LOGITS[i], fx.TARGET_LOGITS[i]) for i in range(4)]
+    kl_opts = [option_kl(fx.CONTROL_LOGITS[i], fx.TARGET_LOGITS[i], fx.OPTION_IDS)
+               for i in range(4)]
     common = {"n": 4, "isa": "avx2", "kernel_threads": 2, "load_time_s": 1.0,
               "build_time_s": 0.5, "returncode": 0}
     return {
         "control": dict(common, name="control", correct=2, accuracy=0.5,
-                        choices=CONTROL_CHOICES, kl_full=None, kl_options=None,
+                        choices=fx.CONTROL_CHOICES, kl_full=None, kl_options=None,
                         wall_time_s=10.0, eval_time_s=8.0, mean_question_s=2.0,
                         median_question_s=1.9, peak_rss_mib=500.0),
-        "naive": dict(common, name="naive", correct=2, accuracy=0.5, choices=TARGET_CHOICES,
+        "naive": dict(common, name="naive", correct=2, accuracy=0.5, choices=fx.TARGET_CHOICES,
                       kl_full=kl_full, kl_options=kl_opts, wall_time_s=5.0, eval_time_s=4.0,
                       mean_question_s=1.0, median_question_s=0.9, peak_rss_mib=400.0,
                       router={"w8a8_layers": 3, "float_layers": 1, "packed_bytes": 1234567,
                               "pack_time_s": 0.25},
                       router_config={"rotate": False, "block": 128, "scaling": False}),
         "rotated64": dict(common, name="rotated64", correct=2, accuracy=0.5,
-                          choices=list(CONTROL_CHOICES), kl_full=[0.0] * 4,
+                          choices=list(fx.CONTROL_CHOICES), kl_full=[0.0] * 4,
                           kl_options=[0.0] * 4, wall_time_s=8.0, eval_time_s=6.4,
                           mean_question_s=1.6, median_question_s=1.5, peak_rss_mib=450.0,
                           router={"w8a8_layers": 4, "float_layers": 0, "packed_bytes": 2000,
@@ -85,24 +70,24 @@ META = {"data": "synthetic.json", "n": 4, "configs": ["control", "naive", "rotat
 
 
 def test_build_comparison_numbers():
-    comp = build_comparison(synthetic_results(), LABELS, META)
-    assert comp["meta"] == META and comp["labels"] == LABELS
+    comp = build_comparison(synthetic_results(), fx.LABELS, META)
+    assert comp["meta"] == META and comp["labels"] == fx.LABELS
     assert list(comp["configs"]) == ["control", "naive", "rotated64", "rotated32"]
     c, n, r, bad = (comp["configs"][k] for k in comp["configs"])
 
     assert c["speedup"] == 1.0 and c["eval_speedup"] == 1.0
-    assert c["choices"] == CONTROL_CHOICES
+    assert c["choices"] == fx.CONTROL_CHOICES
     assert not {"answers", "kl_full", "kl_options"} & set(c)
 
-    assert n["answers"] == approx_dict(EXPECTED_ANSWERS)
-    assert n["kl_full"] == approx_dict(KL_FULL_SUMMARY)
-    assert n["kl_options"] == approx_dict(KL_OPTS_SUMMARY)
-    assert n["kl_full_values"] == pytest.approx(KL_FULL, abs=1e-7)
-    assert n["kl_options_values"] == pytest.approx(KL_OPTS, abs=1e-7)
+    assert n["answers"] == fx.approx_dict(fx.EXPECTED_ANSWERS)
+    assert n["kl_full"] == fx.approx_dict(fx.KL_FULL_SUMMARY)
+    assert n["kl_options"] == fx.approx_dict(fx.KL_OPTS_SUMMARY)
+    assert n["kl_full_values"] == pytest.approx(fx.KL_FULL, abs=1e-7)
+    assert n["kl_options_values"] == pytest.approx(fx.KL_OPTS, abs=1e-7)
     assert n["speedup"] == 2.0 and n["eval_speedup"] == 2.0
     assert n["router"]["packed_bytes"] == 1234567 and n["router_config"]["rotate"] is False
 
-    assert r["answers"] == approx_dict(SAME_ANSWERS)
+    assert r["answers"] == fx.approx_dict(fx.SAME_ANSWERS)
     assert r["kl_full"] == {"n": 4, "mean": 0.0, "median": 0.0, "p95": 0.0, "max": 0.0}
     assert r["speedup"] == pytest.approx(1.25)
 
@@ -119,47 +104,47 @@ def test_build_comparison_without_a_working_control():
     res = synthetic_results()
     res["control"] = {"name": "control", "error": "OSError: no weights", "wall_time_s": 1.0,
                       "returncode": 1}
-    comp = build_comparison(res, LABELS, META)
+    comp = build_comparison(res, fx.LABELS, META)
     naive = comp["configs"]["naive"]
-    assert naive["choices"] == TARGET_CHOICES and naive["accuracy"] == 0.5
+    assert naive["choices"] == fx.TARGET_CHOICES and naive["accuracy"] == 0.5
     assert not {"answers", "kl_full", "speedup", "eval_speedup"} & set(naive)
     md = render_markdown(comp)
-    combined = table_rows(md, "## Combined result")
+    combined = fx.table_rows(md, "## Combined result")
     assert combined["control"][0] == "failed: OSError: no weights"
     assert combined["naive"][:6] == ["2/4 (50.00%)", "5.00 s", "-", "1.000 s", "-", "-"]
-    assert table_rows(md, "## Flips and answer changes (vs control)") == {}
-    assert table_rows(md, "## KL(control || target) at the answer position, nats") == {}
+    assert fx.table_rows(md, "## Flips and answer changes (vs control)") == {}
+    assert fx.table_rows(md, "## KL(control || target) at the answer position, nats") == {}
 
 
 def test_render_markdown_tables_match_hand_numbers():
-    md = render_markdown(build_comparison(synthetic_results(), LABELS, META))
+    md = render_markdown(build_comparison(synthetic_results(), fx.LABELS, META))
     assert "- Data: synthetic.json (4 questions)" in md
     assert "CPU: Test CPU; 8 logical CPUs; threads: default" in md
     assert "- Python 3.11.0, numpy 2.0.0, kernel ISA avx2" in md
 
-    combined = table_rows(md, "## Combined result")
+    combined = fx.table_rows(md, "## Combined result")
     assert list(combined) == ["control", "naive", "rotated64", "rotated32"]
     assert combined["control"] == ["2/4 (50.00%)", "10.00 s", "1.000x", "2.000 s", "-", "-",
                                    "-", "-", "500.0 MiB"]
     assert combined["naive"] == ["2/4 (50.00%)", "5.00 s", "2.000x", "1.000 s",
                                  "3/4 (75.00%)", "2/4 (50.00%)",
-                                 f"{0.25 * LN2:.6f}", f"{0.54 * LN2:.6f}", "400.0 MiB"]
+                                 f"{0.25 * fx.LN2:.6f}", f"{0.54 * fx.LN2:.6f}", "400.0 MiB"]
     assert combined["rotated64"] == ["2/4 (50.00%)", "8.00 s", "1.250x", "1.600 s",
                                      "0/4 (0.00%)", "0/4 (0.00%)", "0.000000", "0.000000",
                                      "450.0 MiB"]
     assert combined["rotated32"][0] == "failed: RuntimeError: boom"
 
-    flips = table_rows(md, "## Flips and answer changes (vs control)")
+    flips = fx.table_rows(md, "## Flips and answer changes (vs control)")
     assert flips == {"naive": ["3", "1", "1", "1", "2", "+0", "25.00%"],
                      "rotated64": ["0", "0", "0", "0", "0", "+0", "100.00%"]}
 
-    kl = table_rows(md, "## KL(control || target) at the answer position, nats")
+    kl = fx.table_rows(md, "## KL(control || target) at the answer position, nats")
     assert list(kl) == ["naive", "rotated64"]
     hand = [0.25, 0.2, 0.54, 0.6, 0.3125, 0.25, 0.675, 0.75]
-    assert kl["naive"] == [f"{v * LN2:.6f}" for v in hand]
+    assert kl["naive"] == [f"{v * fx.LN2:.6f}" for v in hand]
     assert kl["rotated64"] == ["0.000000"] * 8
 
-    timing = table_rows(md, "## Timing details")
+    timing = fx.table_rows(md, "## Timing details")
     assert list(timing) == ["control", "naive", "rotated64"]  # failed configs left out
     assert timing["control"] == ["1.00 s", "0.50 s", "-", "8.00 s", "1.000x", "-"]
     assert timing["naive"] == ["1.00 s", "0.50 s", "0.25 s", "4.00 s", "2.000x", "1,234,567"]
@@ -169,15 +154,15 @@ def test_render_markdown_tables_match_hand_numbers():
 def test_render_markdown_net_correct_sign():
     res = synthetic_results()
     res["naive"]["choices"] = [1, 1, 3, 0]  # q0 c->i, q1 i->c, q2 c->i, q3 unchanged
-    md = render_markdown(build_comparison(res, LABELS, META))
-    assert table_rows(md, "## Flips and answer changes (vs control)")["naive"] == [
+    md = render_markdown(build_comparison(res, fx.LABELS, META))
+    assert fx.table_rows(md, "## Flips and answer changes (vs control)")["naive"] == [
         "3", "2", "1", "0", "3", "-1", "25.00%"]
 
 
 def test_gap_error_message_with_pipe_or_newline_keeps_the_table_intact():
     res = synthetic_results()
     res["rotated32"]["error"] = "ValueError: shape (1|2)\nsecond line"
-    md = render_markdown(build_comparison(res, LABELS, META))
+    md = render_markdown(build_comparison(res, fx.LABELS, META))
     block = md.split("## Combined result")[1].split("##")[0]
     rows = [line for line in block.strip().splitlines() if line.startswith("|")]
     assert len(rows) == 2 + 4
@@ -186,19 +171,19 @@ def test_gap_error_message_with_pipe_or_newline_keeps_the_table_intact():
 
 def test_plot_kl_writes_png(tmp_path):
     pytest.importorskip("matplotlib")
-    comp = build_comparison(synthetic_results(), LABELS, META)
+    comp = build_comparison(synthetic_results(), fx.LABELS, META)
     path = tmp_path / "kl.png"
     assert plot_kl(comp, path) is True
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
     # control only: no KL series, still a (placeholder) figure
-    only = build_comparison({"control": synthetic_results()["control"]}, LABELS, META)
+    only = build_comparison({"control": synthetic_results()["control"]}, fx.LABELS, META)
     assert plot_kl(only, tmp_path / "empty.png") is True
     assert (tmp_path / "empty.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_render_markdown_without_the_noise_floor_says_so():
-    md = render_markdown(build_comparison(synthetic_results(), LABELS, META))
+    md = render_markdown(build_comparison(synthetic_results(), fx.LABELS, META))
     assert "The noise floor (bf16) did not run (add it to --configs)" in md
 
 

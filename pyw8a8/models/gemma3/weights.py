@@ -21,15 +21,8 @@ import numpy as np
 from .config import Gemma3Config
 from .tokenizer import EXTRA_HINT, Tokenizer
 
-__all__ = [
-    "cache_root",
-    "cache_dir",
-    "load_gguf_path",
-    "ensure_cache",
-    "load_weights",
-    "load_config",
-    "load_tokenizer",
-]
+__all__ = ["cache_root", "cache_dir", "load_gguf_path", "ensure_cache", "load_weights",
+           "load_config", "load_tokenizer"]
 
 _CACHE_FORMAT = 1
 _MANIFEST = "manifest.json"
