@@ -10,6 +10,7 @@ Environment variables:
                         (used by ``make sanitize``; run with the sanitizer runtime preloaded).
     PYW8A8_NO_OPENMP=1  build without OpenMP (single-threaded).
 """
+import glob
 import json
 import os
 import sys
@@ -44,6 +45,9 @@ extensions = [
         name,
         [f"pyw8a8/{name.split('.')[-1]}.pyx"],
         include_dirs=[np.get_include(), "pyw8a8"],
+        # The C core is headers only: an edit to any of them rebuilds every module (without
+        # this, build_ext --inplace would keep a module compiled from the old headers).
+        depends=sorted(glob.glob("pyw8a8/_simd/*.h")) + ["pyw8a8/_kernels.pxd"],
         define_macros=macros,
         extra_compile_args=compile_args,
         extra_link_args=link_args,

@@ -104,14 +104,16 @@ def _finish(result, target):
     return target
 
 
-def _blocking(ops, plan, group, m, nthreads):
-    """(kc, mc, nc, m_step, n_step) of this weight in a call of `group` weights, and the
-    tuner's slot to report the call's time to (None once settled)."""
-    settled = (ops.name, group, m, nthreads)
+def _blocking(ops, plan, group, m, nthreads, streams=1):
+    """(kc, mc, nc, m_step, n_step) of this weight in a call of `group` weights (whose tiles
+    read `streams` weights: two for a gated pair), and the tuner's slot to report the call's
+    time to (None once settled)."""
+    settled = (ops.name, group, streams, m, nthreads)
     blocking = plan.blocking.get(settled)
     if blocking is not None:
         return blocking, None
-    key, index, blocking = TUNER.choose(ops, plan.enc, group, m, plan.N, plan.Kp, nthreads)
+    key, index, blocking = TUNER.choose(ops, plan.enc, group, m, plan.N, plan.Kp, nthreads,
+                                        streams)
     if index is None:
         if len(plan.blocking) < _SETTLED_PER_WEIGHT:
             plan.blocking[settled] = blocking
@@ -140,11 +142,15 @@ def _product(rows, plans, outs, name, shape, kc=None, biases=None, act=0, glu=Fa
     ops = _cpu.active_ops(m)
     nthreads = _threads.threads_for(m * plans[0].K * sum(p.N for p in plans))
     blockings, slots = [], []
-    for plan in plans:
-        blocking, slot = _blocking(ops, plan, len(plans), m, nthreads)
+    # A gated pair is one loop nest over the gate's blocking, its tiles reading both weights.
+    for plan in plans[:1] if glu else plans:
+        blocking, slot = _blocking(ops, plan, 1 if glu else len(plans), m, nthreads,
+                                   2 if glu else 1)
         blockings.append(blocking if kc is None else (kc,) + tuple(blocking[1:]))
         if slot is not None:
             slots.append(slot)
+    if glu:
+        blockings.append(blockings[0])
     scratch = getattr(_SCRATCH, "buffer", None)
     if scratch is None:
         scratch = _SCRATCH.buffer = _kernels.Scratch()

@@ -21,13 +21,15 @@ ROUNDS = 3
 _SLOWER = 1.25  # candidates this much slower than the best after a round are dropped
 
 
-def kc_for(ops, kp):
-    """K-range width: one B micro-panel (kc x 16*npanels bytes) fits in L1, or the whole K
-    for a path whose traits say so (AMX: its C tiles accumulate over all of K)."""
+def kc_for(ops, kp, streams=1):
+    """K-range width: the B micro-panels of a tile (kc x 16*npanels bytes each, `streams` of
+    them: two for a gated pair, whose tiles read the gate's and the up projection's) fit in
+    L1, or the whole K for a path whose traits say so (AMX: its C tiles accumulate over all
+    of K)."""
     if ops.whole_k:
         return kp
     ncols = W8_NR * ops.npanels
-    kc = max(W8_KPAD, (_L1_BYTES // ncols) // W8_KPAD * W8_KPAD)
+    kc = max(W8_KPAD, (_L1_BYTES // (ncols * streams)) // W8_KPAD * W8_KPAD)
     return min(kc, kp)
 
 
@@ -38,9 +40,9 @@ def m_bucket(m):
     return 1 << (m - 1).bit_length()
 
 
-def candidates(ops, m, n, kp, nthreads):
+def candidates(ops, m, n, kp, nthreads, streams=1):
     """(mc, nc, m_step, n_step) choices, the heuristic default first."""
-    kc = kc_for(ops, kp)
+    kc = kc_for(ops, kp, streams)
     ncols = W8_NR * ops.npanels
     groups = padded(n, ncols) // ncols
     mc_fit = max(ops.mr, (_L2_BYTES // 2 // max(kc, 1)) // ops.mr * ops.mr)
@@ -55,7 +57,7 @@ def candidates(ops, m, n, kp, nthreads):
         m_step = padded(-(-m // m_tasks), ops.mr) if m else ops.mr
         for mc in (mc_fit, max(ops.mr, mc_fit // 4 // ops.mr * ops.mr)):
             # nc: the whole task, or a block whose B part (nc x kc) stays in L2.
-            nc_l2 = max(ncols, (_L2_BYTES // 2 // max(kc, 1)) // ncols * ncols)
+            nc_l2 = max(ncols, (_L2_BYTES // 2 // max(kc * streams, 1)) // ncols * ncols)
             for nc in (n_step, min(n_step, nc_l2)):
                 cand = (min(mc, max(m_step, ops.mr)), nc, m_step, n_step)
                 if cand not in out:
@@ -85,15 +87,17 @@ class Tuner:
         with self._lock:
             self._entries.clear()
 
-    def choose(self, ops, enc, group, m, n, kp, nthreads):
+    def choose(self, ops, enc, group, m, n, kp, nthreads, streams=1):
         """(key, index, (kc, mc, nc, m_step, n_step)) for the next call of this shape, with
-        weight encoding `enc`, in a call of `group` weights (one, or matmul_pair's two)."""
-        key = (ops.name, enc, group, m_bucket(m), kp, n, nthreads)
-        kc = kc_for(ops, kp)
+        weight encoding `enc`, in a call of `group` weights (one, or matmul_pair's two), whose
+        tiles each read `streams` weights (two for a gated pair)."""
+        key = (ops.name, enc, group, streams, m_bucket(m), kp, n, nthreads)
+        kc = kc_for(ops, kp, streams)
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
-                entry = self._entries[key] = _Entry(candidates(ops, m, n, kp, nthreads))
+                entry = self._entries[key] = _Entry(
+                    candidates(ops, m, n, kp, nthreads, streams))
             if entry.best is not None:
                 return key, None, (kc,) + _fit(entry.best, m)
             index = entry.alive[entry.calls % len(entry.alive)]

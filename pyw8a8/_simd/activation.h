@@ -35,14 +35,16 @@
  *   W8_AF_FSET(c), W8_AF_FADD, W8_AF_FSUB, W8_AF_FMUL, W8_AF_FDIV
  *   W8_AF_FMAX(a, b)          a > b ? a : b in each lane (x86 maxps; NaN in b passes)
  *   W8_AF_FMIN(a, b)          a < b ? a : b in each lane (x86 minps)
- *   W8_AF_FSEL_NEG(c, x, y)   c < 0 ? x : y in each lane
+ *   W8_AF_FSEL_NEG(c, x, y)   c < 0 ? x : y in each lane; W8_AF_ISEL_NEG(c, i, j) the same
+ *                             for int32 lanes i, j
  *   W8_AF_DSET(c), W8_AF_DADD, W8_AF_DSUB, W8_AF_DMUL, W8_AF_DDIV, W8_AF_DMAX(a, b) (as FMAX)
  *   W8_AF_DNEGABS(a)          -|a| (the sign bit set)
  *   W8_AF_DLO(f), W8_AF_DHI(f)  the two halves of f in double (exact)
  *   W8_AF_DTOF(lo, hi)        both halves rounded to float (to nearest even), as one F
  *   W8_AF_DLOW32(lo, hi)      the low 32 bits of each double's bit pattern, as one I
- *   W8_AF_ISET(c), W8_AF_ISRA1(i), W8_AF_ISUB(a, b) (modulo 2^32), W8_AF_ICVT(i) (to
- *   float, to nearest even), W8_AF_IPOW2(i) (2^i as float, -126 <= i <= 127)
+ *   W8_AF_ISET(c), W8_AF_IMAX(a, b), W8_AF_ISRA1(i), W8_AF_ISUB(a, b) (modulo 2^32),
+ *   W8_AF_ICVT(i) (to float, to nearest even), W8_AF_IPOW2(i) (2^i as float,
+ *   -126 <= i <= 127)
  *   W8_AF_FLOAD(p), W8_AF_FSTORE(p, v), W8_AF_ILOAD(p) */
 
 #define W8_AF_GELU_TANH_C1 1.5957691216057308    /* 2 sqrt(2 / pi) */
@@ -133,17 +135,24 @@ W8_AF_TARGET W8_INLINE W8_AF_F W8_AF(activate)(W8_AF_F x, int act)
     const W8_AF_D lowest = W8_AF_DSET(-125.0);
     W8_AF_I n;
     const W8_AF_F p = W8_AF(exp_parts)(W8_AF_DMAX(lowest, ylo), W8_AF_DMAX(lowest, yhi), &n);
+    /* Only a negative x takes the exponent n into its result; elsewhere the branch not
+     * taken, and the terms that vanish next to 1 or 2, are scaled by 2^-64 at the least (one
+     * exact step), so no subnormal number is formed (an x86 assist costs a hundred cycles)
+     * unless the result itself is one. */
+    const W8_AF_I n_result = W8_AF_ISEL_NEG(xc, n, W8_AF_ISET(0));
+    const W8_AF_I n_small = W8_AF_IMAX(n, W8_AF_ISET(-64));
     if (act == W8_ACT_GELU) {
         /* x < 0: x erfc(z) / 2; x >= 0: x (2 - erfc(z)) / 2, with erfc(z) = tau p 2^n. */
         const W8_AF_F half_x = W8_AF_FMUL(W8_AF_FSET(0.5f), xc);
-        const W8_AF_F erfc = W8_AF(scale_pow2)(W8_AF_FMUL(tau, p), n);
-        return W8_AF_FSEL_NEG(xc, W8_AF(scale_pow2)(W8_AF_FMUL(W8_AF_FMUL(half_x, tau), p), n),
-                              W8_AF_FMUL(half_x, W8_AF_FSUB(W8_AF_FSET(2.0f), erfc)));
+        const W8_AF_F erfc = W8_AF_FMUL(W8_AF_FMUL(tau, p), W8_AF_IPOW2(n_small));
+        return W8_AF_FSEL_NEG(
+            xc, W8_AF(scale_pow2)(W8_AF_FMUL(W8_AF_FMUL(half_x, tau), p), n_result),
+            W8_AF_FMUL(half_x, W8_AF_FSUB(W8_AF_FSET(2.0f), erfc)));
     }
-    /* x < 0: x e^t / (1 + e^t); x >= 0: x / (1 + e^-t); e^-|t| = p 2^n. */
-    const W8_AF_F den = W8_AF_FADD(W8_AF_FSET(1.0f), W8_AF(scale_pow2)(p, n));
-    return W8_AF_FSEL_NEG(xc, W8_AF(scale_pow2)(W8_AF_FDIV(W8_AF_FMUL(xc, p), den), n),
-                          W8_AF_FDIV(xc, den));
+    /* x < 0: x (p / (1 + e^t)) 2^n; x >= 0: x (1 / (1 + e^-t)); e^-|t| = p 2^n. */
+    const W8_AF_F den = W8_AF_FADD(W8_AF_FSET(1.0f), W8_AF_FMUL(p, W8_AF_IPOW2(n_small)));
+    const W8_AF_F ratio = W8_AF_FDIV(W8_AF_FSEL_NEG(xc, p, W8_AF_FSET(1.0f)), den);
+    return W8_AF(scale_pow2)(W8_AF_FMUL(xc, ratio), n_result);
 }
 
 W8_AF_TARGET static void W8_AF(act_tile)(float *out, int64_t ldo, int rows, int cols,
@@ -184,6 +193,8 @@ W8_AF_TARGET static void W8_AF(act_tile)(float *out, int64_t ldo, int rows, int 
 #undef W8_AF_FMAX
 #undef W8_AF_FMIN
 #undef W8_AF_FSEL_NEG
+#undef W8_AF_ISEL_NEG
+#undef W8_AF_IMAX
 #undef W8_AF_DSET
 #undef W8_AF_DADD
 #undef W8_AF_DSUB

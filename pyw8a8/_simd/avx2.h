@@ -55,6 +55,9 @@ W8_AVX2 W8_INLINE __m256i w8_avx2_low32(__m256d lo, __m256d hi)
 #define W8_AF_FMIN(a, b) _mm256_min_ps(a, b)
 #define W8_AF_FSEL_NEG(c, x, y) \
     _mm256_blendv_ps(y, x, _mm256_cmp_ps(c, _mm256_setzero_ps(), _CMP_LT_OQ))
+#define W8_AF_ISEL_NEG(c, i, j) \
+    _mm256_blendv_epi8(j, i,                                                             \
+                       _mm256_castps_si256(_mm256_cmp_ps(c, _mm256_setzero_ps(), _CMP_LT_OQ)))
 #define W8_AF_DSET(c) _mm256_set1_pd(c)
 #define W8_AF_DADD(a, b) _mm256_add_pd(a, b)
 #define W8_AF_DSUB(a, b) _mm256_sub_pd(a, b)
@@ -68,6 +71,7 @@ W8_AVX2 W8_INLINE __m256i w8_avx2_low32(__m256d lo, __m256d hi)
     _mm256_insertf128_ps(_mm256_castps128_ps256(_mm256_cvtpd_ps(lo)), _mm256_cvtpd_ps(hi), 1)
 #define W8_AF_DLOW32(lo, hi) w8_avx2_low32(lo, hi)
 #define W8_AF_ISET(c) _mm256_set1_epi32(c)
+#define W8_AF_IMAX(a, b) _mm256_max_epi32(a, b)
 #define W8_AF_ISRA1(i) _mm256_srai_epi32(i, 1)
 #define W8_AF_ISUB(a, b) _mm256_sub_epi32(a, b)
 #define W8_AF_ICVT(i) _mm256_cvtepi32_ps(i)

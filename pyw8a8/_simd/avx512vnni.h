@@ -32,6 +32,8 @@ W8_AVX512 W8_INLINE __m512i w8_avx512_dot(__m512i acc, __m512i a, __m512i b, int
 #define W8_AF_FMIN(a, b) _mm512_min_ps(a, b)
 #define W8_AF_FSEL_NEG(c, x, y) \
     _mm512_mask_blend_ps(_mm512_cmp_ps_mask(c, _mm512_setzero_ps(), _CMP_LT_OQ), y, x)
+#define W8_AF_ISEL_NEG(c, i, j) \
+    _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(c, _mm512_setzero_ps(), _CMP_LT_OQ), j, i)
 #define W8_AF_DSET(c) _mm512_set1_pd(c)
 #define W8_AF_DADD(a, b) _mm512_add_pd(a, b)
 #define W8_AF_DSUB(a, b) _mm512_sub_pd(a, b)
@@ -53,6 +55,7 @@ W8_AVX512 W8_INLINE __m512i w8_avx512_dot(__m512i acc, __m512i a, __m512i b, int
         _mm512_castsi256_si512(_mm512_cvtepi64_epi32(_mm512_castpd_si512(lo))),          \
         _mm512_cvtepi64_epi32(_mm512_castpd_si512(hi)), 1)
 #define W8_AF_ISET(c) _mm512_set1_epi32(c)
+#define W8_AF_IMAX(a, b) _mm512_max_epi32(a, b)
 #define W8_AF_ISRA1(i) _mm512_srai_epi32(i, 1)
 #define W8_AF_ISUB(a, b) _mm512_sub_epi32(a, b)
 #define W8_AF_ICVT(i) _mm512_cvtepi32_ps(i)
