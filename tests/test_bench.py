@@ -1,4 +1,6 @@
 """The benchmark command's helpers (its timings are not asserted: speed is shown by running it)."""
+import sys
+
 import numpy as np
 import pytest
 
@@ -86,3 +88,52 @@ def test_amx_min_rows_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv("PYW8A8_AMX_MIN_ROWS", "many")
     with pytest.raises(ValueError, match="PYW8A8_AMX_MIN_ROWS='many'"):
         _cpu._amx_min_rows()
+
+
+def test_torch_column_is_the_fastest_engine():
+    """torch's engines fold into one column, labelled with the fastest; the best-peer ratio
+    takes that engine."""
+    names = ["numpy f32", "pyw8a8 avx2", "onnxruntime int8", "torch fbgemm", "torch x86"]
+    header = bench.table_header(names)
+    assert header[3:] == ["numpy f32", "pyw8a8 avx2", "onnxruntime int8", bench.TORCH_COLUMN]
+    rows = [((8, 64, 64), {"numpy f32": 10.0, "pyw8a8 avx2": 60.0, "onnxruntime int8": 20.0,
+                           "torch fbgemm": 30.0, "torch x86": 40.0})]
+    line = bench.format_table(header, rows, ["avx2"])[2]
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[3:] == ["10", "60", "20", "40 (x86)", "6.0x", "1.50x"]
+
+
+def test_missing_torch_is_reported_with_its_install_command(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
+    from pyw8a8.tools import peers
+    assert peers.torch_engines() is None
+    assert not any(n.startswith("torch") for n in bench.contender_names(["avx2"]))
+    [line] = [line for line in peers.missing() if "torch" in line]
+    assert peers.TORCH_INSTALL in line
+
+
+def test_format_isolation_gives_both_figures_and_their_ratio():
+    rows = [((1, 64, 64), {"a": 50.0, "a alone": 100.0, "b": 95.0, "b alone": 100.0})]
+    lines = bench.format_isolation(rows, ["a", "b"])
+    assert lines[2] == "| 1 | 64 | 64 | a | 50 | 100 | 0.50 |"
+    assert lines[3] == "| 1 | 64 | 64 | b | 95 | 100 | 0.95 |"
+    assert lines[-1] == "beside / alone: 1 outside 10%: 1x64x64 a"
+
+
+def test_check_isolation_times_each_contender_beside_and_alone():
+    """``bench --check-isolation``'s method on a small shape: every contender gets a figure
+    beside the others and one from a process of its own, in the same rounds."""
+    names = bench.contender_names([pyw8a8.available_isas()[0]], with_peers=False)
+    [(shape, gops)] = bench.run_table([(2, 64, 128)], names, rounds=2, min_time=0.001,
+                                      isolate=True)
+    assert shape == (2, 64, 128)
+    assert set(gops) == set(names) | {f"{name} alone" for name in names}
+    assert all(v > 0 for v in gops.values())
+    assert len(bench.format_isolation([(shape, gops)], names)) == 2 + len(names) + 2
+
+
+def test_an_isolated_contender_reports_its_failure():
+    from pyw8a8.tools.measure import Isolated
+    with Isolated(bench.build_contender, 1) as worker:
+        with pytest.raises(RuntimeError, match="no-such-path"):
+            worker.build("pyw8a8 no-such-path", 1, 64, 64).warm_up(0.001)
