@@ -137,3 +137,48 @@ def test_an_isolated_contender_reports_its_failure():
     with Isolated(bench.build_contender, 1) as worker:
         with pytest.raises(RuntimeError, match="no-such-path"):
             worker.build("pyw8a8 no-such-path", 1, 64, 64).warm_up(0.001)
+
+
+def test_numpy_gelu_tanh_times_matches_float64():
+    """The numpy tanh-GELU of ``bench --ffn`` (float32, in place) against float64: within
+    a few float32 roundings of the result, and of g*u where 1 + tanh(...) cancels (large
+    negative g), as any float32 evaluation of this formula."""
+    from pyw8a8.tools import ffn_bench
+    rng = np.random.default_rng(0)
+    g = (rng.standard_normal((16, 64)) * 4).astype(np.float32)
+    g[0, :4] = [0.0, -30.0, 30.0, -1e-3]
+    u = rng.standard_normal((16, 64)).astype(np.float32)
+    g64, u64 = g.astype(np.float64), u.astype(np.float64)
+    expected = 0.5 * g64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (g64 + 0.044715 * g64**3))) * u64
+    got = ffn_bench.gelu_tanh_times(g, u)
+    assert got is g and got.dtype == np.float32
+    eps = np.finfo(np.float32).eps
+    assert np.all(np.abs(got - expected) <= 8 * eps * (np.abs(expected) + np.abs(g64 * u64)))
+
+
+def test_ffn_contenders_return_the_block_and_are_timed():
+    """Each FFN contender returns the (M, N) block; the table gives every time and ratio."""
+    from pyw8a8.tools import ffn_bench
+    names = [n for n in ffn_bench.contender_names() if n != "pyw8a8 fused"]
+    for name in names:
+        assert tuple(ffn_bench.build_contender(name, 3, 64, 32)().shape) == (3, 32)
+    x, wg, wu = ffn_bench.ffn_data(3, 64, 32)
+    pg, pu = (pyw8a8.pack_weight(w, rotate=False) for w in (wg, wu))
+    g, u = pyw8a8.matmul_pair(x, pg, pu)
+    np.testing.assert_array_equal(ffn_bench.build_contender("pyw8a8 unfused", 3, 64, 32)(),
+                                  ffn_bench.gelu_tanh_times(g, u))
+    [(shape, times)] = ffn_bench.run([(3, 64, 32)], names, rounds=1, min_time=0.001)
+    assert shape == (3, 64, 32) and set(times) == set(names)
+    assert all(t > 0 for t in times.values())
+
+
+def test_ffn_table_reports_ratios_to_numpy_and_the_fusion_gain():
+    from pyw8a8.tools import ffn_bench
+    rows = [((64, 640, 2048), {"numpy f32": 4e-3, "pyw8a8 unfused": 2e-3, "pyw8a8 fused": 1e-3,
+                               "torch fbgemm": 3e-3, "torch x86": 2.5e-3})]
+    lines = ffn_bench.format_rows(rows)
+    assert lines[0] == ("| M | K | N | numpy f32 ms | pyw8a8 unfused ms | pyw8a8 fused ms | "
+                        "torch int8 ms | unfused vs numpy | fused vs numpy | torch vs numpy | "
+                        "fused vs unfused |")
+    assert lines[2] == ("| 64 | 640 | 2048 | 4.000 | 2.000 | 1.000 | 2.500 (x86) | 2.00x | "
+                        "4.00x | 1.60x | 2.00x |")

@@ -18,7 +18,7 @@ from .._thread_policy import thread_policy
 from ..matmul import matmul
 from ..packing import pack_weight
 from ..rotation import fwht
-from . import dask_bench, peers, proxies, toy_transformer
+from . import dask_bench, ffn_bench, peers, proxies, toy_transformer
 from .measure import Isolated, measure
 
 SHAPES = [(1, 1152, 6912), (8, 1152, 6912), (64, 1152, 6912), (256, 1152, 6912),
@@ -457,6 +457,8 @@ _MODE_FLAGS = (
     ("--check-isolation", "only the table's contenders, each timed beside the others (as "
                           "the table is) and alone in a process of its own, in the same "
                           "rounds, with their ratio"),
+    ("--ffn", "only the gated FFN block gelu_tanh(x @ Wg.T) * (x @ Wu.T): numpy float32, "
+              "pyw8a8 matmul_pair then numpy, pyw8a8 fused (glu=), torch int8"),
 )
 
 
@@ -507,6 +509,8 @@ def main(argv=None, quick=False):
     if with_peers:
         for line in peers.missing():
             print(line)
+    if args.ffn:
+        return ffn_bench.main(args.rounds, args.min_time, args.shapes, with_peers)
     isas = isas or [i for i in _cpu.available_isas()
                     if not i.startswith("scalar")] or ["scalar"]
     shapes = args.shapes or (QUICK_SHAPES if quick else SHAPES)

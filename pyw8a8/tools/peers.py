@@ -90,8 +90,9 @@ def torch_linears(engine, *weights):
                                   for w in weights))
     for lin, w in zip(model, weights):
         lin.weight.data = torch.from_numpy(w.copy())
-    with warnings.catch_warnings():  # torch 2.13 flags its own quantized tensors deprecated
+    with warnings.catch_warnings():  # torch 2.13 flags torch.ao.quantization deprecated
         warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
         return list(torch.ao.quantization.quantize_dynamic(
             model, {torch.nn.Linear}, dtype=torch.qint8))
 
