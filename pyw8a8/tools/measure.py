@@ -12,21 +12,27 @@ import time
 import traceback
 
 SETTLE_SECONDS = 0.2
+# Calls of a contender before it is timed: first-call costs, caches, and pyw8a8's blocking
+# tuner, which tries its candidates on the first calls of a shape (3 rounds of at most 12).
+WARM_CALLS = 40
 
 
 def warm_up(fn, min_time):
-    """Call `fn` twice (first-call costs, caches, tuning), then once more, timed.
+    """Call `fn` WARM_CALLS times and for at least `min_time` seconds.
 
     Returns
     -------
     float
-        The seconds of that last call.
+        The median seconds per call of the second half of those calls (the first ones
+        carry the first-call costs).
     """
-    fn()
-    fn()
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
+    times = []
+    start = time.perf_counter()
+    while len(times) < WARM_CALLS or time.perf_counter() - start < min_time:
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[len(times) // 2:])
 
 
 def time_block(fn, reps):
@@ -68,14 +74,18 @@ def measure(contenders, rounds, min_time):
     """
     timers = {name: c if isinstance(c, Isolated) else _InProcess(c)
               for name, c in contenders.items()}
-    reps = {name: max(1, int(min_time / max(timer.warm_up(min_time), 1e-7)))
-            for name, timer in timers.items()}
+    reps = {}
+    for name, timer in timers.items():
+        # Idle thread pools spin for a while after a call (ONNX Runtime's for about 0.1 s
+        # on 2 vCPUs, OpenBLAS's for up to ~0.1 s without pyw8a8's thread policy); on a
+        # machine with few cores that steals the next contender's cores.  So every warm-up
+        # and every block starts from pools that have gone to sleep: pyw8a8's tuner, among
+        # others, would otherwise judge its candidates on calls slowed by another pool.
+        time.sleep(SETTLE_SECONDS)
+        reps[name] = max(1, int(min_time / max(timer.warm_up(min_time), 1e-7)))
     samples = {name: [] for name in timers}
     for _ in range(rounds):
         for name, timer in timers.items():
-            # Idle thread pools spin for a while after a call (OpenBLAS for up to ~0.1 s);
-            # on a machine with few cores that steals the next contender's cores, so every
-            # contender starts from pools that have gone to sleep.
             time.sleep(SETTLE_SECONDS)
             samples[name].append(timer.block(reps[name]))
     return {name: statistics.median(s) for name, s in samples.items()}
