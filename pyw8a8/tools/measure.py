@@ -158,9 +158,12 @@ class Isolated:
         return self._ask("block", reps)
 
     def close(self):
-        if self._process.is_alive():
+        """End the process (it is a daemon: it also ends with this one)."""
+        try:
             self._conn.send(None)
-            self._process.join(timeout=30)
+        except OSError:  # it has ended already (BrokenPipeError)
+            pass
+        self._process.join(timeout=30)
         self._conn.close()
 
     def __enter__(self):
