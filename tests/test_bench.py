@@ -113,21 +113,21 @@ def test_missing_torch_is_reported_with_its_install_command(monkeypatch):
 
 
 def test_format_isolation_gives_both_figures_and_their_ratio():
-    rows = [((1, 64, 64), {"a": 50.0, "a alone": 100.0, "b": 95.0, "b alone": 100.0})]
+    rows = [((1, 64, 64), {"a beside": 50.0, "a": 100.0, "b beside": 95.0, "b": 100.0})]
     lines = bench.format_isolation(rows, ["a", "b"])
     assert lines[2] == "| 1 | 64 | 64 | a | 50 | 100 | 0.50 |"
     assert lines[3] == "| 1 | 64 | 64 | b | 95 | 100 | 0.95 |"
     assert lines[-1] == "beside / alone: 1 outside 10%: 1x64x64 a"
 
 
-def test_check_isolation_times_each_contender_beside_and_alone():
-    """``bench --check-isolation``'s method on a small shape: every contender gets a figure
-    beside the others and one from a process of its own, in the same rounds."""
+def test_check_isolation_times_each_contender_alone_and_beside():
+    """The bench's method on a small shape: every contender gets a figure from a process of
+    its own and (``bench --check-isolation``) one beside the others, in the same rounds."""
     names = bench.contender_names([pyw8a8.available_isas()[0]], with_peers=False)
     [(shape, gops)] = bench.run_table([(2, 64, 128)], names, rounds=2, min_time=0.001,
-                                      isolate=True)
+                                      beside=True)
     assert shape == (2, 64, 128)
-    assert set(gops) == set(names) | {f"{name} alone" for name in names}
+    assert set(gops) == set(names) | {f"{name} beside" for name in names}
     assert all(v > 0 for v in gops.values())
     assert len(bench.format_isolation([(shape, gops)], names)) == 2 + len(names) + 2
 

@@ -8,6 +8,8 @@
   on each tile as it is finished, one output array;
 * torch int8 (where torch is installed): two dynamic int8 Linears and
   ``F.gelu(approximate="tanh")``, on the fastest of torch's engines.
+
+Each contender runs in a process of its own, as in the bench's table.
 """
 import math
 
@@ -17,7 +19,7 @@ from .. import _cpu, _threads
 from ..matmul import matmul_pair
 from ..packing import pack_weight
 from . import peers
-from .measure import measure
+from .measure import isolated, measure
 
 # Tokens x (K = model width, N = FFN width): Gemma 3 270M's FFN and Gemma 3 1B's.
 SHAPES = [(64, 640, 2048), (256, 640, 2048), (64, 1152, 6912), (256, 1152, 6912)]
@@ -101,15 +103,18 @@ def build_contender(name, m, k, n):
 
 
 def run(shapes, names, rounds, min_time):
-    """Median seconds per FFN block of each contender at each shape, side by side.
+    """Median seconds per FFN block of each contender at each shape, each one built and
+    timed in a process of its own (as the bench's table: torch and pyw8a8 share an OpenMP
+    runtime in one process), in interleaved rounds.
 
     Returns
     -------
     list of ((M, K, N), dict of str to float)
     """
-    return [((m, k, n), measure({name: build_contender(name, m, k, n) for name in names},
-                                rounds, min_time))
-            for m, k, n in shapes]
+    with isolated(build_contender, names, _threads.get_num_threads()) as workers:
+        return [((m, k, n), measure({name: worker.build(name, m, k, n)
+                                     for name, worker in workers.items()}, rounds, min_time))
+                for m, k, n in shapes]
 
 
 def format_rows(rows):
@@ -144,8 +149,8 @@ def main(rounds, min_time, shapes=None, with_peers=True):
     names = contender_names(with_peers)
     rows = run(shapes or SHAPES, names, rounds, min_time)
     print(f"\nGated FFN gelu_tanh(x @ Wg.T) * (x @ Wu.T), M tokens, K -> N; medians of "
-          f"interleaved rounds; pyw8a8 path {_cpu.isa()}, rotation off; "
-          f"{_threads.get_num_threads()} threads")
+          f"interleaved rounds, each contender in a process of its own; pyw8a8 path "
+          f"{_cpu.isa()}, rotation off; {_threads.get_num_threads()} threads")
     for line in format_rows(rows):
         print(line)
     return 0

@@ -6,6 +6,7 @@ A contender is a function of no arguments timed in this process, or an :class:`I
 one: a contender built and timed in a process of its own, which the rounds interleave with
 the others all the same (``bench --check-isolation`` compares the two).
 """
+import contextlib
 import multiprocessing
 import statistics
 import time
@@ -171,3 +172,22 @@ class Isolated:
 
     def __exit__(self, *exc):
         self.close()
+
+
+@contextlib.contextmanager
+def isolated(make, names, nthreads):
+    """One :class:`Isolated` contender per name of `names`, each in a process of its own
+    that builds contenders with `make`; all closed on exit.
+
+    Yields
+    ------
+    dict of str to Isolated
+    """
+    workers = {}
+    try:
+        for name in names:
+            workers[name] = Isolated(make, nthreads)
+        yield workers
+    finally:
+        for worker in workers.values():
+            worker.close()
