@@ -1,4 +1,6 @@
 """The benchmark command's helpers (its timings are not asserted: speed is shown by running it)."""
+import sys
+
 import numpy as np
 import pytest
 
@@ -86,3 +88,103 @@ def test_amx_min_rows_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv("PYW8A8_AMX_MIN_ROWS", "many")
     with pytest.raises(ValueError, match="PYW8A8_AMX_MIN_ROWS='many'"):
         _cpu._amx_min_rows()
+
+
+def test_torch_column_is_the_fastest_engine():
+    """torch's engines fold into one column, labelled with the fastest; the best-peer ratio
+    takes that engine."""
+    names = ["numpy f32", "pyw8a8 avx2", "onnxruntime int8", "torch fbgemm", "torch x86"]
+    header = bench.table_header(names)
+    assert header[3:] == ["numpy f32", "pyw8a8 avx2", "onnxruntime int8", bench.TORCH_COLUMN]
+    rows = [((8, 64, 64), {"numpy f32": 10.0, "pyw8a8 avx2": 60.0, "onnxruntime int8": 20.0,
+                           "torch fbgemm": 30.0, "torch x86": 40.0})]
+    line = bench.format_table(header, rows, ["avx2"])[2]
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[3:] == ["10", "60", "20", "40 (x86)", "6.0x", "1.50x"]
+
+
+def test_missing_torch_is_reported_with_its_install_command(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
+    from pyw8a8.tools import peers
+    assert peers.torch_engines() is None
+    assert not any(n.startswith("torch") for n in bench.contender_names(["avx2"]))
+    [line] = [line for line in peers.missing() if "torch" in line]
+    assert peers.TORCH_INSTALL in line
+
+
+def test_format_isolation_gives_both_figures_and_their_ratio():
+    rows = [((1, 64, 64), {"a beside": 50.0, "a": 100.0, "b beside": 95.0, "b": 100.0})]
+    lines = bench.format_isolation(rows, ["a", "b"])
+    assert lines[2] == "| 1 | 64 | 64 | a | 50 | 100 | 0.50 |"
+    assert lines[3] == "| 1 | 64 | 64 | b | 95 | 100 | 0.95 |"
+    assert lines[-1] == "beside / alone: 1 outside 10%: 1x64x64 a"
+
+
+def test_check_isolation_times_each_contender_alone_and_beside():
+    """The bench's method on a small shape: every contender gets a figure from a process of
+    its own and (``bench --check-isolation``) one beside the others, in the same rounds."""
+    names = bench.contender_names([pyw8a8.available_isas()[0]], with_peers=False)
+    [(shape, gops)] = bench.run_table([(2, 64, 128)], names, rounds=2, min_time=0.001,
+                                      beside=True)
+    assert shape == (2, 64, 128)
+    assert set(gops) == set(names) | {f"{name} beside" for name in names}
+    assert all(v > 0 for v in gops.values())
+    assert len(bench.format_isolation([(shape, gops)], names)) == 2 + len(names) + 2
+
+
+def test_an_isolated_contender_reports_its_failure():
+    from pyw8a8.tools.measure import Isolated
+    with Isolated(bench.build_contender, 1) as worker:
+        with pytest.raises(RuntimeError, match="no-such-path"):
+            worker.build("pyw8a8 no-such-path", 1, 64, 64).warm_up(0.001)
+
+
+def test_numpy_gelu_tanh_times_matches_float64():
+    """The numpy tanh-GELU of ``bench --ffn`` (float32, in place) against float64: within
+    a few float32 roundings of the result, and of g*u where 1 + tanh(...) cancels (large
+    negative g), as any float32 evaluation of this formula."""
+    from pyw8a8.tools import ffn_bench
+    rng = np.random.default_rng(0)
+    g = (rng.standard_normal((16, 64)) * 4).astype(np.float32)
+    g[0, :4] = [0.0, -30.0, 30.0, -1e-3]
+    u = rng.standard_normal((16, 64)).astype(np.float32)
+    g64, u64 = g.astype(np.float64), u.astype(np.float64)
+    expected = 0.5 * g64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (g64 + 0.044715 * g64**3))) * u64
+    got = ffn_bench.gelu_tanh_times(g, u)
+    assert got is g and got.dtype == np.float32
+    eps = np.finfo(np.float32).eps
+    assert np.all(np.abs(got - expected) <= 8 * eps * (np.abs(expected) + np.abs(g64 * u64)))
+
+
+def test_ffn_contenders_return_the_block_and_are_timed():
+    """Each FFN contender returns the (M, N) block; pyw8a8's unfused and fused blocks are
+    the same products through numpy's tanh-GELU and the kernels' (within the float32
+    roundings of the formula, see above); the table gives every time and ratio."""
+    from pyw8a8.tools import ffn_bench
+    names = ffn_bench.contender_names()
+    for name in names:
+        assert tuple(ffn_bench.build_contender(name, 3, 64, 32)().shape) == (3, 32)
+    x, wg, wu = ffn_bench.ffn_data(3, 64, 32)
+    pg, pu = (pyw8a8.pack_weight(w, rotate=False) for w in (wg, wu))
+    g, u = pyw8a8.matmul_pair(x, pg, pu)
+    gu = np.abs(g.astype(np.float64) * u)
+    unfused = ffn_bench.build_contender("pyw8a8 unfused", 3, 64, 32)()
+    np.testing.assert_array_equal(unfused, ffn_bench.gelu_tanh_times(g, u))
+    fused = ffn_bench.build_contender("pyw8a8 fused", 3, 64, 32)()
+    eps = np.finfo(np.float32).eps
+    assert np.all(np.abs(fused - unfused.astype(np.float64)) <= 8 * eps * (np.abs(unfused) + gu))
+    [(shape, times)] = ffn_bench.run([(3, 64, 32)], names, rounds=1, min_time=0.001)
+    assert shape == (3, 64, 32) and set(times) == set(names)
+    assert all(t > 0 for t in times.values())
+
+
+def test_ffn_table_reports_ratios_to_numpy_and_the_fusion_gain():
+    from pyw8a8.tools import ffn_bench
+    rows = [((64, 640, 2048), {"numpy f32": 4e-3, "pyw8a8 unfused": 2e-3, "pyw8a8 fused": 1e-3,
+                               "torch fbgemm": 3e-3, "torch x86": 2.5e-3})]
+    lines = ffn_bench.format_rows(rows)
+    assert lines[0] == ("| M | K | N | numpy f32 ms | pyw8a8 unfused ms | pyw8a8 fused ms | "
+                        "torch int8 ms | unfused vs numpy | fused vs numpy | torch vs numpy | "
+                        "fused vs unfused |")
+    assert lines[2] == ("| 64 | 640 | 2048 | 4.000 | 2.000 | 1.000 | 2.500 (x86) | 2.00x | "
+                        "4.00x | 1.60x | 2.00x |")

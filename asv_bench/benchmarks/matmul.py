@@ -1,4 +1,7 @@
-"""matmul and matmul_pair over the M x (K, N) grid (rotation off and on)."""
+"""matmul and matmul_pair over the M x (K, N) grid (rotation off and on), and their fused
+forms: bias and activation, the gated FFN unit (glu=)."""
+import numpy as np
+
 import pyw8a8
 
 from .common import KN_VALUES, M_VALUES, data
@@ -53,3 +56,41 @@ class MatmulPair:
 
     def time_matmul_pair(self, m, kn):
         pyw8a8.matmul_pair(self.x, self.p1, self.p2)
+
+
+class MatmulEpilogue:
+    """matmul with the bias and the activation fused into its epilogue, against the plain
+    product (time_matmul above): what a biased, activated layer costs on top."""
+    params = ([1, 64, 256], [(640, 2048), (1152, 6912)],
+              ["relu", "gelu", "gelu_tanh", "silu"])
+    param_names = ["M", "KN", "activation"]
+
+    def setup(self, m, kn, activation):
+        k, n = kn
+        self.x, w = data(m, k, n)
+        self.bias = np.random.default_rng(3).standard_normal(n).astype(np.float32)
+        self.packed = pyw8a8.pack_weight(w, rotate=False)
+        for _ in range(30):
+            pyw8a8.matmul(self.x, self.packed, bias=self.bias, activation=activation)
+
+    def time_matmul_bias_activation(self, m, kn, activation):
+        pyw8a8.matmul(self.x, self.packed, bias=self.bias, activation=activation)
+
+
+class MatmulPairGlu:
+    """The gated FFN unit glu(x @ Wg.T) * (x @ Wu.T) in one call, against matmul_pair's two
+    products (MatmulPair above)."""
+    params = (M_VALUES, [(640, 2048), (1152, 6912)], ["gelu_tanh", "silu"])
+    param_names = ["M", "KN", "glu"]
+
+    def setup(self, m, kn, glu):
+        k, n = kn
+        self.x, wg = data(m, k, n, seed=1)
+        _, wu = data(m, k, n, seed=2)
+        self.pg = pyw8a8.pack_weight(wg, rotate=False)
+        self.pu = pyw8a8.pack_weight(wu, rotate=False)
+        for _ in range(30):
+            pyw8a8.matmul_pair(self.x, self.pg, self.pu, glu=glu)
+
+    def time_matmul_pair_glu(self, m, kn, glu):
+        pyw8a8.matmul_pair(self.x, self.pg, self.pu, glu=glu)

@@ -1,8 +1,9 @@
 """Side-by-side speed of pyw8a8 against numpy float32 and the int8 peers.
 
-Every contender runs on the same float32 activations and pre-packed weights, in
-interleaved rounds (A, B, C, A, B, C, ...) so a noisy shared machine slows them alike;
-the table reports medians. Effective GOPS = 2 * M * N * K / time.
+Every contender runs on the same float32 activations and pre-packed weights, each in a
+process of its own, in interleaved rounds (A, B, C, A, B, C, ...) so a noisy shared
+machine slows them alike; the table reports medians. Effective GOPS = 2 * M * N * K /
+time.
 """
 import argparse
 import math
@@ -10,7 +11,6 @@ import os
 import platform
 import statistics
 import time
-import warnings
 
 import numpy as np
 
@@ -19,13 +19,23 @@ from .._thread_policy import thread_policy
 from ..matmul import matmul
 from ..packing import pack_weight
 from ..rotation import fwht
-from . import dask_bench, proxies, toy_transformer
-from .measure import measure
+from . import dask_bench, ffn_bench, peers, proxies, toy_transformer
+from .measure import isolated, measure
 
 SHAPES = [(1, 1152, 6912), (8, 1152, 6912), (64, 1152, 6912), (256, 1152, 6912),
           (1024, 2048, 640), (1, 4096, 4096), (64, 4096, 4096), (1, 640, 2048),
           (64, 2048, 640), (1, 640, 262144)]  # the last: a 168 MB LM head, DRAM-bound
 QUICK_SHAPES = [(1, 1152, 6912), (64, 1152, 6912), (256, 1152, 6912)]
+
+
+def shape_data(m, k, n):
+    """The float32 activations (M, K) and weight (N, K) of one shape: the same in every
+    process (an isolated contender builds its own), whatever shapes came before."""
+    rng = np.random.default_rng((m, k, n))
+    x = rng.standard_normal((m, k), dtype=np.float32)
+    w = rng.standard_normal((n, k), dtype=np.float32)
+    w *= np.float32(1 / np.sqrt(k))
+    return x, w
 
 
 def _numpy_f32(x, w):
@@ -42,59 +52,26 @@ def _pyw8a8(x, w, isa, rotate=False):
     return run
 
 
-def _onnxruntime(x, w):
-    """DynamicQuantizeLinear + MatMulInteger with pre-quantized int8 weights (per tensor)."""
-    try:
-        import onnxruntime as ort
-        from onnx import TensorProto, helper, numpy_helper
-    except ImportError:
-        return None
-    scale = np.abs(w).max() / 127
-    qw = np.clip(np.rint(w.T / scale), -127, 127).astype(np.int8)
-    k, n = qw.shape
-    nodes = [
-        helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
-        helper.make_node("MatMulInteger", ["xq", "wq", "xz", "wz"], ["acc"]),
-        helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
-        helper.make_node("Mul", ["xs", "ws"], ["s"]),
-        helper.make_node("Mul", ["accf", "s"], ["y"]),
-    ]
-    graph = helper.make_graph(
-        nodes, "w8a8",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, k])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, n])],
-        initializer=[numpy_helper.from_array(qw, "wq"),
-                     numpy_helper.from_array(np.array(0, np.int8), "wz"),
-                     numpy_helper.from_array(np.array(scale, np.float32), "ws")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = _threads.get_num_threads()
-    opts.inter_op_num_threads = 1
-    sess = ort.InferenceSession(model.SerializeToString(), opts,
-                                providers=["CPUExecutionProvider"])
-    feed = {"x": x}
-    return lambda: sess.run(None, feed)
+def contender_names(isas, with_peers=True):
+    """The table's contenders: numpy float32, each pyw8a8 path of `isas`, then
+    (`with_peers`) ONNX Runtime and each of torch's engines where they are installed."""
+    names = ["numpy f32"] + [f"pyw8a8 {isa}" for isa in isas]
+    if with_peers:
+        names += ["onnxruntime int8"] if peers.onnxruntime_available() else []
+        names += [f"torch {e}" for e in peers.torch_engines() or ()]
+    return names
 
 
-def _torch_dynamic(x, w):
-    """torch.ao dynamic int8 Linear, only when torch is already installed."""
-    try:
-        import torch
-    except ImportError:
-        return None
-    torch.set_num_threads(_threads.get_num_threads())
-    lin = torch.nn.Linear(w.shape[1], w.shape[0], bias=False)
-    lin.weight.data = torch.from_numpy(w.copy())
-    with warnings.catch_warnings():  # torch 2.13 flags its own quantized tensors deprecated
-        warnings.simplefilter("ignore", UserWarning)
-        qlin = torch.ao.quantization.quantize_dynamic(
-            torch.nn.Sequential(lin), {torch.nn.Linear}, dtype=torch.qint8)
-    tx = torch.from_numpy(x)
-
-    def run():
-        with torch.no_grad():
-            return qlin(tx)
-    return run
+def build_contender(name, m, k, n):
+    """The function of no arguments that times contender `name` (one of
+    :func:`contender_names`) at shape (M, K, N), on :func:`shape_data`."""
+    x, w = shape_data(m, k, n)
+    kind, _, detail = name.partition(" ")
+    if kind == "pyw8a8":
+        return _pyw8a8(x, w, detail)
+    if kind == "torch":
+        return peers.torch_matmul(x, w, detail)
+    return {"numpy f32": _numpy_f32, "onnxruntime int8": peers.onnxruntime_matmul}[name](x, w)
 
 
 def _gops_of(run, seconds):
@@ -244,35 +221,69 @@ def _machine_info():
     return lines
 
 
-def run_table(shapes, isas, rounds, min_time, peers=True):
-    rng = np.random.default_rng(0)
-    header = ["M", "K", "N", "numpy f32"] + [f"pyw8a8 {i}" for i in isas]
-    rows = []
-    for m, k, n in shapes:
-        x = rng.standard_normal((m, k)).astype(np.float32)
-        w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
-        contenders = {"numpy f32": _numpy_f32(x, w)}
-        for isa in isas:
-            contenders[f"pyw8a8 {isa}"] = _pyw8a8(x, w, isa)
-        if peers:
-            for name, make in (("onnxruntime int8", _onnxruntime),
-                               ("torch dyn int8", _torch_dynamic)):
-                fn = make(x, w)
-                if fn is not None:
-                    contenders[name] = fn
-                    if name not in header:
-                        header.append(name)
-        times = measure(contenders, rounds, min_time)
-        gops = {name: 2 * m * n * k / t / 1e9 for name, t in times.items()}
-        rows.append(((m, k, n), gops))
-    return header, rows
+#: The table's one torch column: the fastest of torch's engines in each row.
+TORCH_COLUMN = "torch int8"
+
+
+def _time_shape(shape, workers, beside, rounds, min_time):
+    """GOPS at one shape of each contender in `workers` ({name: Isolated}), built and timed
+    in its own process, and (`beside`) of each also built in this one, as "<name> beside",
+    all in the same interleaved rounds."""
+    m, k, n = shape
+    contenders = {name: worker.build(name, m, k, n) for name, worker in workers.items()}
+    if beside:
+        contenders.update({f"{name} beside": build_contender(name, m, k, n)
+                           for name in workers})
+    times = measure(contenders, rounds, min_time)
+    return {name: 2 * m * n * k / t / 1e9 for name, t in times.items()}
+
+
+def run_table(shapes, names, rounds, min_time, beside=False):
+    """GOPS of each contender (:func:`contender_names`) at each shape, each one built and
+    timed in a process of its own, in interleaved rounds (:func:`measure`).
+
+    In one process the contenders disturb each other: torch (2.13's CPU build) takes the
+    OpenMP runtime pyw8a8 loaded, its spin policy included, and its dynamic Linear ran at
+    0.43-0.59 of its speed alone at 1 x 1152 x 6912 beside pyw8a8, which ran at 0.72-0.77
+    of its own (2 Xeon vCPUs).  A user who runs one of them gets what it measures alone.
+    With `beside`, each contender is also timed in this process beside the others, in the
+    same rounds, under the name "<name> beside" (``bench --check-isolation``).
+
+    Returns
+    -------
+    list of ((M, K, N), dict of str to float)
+    """
+    with isolated(build_contender, names, _threads.get_num_threads()) as workers:
+        return [(shape, _time_shape(shape, workers, beside, rounds, min_time))
+                for shape in shapes]
+
+
+def table_header(names):
+    """The columns of :func:`format_table` for contenders `names`: torch's engines folded
+    into TORCH_COLUMN."""
+    header = ["M", "K", "N"] + [h for h in names if not h.startswith("torch ")]
+    return header + [TORCH_COLUMN] * any(h.startswith("torch ") for h in names)
+
+
+def _cell(gops, column):
+    """(GOPS, label) of `column` in one row's figures; TORCH_COLUMN is the fastest engine,
+    labelled with its name. (None, "") where the row lacks the column."""
+    if column == TORCH_COLUMN:
+        engines = {h[len("torch "):]: v for h, v in gops.items()
+                   if h.startswith("torch ") and not h.endswith(" beside")}
+        if not engines:
+            return None, ""
+        best = max(engines, key=engines.get)
+        return engines[best], f" ({best})"
+    return gops.get(column), ""
 
 
 def format_table(header, rows, isas, peaks=None, bandwidth=None, fp32_peak=None):
     """Markdown table: GOPS per contender, ratios of the fastest pyw8a8 path to numpy and
     to the best peer, each path's fraction of its own int8 instruction peak (and numpy's
     of the float32 FMA peak) and, at M = 1, the weight-read GB/s against the bandwidth of
-    the level the weight is read from (`bandwidth`: {"L3": GB/s, "DRAM": GB/s})."""
+    the level the weight is read from (`bandwidth`: {"L3": GB/s, "DRAM": GB/s}). The
+    torch column (TORCH_COLUMN, see :func:`table_header`) names its fastest engine."""
     ours_names = [f"pyw8a8 {i}" for i in isas]
     peer_names = [h for h in header[4:] if h not in ours_names]
     cols = header + ["vs numpy"] + (["vs best peer"] if peer_names else [])
@@ -283,10 +294,13 @@ def format_table(header, rows, isas, peaks=None, bandwidth=None, fp32_peak=None)
     for (m, k, n), gops in rows:
         ours = max(gops[name] for name in ours_names)
         cells = [str(m), str(k), str(n)]
-        cells += [f"{gops[h]:.0f}" if h in gops else "-" for h in header[3:]]
+        for h in header[3:]:
+            value, label = _cell(gops, h)
+            cells.append("-" if value is None else f"{value:.0f}{label}")
         cells.append(f"{ours / gops['numpy f32']:.1f}x")
         if peer_names:
-            best_peer = max((gops[p] for p in peer_names if p in gops), default=None)
+            best_peer = max((v for v, _ in (_cell(gops, p) for p in peer_names)
+                             if v is not None), default=None)
             cells.append(f"{ours / best_peer:.2f}x" if best_peer else "-")
         if peaks:
             cells += [f"{100 * gops[f'pyw8a8 {i}'] / peaks[i]:.0f}%" for i in isas]
@@ -301,6 +315,31 @@ def format_table(header, rows, isas, peaks=None, bandwidth=None, fp32_peak=None)
                 cells.append("")
         out.append("| " + " | ".join(cells) + " |")
     return out
+
+
+#: How far a contender timed beside the others may be from it timed alone.
+ISOLATION_TOLERANCE = 0.10
+
+
+def format_isolation(rows, names):
+    """Markdown table of ``bench --check-isolation``: each contender's GOPS beside the
+    others (in one process) and alone (a process of its own), timed in the same rounds,
+    and their ratio; then a line that counts the ratios outside ISOLATION_TOLERANCE."""
+    out = ["| M | K | N | contender | beside the others | alone | beside / alone |",
+           "|---|---|---|---|---|---|---|"]
+    off = []
+    for (m, k, n), gops in rows:
+        for name in names:
+            beside, alone = gops[f"{name} beside"], gops[name]
+            ratio = beside / alone
+            if abs(ratio - 1) > ISOLATION_TOLERANCE:
+                off.append(f"{m}x{k}x{n} {name}")
+            out.append(f"| {m} | {k} | {n} | {name} | {beside:.0f} | {alone:.0f} | "
+                       f"{ratio:.2f} |")
+    verdict = (f"all {sum(len(names) for _ in rows)} within {ISOLATION_TOLERANCE:.0%}"
+               if not off else f"{len(off)} outside {ISOLATION_TOLERANCE:.0%}: "
+               + ", ".join(off))
+    return out + ["", f"beside / alone: {verdict}"]
 
 
 def parse_shape(text):
@@ -414,6 +453,11 @@ _MODE_FLAGS = (
                    "arithmetic, against the product's time at VNNI and AMX speeds"),
     ("--dask", "instead: a large M on local dask clusters of 1 and 2 worker processes against "
                "the in-process call (needs the dask extra)"),
+    ("--check-isolation", "only the table's contenders, each timed alone in a process of "
+                          "its own (as the table is) and beside the others in one process, "
+                          "in the same rounds, with their ratio"),
+    ("--ffn", "only the gated FFN block gelu_tanh(x @ Wg.T) * (x @ Wu.T): numpy float32, "
+              "pyw8a8 matmul_pair then numpy, pyw8a8 fused (glu=), torch int8"),
 )
 
 
@@ -460,10 +504,19 @@ def main(argv=None, quick=False):
                             args.rounds, args.min_time, args.shapes, args.crossover)
     for line in _machine_info():
         print(line)
+    with_peers = not args.no_peers and not quick
+    if with_peers:
+        for line in peers.missing():
+            print(line)
+    if args.ffn:
+        return ffn_bench.main(args.rounds, args.min_time, args.shapes, with_peers)
     isas = isas or [i for i in _cpu.available_isas()
                     if not i.startswith("scalar")] or ["scalar"]
     shapes = args.shapes or (QUICK_SHAPES if quick else SHAPES)
+    names = contender_names(isas, with_peers)
     nthreads = _threads.get_num_threads()
+    if args.check_isolation:
+        return _isolation_main(shapes, names, isas, args)
     peaks = {isa: int8_peak_gops(isa, nthreads) for isa in isas}
     for isa, gops in peaks.items():
         print(f"int8 instruction peak of path {isa}: {gops:.0f} GOPS ({nthreads} threads)")
@@ -475,14 +528,30 @@ def main(argv=None, quick=False):
                  "L3": read_bandwidth_gbs(nthreads, nbytes=8 << 20, rounds=25)}
     print(f"read bandwidth: {bandwidth['DRAM']:.1f} GB/s from memory (1 GiB buffer), "
           f"{bandwidth['L3']:.1f} GB/s from L3 (8 MiB) ({nthreads} threads)")
-    header, rows = run_table(shapes, isas, args.rounds, args.min_time,
-                             peers=not args.no_peers and not quick)
-    print(f"\nGOPS = 2*M*N*K / median time; rotation off; activation quantization "
-          f"included; {nthreads} threads")
-    for line in format_table(header, rows, isas, peaks, bandwidth, fp32_peak):
+    rows = run_table(shapes, names, args.rounds, args.min_time)
+    print(f"\n{GOPS_NOTE}; {nthreads} threads")
+    for line in format_table(table_header(names), rows, isas, peaks, bandwidth, fp32_peak):
         print(line)
     with _cpu.use_isa(isas[0]):
         print_rotation(isas[0], args.rounds, args.min_time)
+    return 0
+
+
+GOPS_NOTE = ("GOPS = 2*M*N*K / median time, each contender in a process of its own; "
+             "rotation off; activation quantization included; torch: the fastest of its "
+             "engines")
+
+
+def _isolation_main(shapes, names, isas, args):
+    nthreads = _threads.get_num_threads()
+    rows = run_table(shapes, names, args.rounds, args.min_time, beside=True)
+    print(f"\n{GOPS_NOTE}; {nthreads} threads")
+    for line in format_table(table_header(names), rows, isas):
+        print(line)
+    print("\nThe same contenders beside each other in one process, timed in the same "
+          "interleaved rounds (GOPS)")
+    for line in format_isolation(rows, names):
+        print(line)
     return 0
 
 
