@@ -118,7 +118,7 @@ def _blocking(ops, plan, group, m, nthreads, streams=1):
         if len(plan.blocking) < _SETTLED_PER_WEIGHT:
             plan.blocking[settled] = blocking
         return blocking, None
-    return blocking, (key, index)
+    return blocking, (None if index < 0 else (key, index))
 
 
 def _activation_code(activation, name):

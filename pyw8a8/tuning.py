@@ -88,7 +88,8 @@ class Tuner:
             self._entries.clear()
 
     def choose(self, ops, enc, group, m, n, kp, nthreads, streams=1):
-        """(key, index, (kc, mc, nc, m_step, n_step)) for the next call of this shape, with
+        """(key, index, (kc, mc, nc, m_step, n_step)) for the next call of this shape (index
+        None once settled, -1 for the untimed first call), with
         weight encoding `enc`, in a call of `group` weights (one, or matmul_pair's two), whose
         tiles each read `streams` weights (two for a gated pair)."""
         key = (ops.name, enc, group, streams, m_bucket(m), kp, n, nthreads)
@@ -96,8 +97,12 @@ class Tuner:
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
+                # A shape's first call carries one-time costs (the scratch growing, its
+                # pages faulting in): it runs the default untimed (index -1), so that no
+                # candidate, the default least of all, is judged on it.
                 entry = self._entries[key] = _Entry(
                     candidates(ops, m, n, kp, nthreads, streams))
+                return key, -1, (kc,) + _fit(entry.cands[0], m)
             if entry.best is not None:
                 return key, None, (kc,) + _fit(entry.best, m)
             index = entry.alive[entry.calls % len(entry.alive)]
@@ -105,7 +110,7 @@ class Tuner:
         return key, index, (kc,) + _fit(entry.cands[index], m)
 
     def record(self, key, index, seconds):
-        if index is None:
+        if index is None or index < 0:
             return
         with self._lock:
             entry = self._entries[key]

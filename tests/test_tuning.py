@@ -1,0 +1,43 @@
+"""The blocking tuner: which candidate it settles on, and what it never judges."""
+from pyw8a8 import _kernels
+from pyw8a8.tuning import ROUNDS, Tuner, _fit, candidates, kc_for
+
+SHAPE = dict(m=64, n=512, kp=640, nthreads=2)
+
+
+def _choose(tuner, ops, streams=1):
+    return tuner.choose(ops, 0, 1, SHAPE["m"], SHAPE["n"], SHAPE["kp"], SHAPE["nthreads"],
+                        streams)
+
+
+def test_first_call_is_untimed_and_the_fastest_candidate_settles():
+    ops = _kernels.IsaOps("scalar")
+    cands = candidates(ops, SHAPE["m"], SHAPE["n"], SHAPE["kp"], SHAPE["nthreads"])
+    assert len(cands) > 1
+    tuner = Tuner()
+    kc = kc_for(ops, SHAPE["kp"])
+    key, index, blocking = _choose(tuner, ops)
+    # The shape's first call (its one-time costs) runs the default and is never recorded.
+    assert index == -1 and blocking == (kc,) + _fit(cands[0], SHAPE["m"])
+    tuner.record(key, index, 1e9)
+    fastest = len(cands) - 1
+    for _ in range(ROUNDS * len(cands)):
+        key, index, blocking = _choose(tuner, ops)
+        if index is None:
+            break
+        assert blocking == (kc,) + _fit(cands[index], SHAPE["m"])
+        tuner.record(key, index, 1.0 if index != fastest else 0.5)
+    key, index, blocking = _choose(tuner, ops)
+    assert index is None and blocking == (kc,) + _fit(cands[fastest], SHAPE["m"])
+
+
+def test_gated_pairs_have_their_own_entry_sized_for_two_weights():
+    ops = _kernels.IsaOps("avx2") if "avx2" in _kernels.isa_names() else _kernels.IsaOps(
+        "scalar")
+    tuner = Tuner()
+    single, _, _ = _choose(tuner, ops)
+    pair, _, blocking = _choose(tuner, ops, streams=2)
+    assert single != pair
+    kp = 1 << 16  # long enough that L1, not K, bounds the K-range
+    assert kc_for(ops, kp, 2) <= kc_for(ops, kp) // 2
+    assert blocking[0] == kc_for(ops, SHAPE["kp"], 2)
