@@ -41,16 +41,19 @@ class MatmulRotated(Matmul):
             pyw8a8.matmul(self.x, self.packed)
 
 
+def pair_weights(m, k, n):
+    """Activations (m, k) and two packed weights (n, k) of one shape: gate and up."""
+    x, w1 = data(m, k, n, seed=1)
+    _, w2 = data(m, k, n, seed=2)
+    return x, pyw8a8.pack_weight(w1, rotate=False), pyw8a8.pack_weight(w2, rotate=False)
+
+
 class MatmulPair:
     params = (M_VALUES, [(640, 2048), (1152, 6912)])
     param_names = ["M", "KN"]
 
     def setup(self, m, kn):
-        k, n = kn
-        self.x, w1 = data(m, k, n, seed=1)
-        _, w2 = data(m, k, n, seed=2)
-        self.p1 = pyw8a8.pack_weight(w1, rotate=False)
-        self.p2 = pyw8a8.pack_weight(w2, rotate=False)
+        self.x, self.p1, self.p2 = pair_weights(m, *kn)
         for _ in range(30):
             pyw8a8.matmul_pair(self.x, self.p1, self.p2)
 
@@ -84,11 +87,7 @@ class MatmulPairGlu:
     param_names = ["M", "KN", "glu"]
 
     def setup(self, m, kn, glu):
-        k, n = kn
-        self.x, wg = data(m, k, n, seed=1)
-        _, wu = data(m, k, n, seed=2)
-        self.pg = pyw8a8.pack_weight(wg, rotate=False)
-        self.pu = pyw8a8.pack_weight(wu, rotate=False)
+        self.x, self.pg, self.pu = pair_weights(m, *kn)
         for _ in range(30):
             pyw8a8.matmul_pair(self.x, self.pg, self.pu, glu=glu)
 
