@@ -41,9 +41,14 @@ def test_examples_run(page, tmp_path, monkeypatch, capsys):
         assert capsys.readouterr().out.splitlines()[-1] == "1 1"
 
 
-def test_readme_opens_with_the_package_and_its_install():
-    sections = re.findall(r"^## (.*)$", (ROOT / "README.md").read_text(), flags=re.M)
-    assert sections[:4] == ["Install", "Use", "W8A8 in your own numpy model", "Commands"]
+def test_readme_opens_with_the_two_commands_then_install_and_use():
+    # The project's standing rule: the README starts with its two set-up commands (the main
+    # job, the tests); a newcomer's install and examples follow at once.
+    text = (ROOT / "README.md").read_text()
+    sections = re.findall(r"^## (.*)$", text, flags=re.M)
+    assert sections[:4] == ["Commands", "Install", "Use", "W8A8 in your own numpy model"]
+    first_block = re.search(r"```bash\n(.*?)```", text, flags=re.S).group(1).splitlines()
+    assert "python -m pyw8a8 bench" in first_block[0] and "python -m pytest" in first_block[1]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
