@@ -88,10 +88,10 @@ class Tuner:
             self._entries.clear()
 
     def choose(self, ops, enc, group, m, n, kp, nthreads, streams=1):
-        """(key, index, (kc, mc, nc, m_step, n_step)) for the next call of this shape (index
-        None once settled, -1 for the untimed first call), with
-        weight encoding `enc`, in a call of `group` weights (one, or matmul_pair's two), whose
-        tiles each read `streams` weights (two for a gated pair)."""
+        """(key, index, (kc, mc, nc, m_step, n_step)) for the next call of this shape, with
+        weight encoding `enc`, in a call of `group` weights (one, or matmul_pair's two) whose
+        tiles each read `streams` weights (two for a gated pair); index is None once the
+        shape is settled, and -1 for its untimed first call."""
         key = (ops.name, enc, group, streams, m_bucket(m), kp, n, nthreads)
         kc = kc_for(ops, kp, streams)
         with self._lock:
