@@ -307,26 +307,25 @@ static inline void w8_run_task(const w8_gemm_job *jobs, int njobs, int64_t t)
                   n0, n0 + job->n_step < job->g.N ? n0 + job->n_step : job->g.N);
 }
 
-/* The float result of the int64 sums of a product with K beyond W8_EXACT_K (its plan's
- * `out`): one conversion (round to nearest, as numpy's), then the scaling, activation and
- * gate in the order of every tile's finish (w8_scalar_scaled, then activation.h), through
- * the scalar reference. */
+/* One int64 sum of a product beyond W8_EXACT_K (its plan's `out`) scaled: one conversion
+ * (round to nearest, as numpy's), then w8_apply_scales and the bias, as w8_scalar_scaled
+ * does for the int32 sums of every tile. */
+static inline float w8_wide_scaled(const w8_gemm_plan *g, int64_t m, int64_t n)
+{
+    const float v = w8_apply_scales((float)((const int64_t *)g->out)[m * g->ldo + n],
+                                    g->a_scale[m], g->b_scale[n]);
+    return g->bias ? v + g->bias[n] : v;
+}
+
+/* The float result of a product beyond W8_EXACT_K: its scaled sums, then the activation and
+ * gate in the order of every tile's finish, through the scalar reference. */
 static inline void w8_finish_wide(const w8_gemm_plan *g, float *out, int64_t ldo)
 {
-    const int64_t *sums = (const int64_t *)g->out;
-    const int64_t *up = g->up ? (const int64_t *)g->up->out : NULL;
     for (int64_t m = 0; m < g->M; m++)
         for (int64_t n = 0; n < g->N; n++) {
-            float v =
-                w8_apply_scales((float)sums[m * g->ldo + n], g->a_scale[m], g->b_scale[n]);
-            if (g->bias) v = v + g->bias[n];
+            float v = w8_wide_scaled(g, m, n);
             if (g->act) v = w8_scalar_activate(v, g->act);
-            if (up) {
-                float u = w8_apply_scales((float)up[m * g->up->ldo + n], g->a_scale[m],
-                                          g->up->b_scale[n]);
-                if (g->up->bias) u = u + g->up->bias[n];
-                v = v * u;
-            }
+            if (g->up) v = v * w8_wide_scaled(g->up, m, n);
             out[m * ldo + n] = v;
         }
 }
