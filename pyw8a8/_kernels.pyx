@@ -38,6 +38,12 @@ def cache_bytes(int level):
     return w8_cache_bytes(level)
 
 
+def data_address(cnp.ndarray arr):
+    """The address of arr's first element (numpy's own, ``arr.ctypes.data``, costs a
+    ctypes object per call)."""
+    return <size_t>cnp.PyArray_DATA(arr)
+
+
 def isa_names():
     """Every path of the registry (compiled into this binary), most preferred first."""
     return [w8_isas[i].name.decode() for i in range(W8_NUM_ISAS)]

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _cpu, _kernels, _threads
+from ._layout import empty_aligned
 from ._validation import bias_vector, check_finite_row, float_array, int8_matrix
 from .packing import PackedWeight, pack_int8
 from .tuning import TUNER
@@ -78,7 +79,7 @@ def _output(out, out_dtype, shape, x):
     if out_dtype is not None:
         out_dtype = _out_dtype(out_dtype)
     if out is None:
-        result = np.empty(shape, dtype=np.float32)
+        result = empty_aligned(shape, _F32)
         return result, (None if out_dtype in (None, np.float32) else out_dtype)
     if out.shape != tuple(shape):
         raise ValueError(f"out has shape {out.shape}, expected {tuple(shape)}")
@@ -92,7 +93,7 @@ def _output(out, out_dtype, shape, x):
         raise ValueError("out overlaps the input x; pass a separate array")
     if out.dtype == np.float32 and out.flags.c_contiguous and out.flags.aligned:
         return out, None
-    return np.empty(shape, dtype=np.float32), out
+    return empty_aligned(shape, _F32), out
 
 
 def _finish(result, target):
@@ -271,7 +272,7 @@ def matmul(x: npt.ArrayLike, packed: PackedWeight, *, bias: npt.ArrayLike | None
         # 2-D): straight to the product.
         plan = _plan(packed, "packed")
         if x.shape[-1] == plan.K and plan.N:
-            y = np.empty(x.shape[:-1] + (plan.N,), dtype=np.float32)
+            y = empty_aligned(x.shape[:-1] + (plan.N,), _F32)
             _product(x.reshape(-1, plan.K), [plan], [y.reshape(-1, plan.N)], "x", x.shape)
             return y
     plan = _plan(packed, "packed")
@@ -362,11 +363,11 @@ def matmul_pair(x: npt.ArrayLike, packed1: PackedWeight, packed2: PackedWeight, 
     arr = _activations(x, plan1.K)
     lead = arr.shape[:-1]
     if glu is not None:
-        y = np.empty(lead + (plan1.N,), dtype=np.float32)
+        y = empty_aligned(lead + (plan1.N,), _F32)
         _float_products(arr, [plan1, plan2], [y], lead, biases, act, glu=True)
         return y
-    y1 = np.empty(lead + (plan1.N,), dtype=np.float32)
-    y2 = np.empty(lead + (plan2.N,), dtype=np.float32)
+    y1 = empty_aligned(lead + (plan1.N,), _F32)
+    y2 = empty_aligned(lead + (plan2.N,), _F32)
     _float_products(arr, [plan1, plan2], [y1, y2], lead, biases)
     return y1, y2
 

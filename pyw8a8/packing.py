@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _cpu, _kernels
-from ._layout import W8_KPAD, W8_NR, packed_k, padded
+from ._layout import W8_KPAD, W8_NR, empty_aligned, is_aligned, packed_k, padded
 from ._validation import float_array, int8_matrix, positive_int
 from .quantize import quantize_rows
 from .rotation import MAX_BLOCK, MAX_SEED, MIN_BLOCK, auto_block, check_rotation, unrotate
@@ -70,7 +70,7 @@ _U8, _I32, _F32 = np.dtype(np.uint8), np.dtype(np.int32), np.dtype(np.float32)
 def _empty_arrays(n, kp, encoding):
     """Uninitialized panels and compensation sums of an (N, K) weight packed into Kp."""
     (_, panels_shape), (_, psum_shape), _ = _layout(n, kp, encoding)
-    return np.empty(panels_shape, dtype=np.uint8), np.empty(psum_shape, dtype=np.int32)
+    return empty_aligned(panels_shape, np.uint8), np.empty(psum_shape, dtype=np.int32)
 
 
 def _fill_panels(panels, psum, row0, q, encoding):
@@ -221,11 +221,18 @@ class PackedWeight:
 
     def plan(self) -> _kernels.WeightPlan:
         """The per-weight half of a product (a ``_kernels.WeightPlan``), built and checked
-        once; rebuilt (and checked again) only if an attribute has been replaced since."""
+        once; rebuilt (and checked again) only if an attribute has been replaced since.
+        Panels that do not start on a 64-byte boundary are replaced by an aligned copy."""
         plan = self._plan
         if plan is None or not plan.describes(self.panels, self.psum, self.scales,
                                               self.shape, self.encoding):
             self.check_layout()
+            if not is_aligned(self.panels):
+                # Panels unpickled, loaded or built by hand: copied once to a cache-line
+                # boundary, where every kernel load of them is one line (_layout.py).
+                aligned = empty_aligned(self.panels.shape, np.uint8)
+                aligned[...] = self.panels
+                self.panels = aligned
             plan = self._plan = _kernels.WeightPlan(
                 self.panels, self.psum, self.scales, self.shape, self.encoding, self.kp,
                 self.rotate, self.block, self.seed)

@@ -1,0 +1,62 @@
+"""Arrays the kernels stream start on a cache line (_layout.ALIGN_BYTES): packed panels,
+however the weight was made, and the outputs pyw8a8 allocates."""
+import pickle
+
+import numpy as np
+import pytest
+
+import pyw8a8
+from pyw8a8._layout import ALIGN_BYTES, empty_aligned, is_aligned
+
+
+def _weight(n=40, k=100, seed=0):
+    return np.random.default_rng(seed).standard_normal((n, k)).astype(np.float32)
+
+
+@pytest.mark.parametrize("shape", [(0, 3), (1, 1), (2, 3, 5), (7, 13)])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int32, np.float32, np.float64])
+def test_empty_aligned(shape, dtype):
+    arr = empty_aligned(shape, dtype)
+    assert arr.shape == shape and arr.dtype == dtype and arr.flags.c_contiguous
+    assert arr.flags.writeable and is_aligned(arr)
+    arr[...] = 1
+    assert (arr == 1).all()
+
+
+@pytest.mark.parametrize("rotate", [False, True])
+def test_packed_panels_are_aligned(rotate):
+    w = _weight()
+    assert is_aligned(pyw8a8.pack_weight(w, rotate=rotate).panels)
+    qw = np.clip(np.rint(w * 20), -127, 127).astype(np.int8)
+    assert is_aligned(pyw8a8.pack_quantized(qw, np.ones(len(w), np.float32)).panels)
+
+
+def test_unaligned_panels_are_copied_once_to_an_aligned_array():
+    """Panels from a pickle or built by hand may start anywhere numpy put them: the
+    weight's plan replaces them once by an aligned copy, with the same bytes and results."""
+    x = _weight(5, 100, seed=1)
+    packed = pyw8a8.pack_weight(_weight())
+    expected = pyw8a8.matmul(x, packed)
+    buf = np.empty(packed.panels.nbytes + ALIGN_BYTES + 16, np.uint8)
+    start = (16 - buf.ctypes.data) % ALIGN_BYTES  # 16 bytes past a cache line
+    off = buf[start:start + packed.panels.nbytes].reshape(packed.panels.shape)
+    off[...] = packed.panels
+    assert not is_aligned(off)
+    hand = pyw8a8.PackedWeight(packed.shape, packed.encoding, off, packed.psum,
+                               packed.scales, packed.rotate, packed.block, packed.seed)
+    np.testing.assert_array_equal(pyw8a8.matmul(x, hand), expected)
+    assert is_aligned(hand.panels) and hand.panels is not off
+    np.testing.assert_array_equal(hand.panels, off)
+    again = pickle.loads(pickle.dumps(hand))
+    np.testing.assert_array_equal(pyw8a8.matmul(x, again), expected)
+    assert is_aligned(again.panels)
+
+
+def test_outputs_are_aligned():
+    x = _weight(3, 100, seed=2)
+    packed = pyw8a8.pack_weight(_weight())
+    assert is_aligned(pyw8a8.matmul(x, packed))
+    assert is_aligned(pyw8a8.matmul(x[None], packed, bias=np.ones(40, np.float32)))
+    y1, y2 = pyw8a8.matmul_pair(x, packed, packed)
+    assert is_aligned(y1) and is_aligned(y2)
+    assert is_aligned(pyw8a8.matmul_pair(x, packed, packed, glu="silu"))
