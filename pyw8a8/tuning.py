@@ -40,13 +40,14 @@ def m_bucket(m):
     return 1 << (m - 1).bit_length()
 
 
-def candidates(ops, m, n, kp, nthreads, streams=1):
-    """(mc, nc, m_step, n_step) choices, the heuristic default first."""
-    kc = kc_for(ops, kp, streams)
+def _task_splits(ops, m, n, kp, nthreads, streams):
+    """(m_step, n_step) task splits, the heuristic default first: over N (each task all the
+    rows of a column block; over M too where N has too few blocks), and for enough rows,
+    over M only (each task all the columns of its rows, which it quantizes itself: see
+    w8_tasks_own_rows), the default where the whole weight fits in L2."""
     ncols = W8_NR * ops.npanels
     groups = padded(n, ncols) // ncols
-    mc_fit = max(ops.mr, (_L2_BYTES // 2 // max(kc, 1)) // ops.mr * ops.mr)
-    out = []
+    over_n, over_m = [], []
     for tasks_per_thread in (2, 1, 4):
         n_tasks = max(1, min(groups, tasks_per_thread * nthreads))
         n_step = padded(groups, n_tasks) // n_tasks * ncols
@@ -55,9 +56,25 @@ def candidates(ops, m, n, kp, nthreads, streams=1):
                 m >= 2 * ops.mr * nthreads:
             m_tasks = -(-tasks_per_thread * nthreads // n_tasks)
         m_step = padded(-(-m // m_tasks), ops.mr) if m else ops.mr
+        over_n.append((m_step, n_step))
+    if nthreads > 1 and m >= 2 * ops.mr * nthreads:
+        for tasks_per_thread in (1, 2):
+            over_m.append((padded(-(-m // (tasks_per_thread * nthreads)), ops.mr),
+                           padded(n, ncols)))
+    weight_fits_l2 = padded(n, ncols) * kp * streams <= _L2_BYTES
+    return over_m + over_n if weight_fits_l2 else over_n + over_m
+
+
+def candidates(ops, m, n, kp, nthreads, streams=1):
+    """(mc, nc, m_step, n_step) choices, the heuristic default first."""
+    kc = kc_for(ops, kp, streams)
+    ncols = W8_NR * ops.npanels
+    mc_fit = max(ops.mr, (_L2_BYTES // 2 // max(kc, 1)) // ops.mr * ops.mr)
+    # nc: the whole task, or a block whose B part (nc x kc) stays in L2.
+    nc_l2 = max(ncols, (_L2_BYTES // 2 // max(kc * streams, 1)) // ncols * ncols)
+    out = []
+    for m_step, n_step in _task_splits(ops, m, n, kp, nthreads, streams):
         for mc in (mc_fit, max(ops.mr, mc_fit // 4 // ops.mr * ops.mr)):
-            # nc: the whole task, or a block whose B part (nc x kc) stays in L2.
-            nc_l2 = max(ncols, (_L2_BYTES // 2 // max(kc * streams, 1)) // ncols * ncols)
             for nc in (n_step, min(n_step, nc_l2)):
                 cand = (min(mc, max(m_step, ops.mr)), nc, m_step, n_step)
                 if cand not in out:
@@ -117,7 +134,10 @@ class Tuner:
             if entry.best is not None:
                 return
             entry.times[index] = min(entry.times[index], seconds)
-            if entry.calls % len(entry.alive) == 0:  # a round is complete
+            # After each round but the first, whose calls still carry warm-up costs (the
+            # thread team and the caches settling: the first timed calls of a shape took
+            # up to 2x the steady time), so no candidate is dropped for coming first.
+            if entry.calls % len(entry.alive) == 0 and entry.calls > len(entry.cands):
                 best = min(entry.times[i] for i in entry.alive)
                 entry.alive = [i for i in entry.alive if entry.times[i] <= best * _SLOWER]
                 if entry.calls >= ROUNDS * len(entry.cands) or len(entry.alive) == 1:

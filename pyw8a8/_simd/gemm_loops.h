@@ -293,18 +293,26 @@ static inline int64_t w8_number_tasks(w8_gemm_job *jobs, int njobs)
     return total;
 }
 
+/* The block C[m0:m1, n0:n1] of task `local` of a job (numbered from 0 within it). */
+static inline void w8_task_block(const w8_gemm_job *job, int64_t local, int64_t *m0,
+                                 int64_t *m1, int64_t *n0, int64_t *n1)
+{
+    const int64_t n_blocks = (job->g.N + job->n_step - 1) / job->n_step;
+    *m0 = (local / n_blocks) * job->m_step;
+    *n0 = (local % n_blocks) * job->n_step;
+    *m1 = *m0 + job->m_step < job->g.M ? *m0 + job->m_step : job->g.M;
+    *n1 = *n0 + job->n_step < job->g.N ? *n0 + job->n_step : job->g.N;
+}
+
 /* Task t of the numbered jobs, on the calling thread (any thread, any order: tasks write
  * disjoint blocks of the outputs). */
 static inline void w8_run_task(const w8_gemm_job *jobs, int njobs, int64_t t)
 {
     int j = 0;
     while (j + 1 < njobs && t >= jobs[j + 1].first_task) j++;
-    const w8_gemm_job *job = &jobs[j];
-    const int64_t n_blocks = (job->g.N + job->n_step - 1) / job->n_step;
-    const int64_t local = t - job->first_task;
-    const int64_t m0 = (local / n_blocks) * job->m_step, n0 = (local % n_blocks) * job->n_step;
-    w8_gemm_range(&job->g, m0, m0 + job->m_step < job->g.M ? m0 + job->m_step : job->g.M,
-                  n0, n0 + job->n_step < job->g.N ? n0 + job->n_step : job->g.N);
+    int64_t m0, m1, n0, n1;
+    w8_task_block(&jobs[j], t - jobs[j].first_task, &m0, &m1, &n0, &n1);
+    w8_gemm_range(&jobs[j].g, m0, m1, n0, n1);
 }
 
 /* One int64 sum of a product beyond W8_EXACT_K (its plan's `out`) scaled: one conversion

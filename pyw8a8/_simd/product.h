@@ -9,6 +9,11 @@
  *     unless a row failed:
  *       for each task (dynamic) -> w8_run_task: an m_step x n_step block of one product
  *
+ * or, when each task owns its rows (one product split over M only):
+ *
+ *   parallel
+ *     for each task (dynamic)   -> its rows prepared, then (unless one failed) its block
+ *
  * The caller (_kernels.product) lays out the scratch and the jobs; this file trusts them. */
 #ifndef PYW8A8_SIMD_PRODUCT_H
 #define PYW8A8_SIMD_PRODUCT_H
@@ -89,6 +94,27 @@ static inline int64_t w8_first_bad_row(const w8_product *p)
     return -1;
 }
 
+/* Whether each task owns its rows: one product split over M only, every task's block
+ * spanning all the columns.  The task that multiplies a row block then prepares it, right
+ * before, on its own core: the rows are in that core's L2 when its kernels read them, not
+ * in the other core's (a barrier, then tiles loaded across cores, made 1024 x 2048 x 640
+ * on AMX 1.15x slower), and no barrier separates the two. */
+static inline int w8_tasks_own_rows(const w8_product *p, int64_t ntasks)
+{
+    return ntasks > 0 && p->njobs == 1 && p->jobs[0].n_step >= p->jobs[0].g.N;
+}
+
+/* Task t of a product whose tasks own their rows: the rows, then the block unless one of
+ * them failed. */
+static inline void w8_run_owning_task(w8_product *p, int64_t t, float *rot)
+{
+    int64_t m0, m1, n0, n1;
+    uint8_t bad = 0;
+    w8_task_block(&p->jobs[0], t, &m0, &m1, &n0, &n1);
+    for (int64_t i = m0; i < m1; i++) bad |= p->status[i] = w8_prepare_row(p, i, rot);
+    if (!bad) w8_gemm_range(&p->jobs[0].g, m0, m1, n0, n1);
+}
+
 /* Runs the product(s) on `nthreads` threads (1: no parallel region at all, since waking a
  * team costs more than a small product).  Returns -1, or the first row that failed (the
  * outputs are then unspecified). */
@@ -110,15 +136,22 @@ static inline int64_t w8_run_product(w8_product *p, int nthreads)
 #else
             float *rot = p->rot;
 #endif
-            W8_OMP(omp for schedule(static))
-            for (int64_t i = 0; i < p->M; i++) p->status[i] = w8_prepare_row(p, i, rot);
-            /* The loop's barrier: every thread reads the same statuses, so all of them
-             * run the product or none does. */
-            if (w8_first_bad_row(p) < 0) {
-                w8_task_begin(p->ops); /* once per thread and call (AMX: the tiles) */
+            if (w8_tasks_own_rows(p, ntasks)) {
+                w8_task_begin(p->ops);
                 W8_OMP(omp for schedule(dynamic))
-                for (int64_t t = 0; t < ntasks; t++) w8_run_task(p->jobs, p->njobs, t);
+                for (int64_t t = 0; t < ntasks; t++) w8_run_owning_task(p, t, rot);
                 w8_task_end(p->ops);
+            } else {
+                W8_OMP(omp for schedule(static))
+                for (int64_t i = 0; i < p->M; i++) p->status[i] = w8_prepare_row(p, i, rot);
+                /* The loop's barrier: every thread reads the same statuses, so all of
+                 * them run the product or none does. */
+                if (w8_first_bad_row(p) < 0) {
+                    w8_task_begin(p->ops); /* once per thread and call (AMX: the tiles) */
+                    W8_OMP(omp for schedule(dynamic))
+                    for (int64_t t = 0; t < ntasks; t++) w8_run_task(p->jobs, p->njobs, t);
+                    w8_task_end(p->ops);
+                }
             }
         }
     }

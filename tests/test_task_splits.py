@@ -1,0 +1,79 @@
+"""The task splits of the one call path (``_simd/product.h``): every split the tuner may
+choose gives the same bits, including the split over M alone, whose tasks quantize their
+own rows (w8_tasks_own_rows), and a row holding NaN is reported the same way by each."""
+import numpy as np
+import pytest
+
+import pyw8a8
+from pyw8a8 import _kernels, tuning
+from pyw8a8._layout import W8_NR
+
+M, K, N = 200, 300, 100  # rows not a multiple of any path's tile, K not of 64
+THREADS = 2
+
+
+def _splits(ops, n, kp):
+    cands = tuning.candidates(ops, M, n, kp, THREADS)
+    owning = [c for c in cands if c[3] >= n]
+    # Both kinds must be there, or the comparison below would not test the owning split.
+    assert owning and len(owning) < len(cands), cands
+    return [(tuning.kc_for(ops, kp),) + tuning._fit(c, M) for c in cands]
+
+
+def _run(ops, x, plans, outs, blocking, glu=False, act=0):
+    blockings = [blocking] * len(plans)
+    return _kernels.product(ops, x, plans, outs, _kernels.Scratch(), THREADS, blockings,
+                            [None] * len(plans), act, glu)
+
+
+@pytest.mark.parametrize("encoding", ["biased", "signed"])
+@pytest.mark.parametrize("rotate", [False, True])
+def test_every_split_gives_the_same_bits(any_isa, encoding, rotate):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    packed = pyw8a8.pack_weight(rng.standard_normal((N, K)).astype(np.float32),
+                                encoding=encoding, rotate=rotate)
+    expected = pyw8a8.matmul(x, packed)  # whatever blocking the tuner starts with
+    ops = _kernels.IsaOps(any_isa)
+    for blocking in _splits(ops, N, packed.kp):
+        out = np.full((M, N), np.nan, np.float32)
+        assert _run(ops, x, [packed.plan()], [out], blocking) == -1
+        np.testing.assert_array_equal(out, expected, err_msg=str(blocking))
+
+
+def test_every_split_of_a_gated_pair_gives_the_same_bits(any_isa):
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    gate, up = (pyw8a8.pack_weight(rng.standard_normal((N, K)).astype(np.float32),
+                                   rotate=False) for _ in range(2))
+    expected = pyw8a8.matmul_pair(x, gate, up, glu="gelu_tanh")
+    ops = _kernels.IsaOps(any_isa)
+    for blocking in _splits(ops, N, gate.kp):
+        out = np.full((M, N), np.nan, np.float32)
+        assert _run(ops, x, [gate.plan(), up.plan()], [out], blocking, glu=True,
+                    act=_kernels.W8_ACT_GELU_TANH) == -1
+        np.testing.assert_array_equal(out, expected, err_msg=str(blocking))
+
+
+@pytest.mark.parametrize("bad_rows", [[150], [190, 20], [0, M - 1]])
+def test_a_bad_row_is_reported_by_every_split(any_isa, bad_rows):
+    """Whichever task meets a bad row first, the call reports the first one in row order."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    for i, r in enumerate(bad_rows):
+        x[r, i] = np.nan if i % 2 == 0 else np.inf
+    plan = pyw8a8.pack_weight(rng.standard_normal((N, K)).astype(np.float32)).plan()
+    ops = _kernels.IsaOps(any_isa)
+    for blocking in _splits(ops, N, plan.Kp):
+        out = np.empty((M, N), np.float32)
+        assert _run(ops, x, [plan], [out], blocking) == min(bad_rows), blocking
+
+
+def test_the_owning_split_is_the_default_where_the_weight_fits_in_l2():
+    ops = _kernels.IsaOps("scalar")
+    small = tuning.candidates(ops, 1024, W8_NR * 4, 256, THREADS)
+    assert small[0][3] >= W8_NR * 4  # over M only: each task all the columns
+    large = tuning.candidates(ops, 1024, 1 << 16, 1 << 12, THREADS)
+    assert large[0][3] < 1 << 16
+    # Too few rows for two tiles a thread: the split is over N only.
+    assert all(c[3] < 1 << 16 for c in tuning.candidates(ops, 8, 1 << 16, 1 << 12, THREADS))
