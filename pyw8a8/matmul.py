@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _cpu, _kernels, _threads
-from ._layout import empty_aligned
+from ._layout import empty_output
 from ._validation import bias_vector, check_finite_row, float_array, int8_matrix
 from .packing import PackedWeight, pack_int8
 from .tuning import TUNER
@@ -79,7 +79,7 @@ def _output(out, out_dtype, shape, x):
     if out_dtype is not None:
         out_dtype = _out_dtype(out_dtype)
     if out is None:
-        result = empty_aligned(shape, _F32)
+        result = empty_output(shape, _F32)
         return result, (None if out_dtype in (None, np.float32) else out_dtype)
     if out.shape != tuple(shape):
         raise ValueError(f"out has shape {out.shape}, expected {tuple(shape)}")
@@ -93,7 +93,7 @@ def _output(out, out_dtype, shape, x):
         raise ValueError("out overlaps the input x; pass a separate array")
     if out.dtype == np.float32 and out.flags.c_contiguous and out.flags.aligned:
         return out, None
-    return empty_aligned(shape, _F32), out
+    return empty_output(shape, _F32), out
 
 
 def _finish(result, target):
@@ -141,7 +141,8 @@ def _product(rows, plans, outs, name, shape, kc=None, biases=None, act=0, glu=Fa
     caller's shape of `rows`; `kc` forces the K-range width (tests)."""
     m = rows.shape[0]
     ops = _cpu.active_ops(m)
-    nthreads = _threads.threads_for(m * plans[0].K * sum(p.N for p in plans))
+    n_total = plans[0].N if len(plans) == 1 else plans[0].N + plans[1].N
+    nthreads = _threads.threads_for(m * plans[0].K * n_total)
     blockings, slots = [], []
     # A gated pair is one loop nest over the gate's blocking, its tiles reading both weights.
     for plan in plans[:1] if glu else plans:
@@ -155,7 +156,7 @@ def _product(rows, plans, outs, name, shape, kc=None, biases=None, act=0, glu=Fa
     scratch = getattr(_SCRATCH, "buffer", None)
     if scratch is None:
         scratch = _SCRATCH.buffer = _kernels.Scratch()
-    t0 = time.perf_counter()
+    t0 = time.perf_counter() if slots else 0.0
     bad = _kernels.product(ops, rows, plans, outs, scratch, nthreads, blockings,
                            biases or [None] * len(plans), act, glu)
     if bad >= 0:
@@ -163,9 +164,10 @@ def _product(rows, plans, outs, name, shape, kc=None, biases=None, act=0, glu=Fa
             raise ValueError(f"{name} row {bad} is finite but too large to rotate: its "
                              "rotation exceeds the float32 range")
         check_finite_row(bad, name, shape)
-    elapsed = time.perf_counter() - t0
-    for key, index in slots:
-        TUNER.record(key, index, elapsed)
+    if slots:
+        elapsed = time.perf_counter() - t0
+        for key, index in slots:
+            TUNER.record(key, index, elapsed)
 
 
 def _float_products(x, plans, outs, lead, biases, act=0, glu=False):
@@ -272,7 +274,7 @@ def matmul(x: npt.ArrayLike, packed: PackedWeight, *, bias: npt.ArrayLike | None
         # 2-D): straight to the product.
         plan = _plan(packed, "packed")
         if x.shape[-1] == plan.K and plan.N:
-            y = empty_aligned(x.shape[:-1] + (plan.N,), _F32)
+            y = empty_output(x.shape[:-1] + (plan.N,), _F32)
             _product(x.reshape(-1, plan.K), [plan], [y.reshape(-1, plan.N)], "x", x.shape)
             return y
     plan = _plan(packed, "packed")
@@ -363,11 +365,11 @@ def matmul_pair(x: npt.ArrayLike, packed1: PackedWeight, packed2: PackedWeight, 
     arr = _activations(x, plan1.K)
     lead = arr.shape[:-1]
     if glu is not None:
-        y = empty_aligned(lead + (plan1.N,), _F32)
+        y = empty_output(lead + (plan1.N,), _F32)
         _float_products(arr, [plan1, plan2], [y], lead, biases, act, glu=True)
         return y
-    y1 = empty_aligned(lead + (plan1.N,), _F32)
-    y2 = empty_aligned(lead + (plan2.N,), _F32)
+    y1 = empty_output(lead + (plan1.N,), _F32)
+    y2 = empty_output(lead + (plan2.N,), _F32)
     _float_products(arr, [plan1, plan2], [y1, y2], lead, biases)
     return y1, y2
 

@@ -1,24 +1,27 @@
 """Arrays the kernels stream start on a cache line (_layout.ALIGN_BYTES): packed panels,
-however the weight was made, and the outputs pyw8a8 allocates."""
+however the weight was made, and the outputs pyw8a8 allocates (from ALIGNED_FROM_BYTES)."""
 import pickle
 
 import numpy as np
 import pytest
 
 import pyw8a8
-from pyw8a8._layout import ALIGN_BYTES, empty_aligned, is_aligned
+from pyw8a8._layout import ALIGN_BYTES, ALIGNED_FROM_BYTES, empty_aligned, empty_output, is_aligned
 
 
 def _weight(n=40, k=100, seed=0):
     return np.random.default_rng(seed).standard_normal((n, k)).astype(np.float32)
 
 
-@pytest.mark.parametrize("shape", [(0, 3), (1, 1), (2, 3, 5), (7, 13)])
+@pytest.mark.parametrize("shape", [(0, 3), (1, 1), (2, 3, 5), (7, 13), (3, 257, 31),
+                                   (1, ALIGNED_FROM_BYTES)])
 @pytest.mark.parametrize("dtype", [np.uint8, np.int32, np.float32, np.float64])
-def test_empty_aligned(shape, dtype):
-    arr = empty_aligned(shape, dtype)
+@pytest.mark.parametrize("make", [empty_aligned, empty_output])
+def test_empty_aligned(shape, dtype, make):
+    arr = make(shape, np.dtype(dtype))
     assert arr.shape == shape and arr.dtype == dtype and arr.flags.c_contiguous
-    assert arr.flags.writeable and is_aligned(arr)
+    assert arr.flags.writeable
+    assert is_aligned(arr) or (make is empty_output and arr.nbytes < ALIGNED_FROM_BYTES)
     arr[...] = 1
     assert (arr == 1).all()
 
@@ -54,9 +57,10 @@ def test_unaligned_panels_are_copied_once_to_an_aligned_array():
 
 def test_outputs_are_aligned():
     x = _weight(3, 100, seed=2)
-    packed = pyw8a8.pack_weight(_weight())
+    packed = pyw8a8.pack_weight(_weight(ALIGNED_FROM_BYTES // 4 // 3 + 1))  # N x 3 rows
     assert is_aligned(pyw8a8.matmul(x, packed))
-    assert is_aligned(pyw8a8.matmul(x[None], packed, bias=np.ones(40, np.float32)))
+    bias = np.ones(packed.shape[0], np.float32)
+    assert is_aligned(pyw8a8.matmul(x[None], packed, bias=bias))
     y1, y2 = pyw8a8.matmul_pair(x, packed, packed)
     assert is_aligned(y1) and is_aligned(y2)
     assert is_aligned(pyw8a8.matmul_pair(x, packed, packed, glu="silu"))

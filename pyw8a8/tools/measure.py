@@ -16,6 +16,12 @@ SETTLE_SECONDS = 0.2
 # Calls of a contender before it is timed: first-call costs, caches, and pyw8a8's blocking
 # tuner, which tries its candidates on the first calls of a shape (3 rounds of at most 12).
 WARM_CALLS = 40
+# Untimed calls that open each block: after the pause before it (SETTLE_SECONDS), the
+# cores have clocked down, and the first calls of a block took 2-4x the steady time on the
+# Xeon (1.1-1.7 ms against 0.36 ms at 64 x 1152 x 6912, for pyw8a8 and ONNX Runtime
+# alike), which in a 50 ms block weighed 10-25%: a block measures the library, not the
+# idle state the pause left.
+REWARM_SECONDS = 0.01
 
 
 def warm_up(fn, min_time):
@@ -37,7 +43,11 @@ def warm_up(fn, min_time):
 
 
 def time_block(fn, reps):
-    """Seconds per call of `reps` consecutive calls of `fn`."""
+    """Seconds per call of `reps` consecutive calls of `fn`, after REWARM_SECONDS of
+    untimed calls."""
+    end = time.perf_counter() + REWARM_SECONDS
+    while time.perf_counter() < end:
+        fn()
     t0 = time.perf_counter()
     for _ in range(reps):
         fn()
