@@ -8,13 +8,6 @@ import pyw8a8
 from pyw8a8.tools import bench
 
 
-@pytest.mark.parametrize("shape", [(1,), (3, 5), (48, 2048)])
-def test_aligned_empty_starts_on_a_cache_line(shape):
-    a = bench.aligned_empty(shape)
-    assert a.shape == shape and a.dtype == np.float32 and a.flags.c_contiguous
-    assert a.ctypes.data % 64 == 0
-
-
 def test_format_table_reports_peaks_and_ratios():
     """Each path's GOPS is divided by its own peak, whichever path is fastest in the row."""
     rows = [((64, 1024, 1024), {"numpy f32": 100.0, "pyw8a8 avx512vnni": 150.0,

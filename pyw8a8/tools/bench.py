@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from .. import _cpu, _probes, _threads
+from .._layout import empty_aligned
 from .._thread_policy import thread_policy
 from ..matmul import matmul
 from ..packing import pack_weight
@@ -127,14 +128,6 @@ FWHT_KIB = (384, 512)  # L2-resident transforms (per-core L2 of 512 KiB or more)
 ROTATION_SHAPES = [(1, 2048, 2048), (64, 2048, 2048), (256, 2048, 2048)]
 
 
-def aligned_empty(shape, align=64):
-    """An uninitialized float32 array whose data starts on an `align`-byte boundary."""
-    n = math.prod(shape)
-    raw = np.empty(n + align // 4, np.float32)
-    skip = (-raw.ctypes.data % align) // 4
-    return raw[skip:skip + n].reshape(shape)
-
-
 def fwht_vs_copy(rounds, calls=16, block=128, k=2048):
     """Throughput of the in-place FWHT of 128-blocks against np.copyto of the same array.
 
@@ -154,7 +147,7 @@ def fwht_vs_copy(rounds, calls=16, block=128, k=2048):
     for kib in FWHT_KIB:
         m = kib * 1024 // (4 * k)
         start = (rng.standard_normal((m, k)) * 1e-30).astype(np.float32)
-        x, y = aligned_empty((m, k)), aligned_empty((m, k))
+        x, y = empty_aligned((m, k), np.float32), empty_aligned((m, k), np.float32)
         blocks = x.reshape(m, k // block, block)
         t_fwht, t_copy = [], []
         for _ in range(rounds):
