@@ -103,7 +103,7 @@ cdef extern from "_simd/dispatch.h" nogil:
                         uint8_t flip, uint8_t *q, float *scale, int32_t *psum)
     int w8_quantize_row_rotated(const w8_isa_ops *ops, const float *x, int64_t K,
                                 int64_t Kp, uint8_t flip, uint8_t *q, float *scale,
-                                int32_t *psum, int64_t block, uint32_t seed,
+                                int32_t *psum, int64_t block, const float *signs,
                                 float *scratch)
 
     # The call path of every product (product.h).
@@ -119,7 +119,7 @@ cdef extern from "_simd/dispatch.h" nogil:
         const void *x
         int int8_input
         int64_t M, K, Kp, block
-        uint32_t seed
+        const float *signs
         w8_row_format fmt[2]
         int nformats
         float *a_scale
@@ -135,6 +135,10 @@ cdef extern from "_simd/dispatch.h" nogil:
     int w8_amx_config_roundtrip()
     # The rotation (fwht.h): the sign hash and the row transforms.
     uint32_t w8_sign_bit(uint32_t pos, uint32_t seed)
+    void w8_scalar_sign_scale(const float *x, float *y, int64_t n, uint32_t pos,
+                              uint32_t seed, float c)
+    void w8_sign_table(w8_sign_scale_fn sign_scale, float *s, int64_t K, int64_t block,
+                       uint32_t seed)
     void w8_rotate_row(w8_fwht_fn fwht, w8_sign_scale_fn sign_scale, const float *x,
                        float *y, int64_t K, int64_t block, uint32_t seed)
     void w8_unrotate_row(w8_fwht_fn fwht, w8_sign_scale_fn sign_scale, const float *y,

@@ -52,6 +52,7 @@ class WeightPlan:
     scales: Final[npt.NDArray[np.float32]]
     shape: Final[tuple[int, int]]
     encoding: Final[str]
+    signs: Final[npt.NDArray[np.float32] | None]
     blocking: Final[dict[Any, tuple[int, int, int, int, int]]]
     N: Final[int]
     K: Final[int]

@@ -138,6 +138,7 @@ def quantize_rows(IsaOps isa, int enc, const float[:, ::1] x, uint8_t[:, ::1] q,
     cdef int64_t bad = -1
     cdef uint8_t flip = isa.ops.a_flip[enc]
     cdef float *scratch = NULL
+    cdef float *signs = NULL
     cdef uint8_t *st
     if M == 0:
         return -1
@@ -151,6 +152,11 @@ def quantize_rows(IsaOps isa, int enc, const float[:, ::1] x, uint8_t[:, ::1] q,
                 st[i] = w8_quantize_row(isa.ops, &x[i, 0], K, Kp, flip, &q[i, 0],
                                         &scale[i], &psum[i, 0] if want_psum else NULL)
     else:
+        signs = <float *>malloc(K * sizeof(float))
+        if signs == NULL:
+            free(st)
+            raise MemoryError(f"no memory for the sign table of {K} features")
+        w8_sign_table(isa.ops.sign_scale, signs, K, block, seed)
         # One scratch row per thread: the rotated row is quantized from it, so the
         # activation matrix is never copied whole.
         with nogil, parallel(num_threads=nthreads):
@@ -161,8 +167,9 @@ def quantize_rows(IsaOps isa, int enc, const float[:, ::1] x, uint8_t[:, ::1] q,
                 else:
                     st[i] = w8_quantize_row_rotated(
                         isa.ops, &x[i, 0], K, Kp, flip, &q[i, 0], &scale[i],
-                        &psum[i, 0] if want_psum else NULL, block, seed, scratch)
+                        &psum[i, 0] if want_psum else NULL, block, signs, scratch)
             free(scratch)
+        free(signs)
     for i in range(M):
         if st[i] != 0:
             bad = i if st[i] == 1 else -2
@@ -189,12 +196,14 @@ def omp_max_threads():
 
 cdef class WeightPlan:
     """The per-weight half of a product, built once per packed weight: the kernel-ready
-    pointers of its arrays (which it keeps alive), its sizes, encoding and rotation."""
-    cdef readonly object panels, psum, scales, shape, encoding
+    pointers of its arrays (which it keeps alive), its sizes, encoding and rotation (with
+    the rotation's sign table, which every activation row of its products multiplies by)."""
+    cdef readonly object panels, psum, scales, shape, encoding, signs
     cdef readonly dict blocking  # settled tuner choices, (path, M, threads) -> blocking
     cdef const uint8_t *b
     cdef const int32_t *b_psum
     cdef const float *b_scale
+    cdef const float *sign_table
     cdef readonly int64_t N, K, Kp, block
     cdef readonly int enc
     cdef readonly uint32_t seed
@@ -213,6 +222,11 @@ cdef class WeightPlan:
         self.enc = W8_ENC_SIGNED if encoding == "signed" else W8_ENC_BIASED
         self.rotate, self.block, self.seed = rotate, block, seed
         self.blocking = {}
+        self.signs, self.sign_table = None, NULL
+        if rotate and self.K:
+            self.signs = np.empty(self.K, np.float32)
+            self.sign_table = <const float *>cnp.PyArray_DATA(self.signs)
+            w8_sign_table(w8_scalar_sign_scale, <float *>self.sign_table, self.K, block, seed)
 
     cpdef bint describes(self, panels, psum, scales, shape, encoding):
         """Whether this plan still describes a weight with these attributes (identity of
@@ -313,7 +327,7 @@ def product(IsaOps isa, cnp.ndarray x, list weights, list outs, Scratch scratch,
         raise ValueError("an output per weight, or one for a gated pair of two weights")
     p.ops, p.x, p.int8_input, p.M, p.K, p.Kp = ops, cnp.PyArray_DATA(x), int8_input, M, K, Kp
     p.block = w.block if w.rotate and not int8_input else 0
-    p.seed = w.seed
+    p.signs = w.sign_table
     # The scratch: each format's bytes and sums, the scales, the row statuses, the raw sums
     # that go to no output (a float product beyond W8_EXACT_K: int64, converted at the end;
     # the up projection of a gated pair), one rotation row per thread.

@@ -290,6 +290,22 @@ def test_matmul_with_rotated_weight(isa, encoding, block):
     assert np.abs(y - exact).max() < 0.02 * np.abs(exact).max()
 
 
+@pytest.mark.parametrize("k", [512, 200])  # 200: a zero-padded last block
+def test_matmul_rotates_as_rotate_does(isa, k):
+    """A product's rows are rotated with the weight's sign table (WeightPlan.signs): the
+    same bits as pyw8a8.rotate's signs, so the product equals that of the pre-rotated rows
+    with the same packed bytes declared unrotated."""
+    rng = np.random.default_rng(k)
+    x = rng.standard_normal((70, k)).astype(np.float32)
+    x[:, 3] *= 40
+    packed = pyw8a8.pack_weight(rng.standard_normal((48, k)).astype(np.float32), block=64,
+                                seed=11, pad=True)
+    plain = pyw8a8.PackedWeight((48, packed.rotated_k), packed.encoding, packed.panels,
+                                packed.psum, packed.scales)
+    np.testing.assert_array_equal(pyw8a8.matmul(x, packed),
+                                  pyw8a8.matmul(pyw8a8.rotate(x, 64, 11, pad=True), plain))
+
+
 def test_pack_weight_rotates_by_default():
     w = np.random.default_rng(6).standard_normal((20, 256)).astype(np.float32)
     packed = pyw8a8.pack_weight(w)

@@ -134,6 +134,32 @@ W8_AVX2 W8_INLINE __m256 w8_avx2_fwht8(__m256 v)
  * vpmulld).  Lanes hold positions in the order 0-3, 8-11 | 4-7, 12-15, which is the order
  * that vpunpcklwd / vpunpckhwd (interleaving within 128-bit halves) turn into the float
  * sign masks of positions 0-7 and 8-15. */
+/* w8_prefix_sums_fn: each 64-byte chunk's signed sum from vpsadbw, which adds unsigned
+ * bytes, over the bytes XOR (flip ^ 0x80), i.e. the signed values + 128, less 64 * 128:
+ * 11 instructions a chunk where the compiler's SSE2 loop of the reference took three times
+ * as long (a third of quantizing a row of 2048).  The running total wraps as uint32, as
+ * the compensation reads it. */
+W8_AVX2 static void w8_avx2_prefix_sums(const uint8_t *q, int64_t Kp, uint8_t flip,
+                                        int32_t *psum)
+{
+    const __m256i to_unsigned = _mm256_set1_epi8((char)(flip ^ 0x80));
+    const __m256i zero = _mm256_setzero_si256();
+    uint32_t total = 0;
+    psum[0] = 0;
+    for (int64_t c = 0; c < Kp / W8_KPAD; c++) {
+        const __m256i lo = _mm256_loadu_si256((const __m256i *)(q + c * W8_KPAD));
+        const __m256i hi = _mm256_loadu_si256((const __m256i *)(q + c * W8_KPAD + 32));
+        const __m256i s =
+            _mm256_add_epi64(_mm256_sad_epu8(_mm256_xor_si256(lo, to_unsigned), zero),
+                             _mm256_sad_epu8(_mm256_xor_si256(hi, to_unsigned), zero));
+        const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(s),
+                                         _mm256_extracti128_si256(s, 1));
+        const int64_t biased = _mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1);
+        total += (uint32_t)(biased - W8_KPAD * 128);
+        psum[c + 1] = (int32_t)total;
+    }
+}
+
 W8_AVX2 static void w8_avx2_sign_scale(const float *x, float *y, int64_t n, uint32_t pos,
                                        uint32_t seed, float c)
 {

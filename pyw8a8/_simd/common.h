@@ -174,6 +174,11 @@ typedef int (*w8_absmax_fn)(const float *x, int64_t n, float *amax);
 /* Quantize n floats: q[i] = clamp(rint(x[i] * inv), -127, 127), XOR `flip` (0 or 0x80). */
 typedef void (*w8_quantize_fn)(const float *x, int64_t n, float inv, uint8_t flip, uint8_t *q);
 
+/* The Kp / 64 + 1 prefix sums of a row's signed values (bytes XOR flip) over 64-element
+ * chunks: the compensation term of the +128 encodings (quant.h's w8_prefix_sums is the
+ * reference). */
+typedef void (*w8_prefix_sums_fn)(const uint8_t *q, int64_t Kp, uint8_t flip, int32_t *psum);
+
 /* FWHT: x <- H x in place, n a power of two (n = 1 leaves x unchanged). */
 typedef void (*w8_fwht_fn)(float *x, int64_t n);
 
@@ -235,6 +240,7 @@ typedef struct {
     w8_act_tile_fn act_tile;
     w8_absmax_fn absmax;
     w8_quantize_fn quantize;
+    w8_prefix_sums_fn prefix_sums;
     w8_fwht_fn fwht;
     w8_sign_scale_fn sign_scale;
     void (*task_begin)(void);     /* per thread, before its first kernel call (AMX tiles) */

@@ -76,7 +76,8 @@ static const w8_isa_ops w8_isas[] = {
      .ukernel = {w8_amx_ukernel_biased, w8_amx_ukernel_signed},
      .corr = {W8_CORR_ROW, W8_CORR_NONE}, .a_flip = {0, 0}, .auto_encoding = W8_ENC_BIASED,
      .epilogue = w8_avx512_epilogue, .act_tile = w8_avx512_act_tile,
-     .absmax = w8_avx512_absmax, .quantize = w8_avx512_quantize, .fwht = w8_avx512_fwht,
+     .absmax = w8_avx512_absmax, .quantize = w8_avx512_quantize,
+     .prefix_sums = w8_avx2_prefix_sums, .fwht = w8_avx512_fwht,
      .sign_scale = w8_avx2_sign_scale, .task_begin = w8_amx_task_begin,
      .task_end = w8_amx_task_end, .peak = w8_amx_peak, .supported = w8_amx_supported},
 #endif
@@ -87,7 +88,8 @@ static const w8_isa_ops w8_isas[] = {
      .corr = {W8_CORR_ROW, W8_CORR_COL}, .a_flip = {0, 0x80},
      .auto_encoding = W8_ENC_BIASED, .epilogue = w8_avx512_epilogue,
      .act_tile = w8_avx512_act_tile,
-     .absmax = w8_avx512_absmax, .quantize = w8_avx512_quantize, .fwht = w8_avx512_fwht,
+     .absmax = w8_avx512_absmax, .quantize = w8_avx512_quantize,
+     .prefix_sums = w8_avx2_prefix_sums, .fwht = w8_avx512_fwht,
      .sign_scale = w8_avx2_sign_scale, .peak = w8_avx512_peak,
      .supported = w8_avx512_supported},
     {.name = "avxvnni", .mr = W8_AVXVNNI_MR, .npanels = W8_AVXVNNI_NPANELS,
@@ -96,7 +98,8 @@ static const w8_isa_ops w8_isas[] = {
      .corr = {W8_CORR_ROW, W8_CORR_COL}, .a_flip = {0, 0x80},
      .auto_encoding = W8_ENC_BIASED, .epilogue = w8_avxvnni_epilogue,
      .act_tile = w8_avx2_act_tile,
-     .absmax = w8_avx2_absmax, .quantize = w8_avx2_quantize, .fwht = w8_avx2_fwht,
+     .absmax = w8_avx2_absmax, .quantize = w8_avx2_quantize,
+     .prefix_sums = w8_avx2_prefix_sums, .fwht = w8_avx2_fwht,
      .sign_scale = w8_avx2_sign_scale, .peak = w8_avxvnni_peak,
      .supported = w8_avxvnni_supported},
     /* Signed by signed through the sign trick: no compensation for either encoding. */
@@ -106,7 +109,8 @@ static const w8_isa_ops w8_isas[] = {
      .corr = {W8_CORR_NONE, W8_CORR_NONE}, .a_flip = {0, 0},
      .auto_encoding = W8_ENC_BIASED, .epilogue = w8_avx2_epilogue,
      .act_tile = w8_avx2_act_tile,
-     .absmax = w8_avx2_absmax, .quantize = w8_avx2_quantize, .fwht = w8_avx2_fwht,
+     .absmax = w8_avx2_absmax, .quantize = w8_avx2_quantize,
+     .prefix_sums = w8_avx2_prefix_sums, .fwht = w8_avx2_fwht,
      .sign_scale = w8_avx2_sign_scale, .peak = w8_avx2_peak, .supported = w8_avx2_supported},
 #endif
 #if defined(W8_ARM64)
@@ -117,7 +121,8 @@ static const w8_isa_ops w8_isas[] = {
      .corr = {W8_CORR_NONE, W8_CORR_NONE}, .a_flip = {0, 0},
      .auto_encoding = W8_ENC_SIGNED, .epilogue = w8_neondot_epilogue,
      .act_tile = w8_neon_act_tile,
-     .absmax = w8_neon_absmax, .quantize = w8_neon_quantize, .fwht = w8_neon_fwht,
+     .absmax = w8_neon_absmax, .quantize = w8_neon_quantize,
+     .prefix_sums = w8_prefix_sums, .fwht = w8_neon_fwht,
      .sign_scale = w8_scalar_sign_scale, .peak = w8_scalar_peak,
      .supported = w8_neondot_supported},
     {.name = "neon", .mr = W8_NEON_MR, .npanels = W8_NEON_NPANELS,
@@ -126,7 +131,8 @@ static const w8_isa_ops w8_isas[] = {
      .corr = {W8_CORR_NONE, W8_CORR_NONE}, .a_flip = {0, 0},
      .auto_encoding = W8_ENC_SIGNED, .epilogue = w8_neon_epilogue,
      .act_tile = w8_neon_act_tile,
-     .absmax = w8_neon_absmax, .quantize = w8_neon_quantize, .fwht = w8_neon_fwht,
+     .absmax = w8_neon_absmax, .quantize = w8_neon_quantize,
+     .prefix_sums = w8_prefix_sums, .fwht = w8_neon_fwht,
      .sign_scale = w8_scalar_sign_scale, .peak = w8_scalar_peak,
      .supported = w8_neon_supported},
 #endif
@@ -141,7 +147,7 @@ static const w8_isa_ops w8_isas[] = {
 #endif
      .epilogue = w8_scalar_epilogue, .act_tile = w8_scalar_act_tile,
      .absmax = w8_scalar_absmax,
-     .quantize = w8_scalar_quantize, .fwht = w8_scalar_fwht,
+     .quantize = w8_scalar_quantize, .prefix_sums = w8_prefix_sums, .fwht = w8_scalar_fwht,
      .sign_scale = w8_scalar_sign_scale, .peak = w8_scalar_peak,
      .supported = w8_scalar_supported},
     /* The u8 x s8 arithmetic of the VNNI/AMX paths in plain C, so their compensation is
@@ -151,7 +157,8 @@ static const w8_isa_ops w8_isas[] = {
      .corr = {W8_CORR_ROW, W8_CORR_COL}, .a_flip = {0, 0x80},
      .auto_encoding = W8_ENC_BIASED, .epilogue = w8_scalar_epilogue,
      .act_tile = w8_scalar_act_tile,
-     .absmax = w8_scalar_absmax, .quantize = w8_scalar_quantize, .fwht = w8_scalar_fwht,
+     .absmax = w8_scalar_absmax, .quantize = w8_scalar_quantize,
+     .prefix_sums = w8_prefix_sums, .fwht = w8_scalar_fwht,
      .sign_scale = w8_scalar_sign_scale, .peak = w8_scalar_peak,
      .supported = w8_scalar_supported, .explicit_only = 1},
 };

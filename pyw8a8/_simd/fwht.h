@@ -149,6 +149,27 @@ static inline void w8_rotate_row(w8_fwht_fn fwht, w8_sign_scale_fn sign_scale, c
     }
 }
 
+/* The signs of a row's rotation as a table: s[k] = +-c for the positions k in [0, K), the
+ * factors w8_rotate_row's sign_scale multiplies by. */
+static inline void w8_sign_table(w8_sign_scale_fn sign_scale, float *s, int64_t K,
+                                 int64_t block, uint32_t seed)
+{
+    for (int64_t k = 0; k < K; k++) s[k] = 1.0f;
+    sign_scale(s, s, K, 0, seed, w8_rotation_norm(block));
+}
+
+/* w8_rotate_row with the signs from a table (w8_sign_table): one multiply per value where
+ * the sign hash took about 2.5 (for the rows of a product, which share their weight's
+ * table); the same products, so the same bits.  y holds K rounded up to block. */
+static inline void w8_rotate_row_from_table(w8_fwht_fn fwht, const float *x, const float *signs,
+                                            float *y, int64_t K, int64_t block)
+{
+    const int64_t Kr = (K + block - 1) / block * block;
+    for (int64_t k = 0; k < K; k++) y[k] = x[k] * signs[k];
+    memset(y + K, 0, (size_t)(Kr - K) * sizeof(float));
+    for (int64_t k = 0; k < Kr; k += block) fwht(y + k, block);
+}
+
 /* x = D (c H y) per block: the inverse of w8_rotate_row; x may be y. */
 static inline void w8_unrotate_row(w8_fwht_fn fwht, w8_sign_scale_fn sign_scale, const float *y,
                             float *x, int64_t K, int64_t block, uint32_t seed)

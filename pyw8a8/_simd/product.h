@@ -44,7 +44,7 @@ typedef struct {
     int int8_input;
     int64_t M, K, Kp;
     int64_t block;           /* > 0: float rows are rotated first (K padded to a block) */
-    uint32_t seed;
+    const float *signs;      /* K: the rotation's sign table (w8_sign_table), when block */
     w8_row_format fmt[W8_MAX_WEIGHTS];
     int nformats;
     float *a_scale;          /* M */
@@ -71,7 +71,7 @@ static inline uint8_t w8_prepare_row(const w8_product *p, int64_t i, float *rot)
         const float *x = (const float *)p->x + i * p->K;
         const int bad = p->block
             ? w8_quantize_row_rotated(p->ops, x, p->K, p->Kp, f0->flip, q, p->a_scale + i,
-                                      psum, p->block, p->seed, rot)
+                                      psum, p->block, p->signs, rot)
             : w8_quantize_row(p->ops, x, p->K, p->Kp, f0->flip, q, p->a_scale + i, psum);
         if (bad) return 1;
     }
@@ -82,7 +82,7 @@ static inline uint8_t w8_prepare_row(const w8_product *p, int64_t i, float *rot)
         const uint8_t delta = fo->flip ^ f0->flip;
         uint8_t *qo = fo->q + i * p->Kp;
         for (int64_t k = 0; k < p->Kp; k++) qo[k] = q[k] ^ delta;
-        if (fo->row_sums) w8_prefix_sums(qo, p->Kp, fo->flip, fo->psum + i * np1);
+        if (fo->row_sums) p->ops->prefix_sums(qo, p->Kp, fo->flip, fo->psum + i * np1);
     }
     return 0;
 }

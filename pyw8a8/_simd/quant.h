@@ -53,14 +53,15 @@ static inline int w8_quantize_row(const w8_isa_ops *ops, const float *x, int64_t
         ops->quantize(x, K, 127.0f / amax, flip, q);
         memset(q + K, flip, (size_t)(Kp - K));
     }
-    if (psum) w8_prefix_sums(q, Kp, flip, psum);
+    if (psum) ops->prefix_sums(q, Kp, flip, psum);
     return 0;
 }
 
-/* w8_quantize_row of the block-rotated row (see fwht.h), in one pass per block: sign flip
- * with the 1/sqrt(block) normalization, FWHT, into `scratch` (K floats, one per thread),
- * then absmax and quantization from scratch.  The floats quantized are exactly those that
- * w8_rotate_row returns, so the result equals rotating then quantizing, bit for bit.
+/* w8_quantize_row of the block-rotated row (see fwht.h): sign flip with the 1/sqrt(block)
+ * normalization (from `signs`, the rotation's w8_sign_table), FWHT, into `scratch` (K
+ * floats, one per thread), then absmax and quantization from scratch.  The floats
+ * quantized are exactly those that w8_rotate_row returns, so the result equals rotating
+ * then quantizing, bit for bit.
  * NaN/Inf in x reach the rotated block (adds and subtracts never make them finite), so
  * such rows still return 1; so does a finite row whose rotation overflows float32, which
  * needs max|x| above FLT_MAX / sqrt(block).  block is a power of two; when it does not
@@ -69,10 +70,10 @@ static inline int w8_quantize_row(const w8_isa_ops *ops, const float *x, int64_t
 static inline int w8_quantize_row_rotated(const w8_isa_ops *ops, const float *x, int64_t K,
                                           int64_t Kp, uint8_t flip, uint8_t *q,
                                           float *scale, int32_t *psum, int64_t block,
-                                          uint32_t seed, float *scratch)
+                                          const float *signs, float *scratch)
 {
     const int64_t Kr = (K + block - 1) / block * block;
-    w8_rotate_row(ops->fwht, ops->sign_scale, x, scratch, K, block, seed);
+    w8_rotate_row_from_table(ops->fwht, x, signs, scratch, K, block);
     return w8_quantize_row(ops, scratch, Kr, Kp, flip, q, scale, psum);
 }
 
