@@ -1,8 +1,9 @@
 /* The registry of instruction-set paths (numpy-style run-time dispatch): every path is
  * compiled into the one binary with target attributes, and this table is the only place
- * that lists them.  Each entry holds the path's kernels, corrections, quantizer, FWHT, sign
- * application, epilogue, activation pass, peak probe and support predicate; the lookup by
- * name, the support checks and the Python lists (_kernels.pyx) all read the table. */
+ * that lists them.  Each entry holds the path's kernels, corrections, quantizer, prefix
+ * sums, FWHT, sign application, epilogue, activation pass, peak probe and support
+ * predicate; the lookup by name, the support checks and the Python lists (_kernels.pyx)
+ * all read the table. */
 #ifndef PYW8A8_SIMD_DISPATCH_H
 #define PYW8A8_SIMD_DISPATCH_H
 
