@@ -41,3 +41,16 @@ def test_gated_pairs_have_their_own_entry_sized_for_two_weights():
     kp = 1 << 16  # long enough that L1, not K, bounds the K-range
     assert kc_for(ops, kp, 2) <= kc_for(ops, kp) // 2
     assert blocking[0] == kc_for(ops, SHAPE["kp"], 2)
+
+
+def test_calls_of_one_or_two_row_tiles_take_the_whole_k():
+    """Where no third row tile would reuse a B micro-panel from L1, a K-range only adds a
+    pass over the output."""
+    ops = _kernels.IsaOps("scalar")
+    kp = 1 << 16  # long enough that L1, not K, bounds the K-range
+    assert kc_for(ops, kp) < kp
+    assert kc_for(ops, kp, m=1) == kc_for(ops, kp, m=2 * ops.mr) == kp
+    assert kc_for(ops, kp, m=2 * ops.mr + 1) == kc_for(ops, kp)
+    tuner = Tuner()
+    for m, kc in ((1, kp), (2 * ops.mr, kp), (8 * ops.mr, kc_for(ops, kp))):
+        assert tuner.choose(ops, 0, 1, m, 512, kp, 2)[2][0] == kc
