@@ -23,7 +23,7 @@ from ._validation import bias_vector, check_finite_row, float_array, int8_matrix
 from .packing import PackedWeight, pack_int8
 from .tuning import TUNER
 
-_F32 = np.dtype(np.float32)
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 _SCRATCH = threading.local()  # .buffer: the thread's reused _kernels.Scratch
 # The fused activations by name (common.h W8_ACT_*; the arithmetic is activation.h's).
 ACTIVATIONS = {"relu": _kernels.W8_ACT_RELU, "gelu": _kernels.W8_ACT_GELU,
@@ -268,14 +268,16 @@ def matmul(x: npt.ArrayLike, packed: PackedWeight, *, bias: npt.ArrayLike | None
     True
     """
     if (out is None and out_dtype is None and bias is None and activation is None
-            and type(x) is np.ndarray and x.dtype is _F32 and x.flags.c_contiguous
-            and x.ndim and x.size and type(packed) is PackedWeight):
-        # The common call, C-contiguous float32 rows (any leading dimensions, a view as
-        # 2-D): straight to the product.
+            and type(x) is np.ndarray and (x.dtype is _F32 or x.dtype is _F64)
+            and x.flags.c_contiguous and x.ndim and x.size and type(packed) is PackedWeight):
+        # The common call, C-contiguous float32 (or float64, converted) rows of any leading
+        # dimensions, a view as 2-D: straight to the product.
         plan = _plan(packed, "packed")
         if x.shape[-1] == plan.K and plan.N:
+            rows = x if x.dtype is _F32 else float_array(x, "x")
             y = empty_output(x.shape[:-1] + (plan.N,), _F32)
-            _product(x.reshape(-1, plan.K), [plan], [y.reshape(-1, plan.N)], "x", x.shape)
+            _product(rows.reshape(-1, plan.K), [plan], [y.reshape(-1, plan.N)], "x",
+                     x.shape)
             return y
     plan = _plan(packed, "packed")
     act = _activation_code(activation, "activation")
