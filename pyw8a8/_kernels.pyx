@@ -224,6 +224,7 @@ cdef class WeightPlan:
         self.blocking = {}
         self.signs, self.sign_table = None, NULL
         if rotate and self.K:
+            # Built once, by the reference: every path's sign application gives these bits.
             self.signs = np.empty(self.K, np.float32)
             self.sign_table = <const float *>cnp.PyArray_DATA(self.signs)
             w8_sign_table(w8_scalar_sign_scale, <float *>self.sign_table, self.K, block, seed)

@@ -158,9 +158,10 @@ static inline void w8_sign_table(w8_sign_scale_fn sign_scale, float *s, int64_t 
     sign_scale(s, s, K, 0, seed, w8_rotation_norm(block));
 }
 
-/* w8_rotate_row with the signs from a table (w8_sign_table): one multiply per value where
- * the sign hash took about 2.5 (for the rows of a product, which share their weight's
- * table); the same products, so the same bits.  y holds K rounded up to block. */
+/* w8_rotate_row with the signs from a table (w8_sign_table), for the rows of a product,
+ * which all share their weight's table: a multiply per value instead of hashing each
+ * position (0.19 against 0.33 us for a row of 2048, AVX-512 Xeon), the same products, so
+ * the same bits.  y holds K rounded up to block. */
 static inline void w8_rotate_row_from_table(w8_fwht_fn fwht, const float *x, const float *signs,
                                             float *y, int64_t K, int64_t block)
 {
