@@ -95,13 +95,15 @@ static inline int64_t w8_first_bad_row(const w8_product *p)
 }
 
 /* Whether each task owns its rows: one product split over M only, every task's block
- * spanning all the columns.  The task that multiplies a row block then prepares it, right
- * before, on its own core: the rows are in that core's L2 when its kernels read them, not
- * in the other core's (a barrier, then tiles loaded across cores, made 1024 x 2048 x 640
- * on AMX 1.15x slower), and no barrier separates the two. */
-static inline int w8_tasks_own_rows(const w8_product *p, int64_t ntasks)
+ * spanning all the columns, in at least as many tasks as threads.  The task that
+ * multiplies a row block then prepares it, right before, on its own core: the rows are in
+ * that core's L2 when its kernels read them, not in the other core's (a barrier, then
+ * tiles loaded across cores, made 1024 x 2048 x 640 on AMX 1.15x slower), and no barrier
+ * separates the two.  With fewer tasks than threads, a thread would prepare every row of
+ * a call alone (a single task, 64 rotated rows: 52 us where two threads take 30). */
+static inline int w8_tasks_own_rows(const w8_product *p, int64_t ntasks, int nthreads)
 {
-    return ntasks > 0 && p->njobs == 1 && p->jobs[0].n_step >= p->jobs[0].g.N;
+    return ntasks >= nthreads && p->njobs == 1 && p->jobs[0].n_step >= p->jobs[0].g.N;
 }
 
 /* Task t of a product whose tasks own their rows: the rows, then the block unless one of
@@ -136,13 +138,13 @@ static inline int64_t w8_run_product(w8_product *p, int nthreads)
 #else
             float *rot = p->rot;
 #endif
-            if (w8_tasks_own_rows(p, ntasks)) {
+            if (w8_tasks_own_rows(p, ntasks, nthreads)) {
                 w8_task_begin(p->ops);
                 W8_OMP(omp for schedule(dynamic))
                 for (int64_t t = 0; t < ntasks; t++) w8_run_owning_task(p, t, rot);
                 w8_task_end(p->ops);
             } else {
-                W8_OMP(omp for schedule(static))
+                W8_OMP(omp for schedule(dynamic))
                 for (int64_t i = 0; i < p->M; i++) p->status[i] = w8_prepare_row(p, i, rot);
                 /* The loop's barrier: every thread reads the same statuses, so all of
                  * them run the product or none does. */
