@@ -4,12 +4,13 @@
  * runs, all in one parallel region, so a call wakes the thread team once:
  *
  *   parallel
- *     for each row (static)      -> its bytes, scale and prefix sums; its status
+ *     for each row (dynamic)     -> its bytes, scale and prefix sums; its status
  *     (barrier)
  *     unless a row failed:
  *       for each task (dynamic) -> w8_run_task: an m_step x n_step block of one product
  *
- * or, when each task owns its rows (one product split over M only):
+ * or, when each task owns its rows (one product split over M only, in as many tasks as
+ * threads or more):
  *
  *   parallel
  *     for each task (dynamic)   -> its rows prepared, then (unless one failed) its block
