@@ -49,17 +49,17 @@ def _task_splits(ops, m, n, kp, nthreads, streams):
     w8_tasks_own_rows), the default where the whole weight fits in L2."""
     ncols = W8_NR * ops.npanels
     groups = padded(n, ncols) // ncols
+    rows_for_threads = nthreads > 1 and m >= 2 * ops.mr * nthreads  # two tiles a thread
     over_n, over_m = [], []
     for tasks_per_thread in (2, 1, 4):
         n_tasks = max(1, min(groups, tasks_per_thread * nthreads))
         n_step = padded(groups, n_tasks) // n_tasks * ncols
         m_tasks = 1
-        if nthreads > 1 and n_tasks < tasks_per_thread * nthreads and \
-                m >= 2 * ops.mr * nthreads:
+        if rows_for_threads and n_tasks < tasks_per_thread * nthreads:
             m_tasks = -(-tasks_per_thread * nthreads // n_tasks)
         m_step = padded(-(-m // m_tasks), ops.mr) if m else ops.mr
         over_n.append((m_step, n_step))
-    if nthreads > 1 and m >= 2 * ops.mr * nthreads:
+    if rows_for_threads:
         for tasks_per_thread in (1, 2):
             over_m.append((padded(-(-m // (tasks_per_thread * nthreads)), ops.mr),
                            padded(n, ncols)))

@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 
 import pyw8a8
-from pyw8a8._layout import ALIGN_BYTES, ALIGNED_FROM_BYTES, empty_aligned, empty_output, is_aligned
+from pyw8a8._layout import (
+    ALIGN_BYTES,
+    ALIGNED_FROM_BYTES,
+    data_address,
+    empty_aligned,
+    empty_output,
+    is_aligned,
+)
 
 
 def _weight(n=40, k=100, seed=0):
@@ -41,7 +48,7 @@ def test_unaligned_panels_are_copied_once_to_an_aligned_array():
     packed = pyw8a8.pack_weight(_weight())
     expected = pyw8a8.matmul(x, packed)
     buf = np.empty(packed.panels.nbytes + ALIGN_BYTES + 16, np.uint8)
-    start = (16 - buf.ctypes.data) % ALIGN_BYTES  # 16 bytes past a cache line
+    start = (16 - data_address(buf)) % ALIGN_BYTES  # 16 bytes past a cache line
     off = buf[start:start + packed.panels.nbytes].reshape(packed.panels.shape)
     off[...] = packed.panels
     assert not is_aligned(off)
