@@ -201,6 +201,10 @@ def test_ctrl_c_during_a_long_product_arrives_and_leaves_the_process_usable():
     """SIGINT while the GIL is released in a product of several seconds (the scalar path):
     KeyboardInterrupt arrives when it returns, and the next product is right."""
     proc = subprocess.Popen([sys.executable, "-c", PARENT.format(threads=2) + textwrap.dedent("""
+        import signal
+        # Python's own handler, even where SIGINT is inherited as ignored (the suite run as
+        # a shell's background job), or no KeyboardInterrupt could arrive at all.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         big_x = np.ones((512, 4096), np.float32)
         big = w8.pack_weight(np.ones((4096, 4096), np.float32), rotate=False)
         print("started", flush=True)
