@@ -8,11 +8,14 @@
  * AMX has every signedness combination, so signed weights need no compensation at all
  * (tdpbssd) and biased weights use tdpbsud with the usual 128 * sum(qa) correction.
  *
- * The tiles are configured once per task (w8_amx_task_begin), all eight as 16 rows x 64
- * bytes: C tiles 0-3 (row block i, panel j at 2i + j), A tiles 4-5, B tiles 6-7.  One
- * microkernel call is a 32 x 32 block (2 x 2 C tiles) accumulated over its whole K-range,
- * stored once.  The quantizer, FWHT and float epilogue are the AVX-512 ones (every AMX CPU
- * has AVX-512).  Linux grants the tile state only on request (w8_amx_request in cpu.h). */
+ * Eight tiles of 64-byte rows: C tiles 0-3 (row block i, panel j at 2i + j), A tiles 4-5,
+ * B tiles 6-7 (16 rows).  One microkernel call is a block of up to 32 x 32 (2 x 2 C tiles)
+ * accumulated over its whole K-range, stored once.  The C and A tiles of row block i have
+ * the rows that w8_amx_tile_rows last asked for: 16 and 16 at a task's start, fewer for a
+ * block of fewer rows, so that a product of 8 rows loads 8-row A tiles and stores its 8
+ * rows straight into the output.  The quantizer, FWHT and float epilogue are the AVX-512
+ * ones (every AMX CPU has AVX-512).  Linux grants the tile state only on request
+ * (w8_amx_request in cpu.h). */
 #ifndef PYW8A8_SIMD_AMX_H
 #define PYW8A8_SIMD_AMX_H
 
@@ -32,32 +35,68 @@ typedef struct {
     uint8_t rows[16];
 } w8_amx_config;
 
-/* A constant object in read-only data, not a local filled by stores: GCC 12 declares
- * _tile_loadconfig's operand as the first 8 bytes of the configuration only, and drops
- * the stores that fill the other 56 of a local one (ldtilecfg then faults). */
-static const w8_amx_config w8_amx_tiles_16x64 W8_ALIGN(64) = {
-    1, 0, {0},
-    {64, 64, 64, 64, 64, 64, 64, 64, 0, 0, 0, 0, 0, 0, 0, 0},
-    {16, 16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0},
+/* The configurations, one per row count 1..32 of a call's tiles (index rows - 1): constant
+ * objects in read-only data, not locals filled by stores: GCC 12 declares
+ * _tile_loadconfig's operand as the first 8 bytes of the configuration only, and drops the
+ * stores that fill the other 56 of a local one (ldtilecfg then faults).  Row block 1's
+ * tiles (2, 3, 5) are left unconfigured when it has no rows. */
+#define W8_AMX_B1(R1) ((R1) ? 64 : 0)
+#define W8_AMX_BLOCKS(R0, R1)                                                            \
+    {1, 0, {0},                                                                          \
+     {64, 64, W8_AMX_B1(R1), W8_AMX_B1(R1), 64, W8_AMX_B1(R1), 64, 64, 0, 0, 0, 0, 0, 0, 0, 0}, \
+     {R0, R0, R1, R1, R0, R1, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0}}
+#define W8_AMX_ROWS(r) W8_AMX_BLOCKS((r) < 16 ? (r) : 16, (r) > 16 ? (r) - 16 : 0)
+static const w8_amx_config w8_amx_configs[W8_AMX_MR] W8_ALIGN(64) = {
+    W8_AMX_ROWS(1),  W8_AMX_ROWS(2),  W8_AMX_ROWS(3),  W8_AMX_ROWS(4),  W8_AMX_ROWS(5),
+    W8_AMX_ROWS(6),  W8_AMX_ROWS(7),  W8_AMX_ROWS(8),  W8_AMX_ROWS(9),  W8_AMX_ROWS(10),
+    W8_AMX_ROWS(11), W8_AMX_ROWS(12), W8_AMX_ROWS(13), W8_AMX_ROWS(14), W8_AMX_ROWS(15),
+    W8_AMX_ROWS(16), W8_AMX_ROWS(17), W8_AMX_ROWS(18), W8_AMX_ROWS(19), W8_AMX_ROWS(20),
+    W8_AMX_ROWS(21), W8_AMX_ROWS(22), W8_AMX_ROWS(23), W8_AMX_ROWS(24), W8_AMX_ROWS(25),
+    W8_AMX_ROWS(26), W8_AMX_ROWS(27), W8_AMX_ROWS(28), W8_AMX_ROWS(29), W8_AMX_ROWS(30),
+    W8_AMX_ROWS(31), W8_AMX_ROWS(32),
 };
+#undef W8_AMX_ROWS
+#undef W8_AMX_BLOCKS
+#undef W8_AMX_B1
 
-W8_AMX static void w8_amx_task_begin(void) { _tile_loadconfig(&w8_amx_tiles_16x64); }
+/* The row count the calling thread's tiles are configured for (0: none). */
+static __thread int w8_amx_rows_configured;
 
-W8_AMX static void w8_amx_task_end(void) { _tile_release(); }
+/* Tiles of `rows` rows for the kernel calls that follow on this thread.  ldtilecfg costs
+ * about 75 ns, so the loop nest asks once per row block, not per call. */
+W8_AMX static void w8_amx_tile_rows(int rows)
+{
+    if (rows == w8_amx_rows_configured) return;
+    _tile_loadconfig(&w8_amx_configs[rows - 1]);
+    w8_amx_rows_configured = rows;
+}
 
-/* 1 when the tiles hold exactly the configuration w8_amx_task_begin loads, read back with
- * sttilecfg; a test runs it natively, where a configuration byte that the compiler failed
- * to store would show.  GCC 12 declares sttilecfg as writing 8 bytes only: the barrier
- * makes the comparison read all 64 from memory. */
+W8_AMX static void w8_amx_task_begin(void) { w8_amx_tile_rows(W8_AMX_MR); }
+
+W8_AMX static void w8_amx_task_end(void)
+{
+    _tile_release();
+    w8_amx_rows_configured = 0;
+}
+
+/* 1 when the tiles hold exactly the configuration asked for (16-row and 8-row tiles), read
+ * back with sttilecfg; a test runs it natively, where a configuration byte that the
+ * compiler failed to store would show.  GCC 12 declares sttilecfg as writing 8 bytes
+ * only: the barrier makes the comparison read all 64 from memory. */
 W8_AMX static inline int w8_amx_config_roundtrip(void)
 {
-    w8_amx_config held;
-    memset(&held, 0xAB, sizeof(held));
-    w8_amx_task_begin();
-    _tile_storeconfig(&held);
-    __asm__ __volatile__("" : : "r"(&held) : "memory");
-    w8_amx_task_end();
-    return memcmp(&held, &w8_amx_tiles_16x64, sizeof(held)) == 0;
+    int same = 1;
+    for (int rows = W8_AMX_MR; rows >= 8; rows -= 24) {
+        w8_amx_config held;
+        memset(&held, 0xAB, sizeof(held));
+        w8_amx_task_begin();
+        w8_amx_tile_rows(rows);
+        _tile_storeconfig(&held);
+        __asm__ __volatile__("" : : "r"(&held) : "memory");
+        w8_amx_task_end();
+        same &= memcmp(&held, &w8_amx_configs[rows - 1], sizeof(held)) == 0;
+    }
+    return same;
 }
 
 /* Tile numbers must be compile-time constants, hence the macros. */
@@ -72,7 +111,8 @@ W8_AMX static inline int w8_amx_config_roundtrip(void)
         else _tile_zero(T);                                                              \
     } while (0)
 
-/* rows <= 32 and npanels <= 2; stores whole 16-row tiles (the registry's whole_tiles). */
+/* rows <= the configured rows (w8_amx_tile_rows) and npanels <= 2; stores the whole tiles
+ * of the configured rows (the registry's whole_tiles). */
 W8_AMX W8_INLINE void w8_amx_tile(int rows, int npanels, int64_t kq, const uint8_t *a,
                                   int64_t lda, const uint8_t *b, int64_t ps, int32_t *c,
                                   int64_t ldc, int accumulate, const int SIGNED_B)

@@ -225,8 +225,9 @@ typedef struct {
     const char *name;
     int mr;                       /* microkernel rows */
     int npanels;                  /* microkernel panels (columns = 16 * npanels) */
-    int whole_tiles;              /* the kernel stores whole mr-row tiles (AMX): tiles with
-                                     fewer rows go through a scratch tile */
+    int whole_tiles;              /* the kernel stores whole tiles of the rows tile_rows set
+                                     (AMX; mr rows without tile_rows): tiles with fewer rows
+                                     go through a scratch tile.  No ukernel_f32 then. */
     int whole_k;                  /* no K-blocking: the C tiles accumulate over the whole K
                                      and are stored once (AMX: B tiles stream from L2) */
     /* Kernels for each weight encoding; both produce exact sum_k qa * qw up to `corr`. */
@@ -244,6 +245,9 @@ typedef struct {
     w8_fwht_fn fwht;
     w8_sign_scale_fn sign_scale;
     void (*task_begin)(void);     /* per thread, before its first kernel call (AMX tiles) */
+    void (*tile_rows)(int rows);  /* per thread, before kernel calls of at most `rows` rows
+                                     (1..mr): the rows of the whole tiles stored (AMX), or
+                                     NULL */
     void (*task_end)(void);
     w8_peak_fn peak;
     int (*supported)(const struct w8_cpu_features_s *f);

@@ -80,7 +80,8 @@ static const w8_isa_ops w8_isas[] = {
      .absmax = w8_avx512_absmax, .quantize = w8_avx512_quantize,
      .prefix_sums = w8_avx2_prefix_sums, .fwht = w8_avx512_fwht,
      .sign_scale = w8_avx2_sign_scale, .task_begin = w8_amx_task_begin,
-     .task_end = w8_amx_task_end, .peak = w8_amx_peak, .supported = w8_amx_supported},
+     .tile_rows = w8_amx_tile_rows, .task_end = w8_amx_task_end, .peak = w8_amx_peak,
+     .supported = w8_amx_supported},
 #endif
 #if defined(W8_X86)
     {.name = "avx512vnni", .mr = W8_AVX512_MR, .npanels = W8_AVX512_NPANELS,

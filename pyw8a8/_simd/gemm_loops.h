@@ -6,7 +6,8 @@
  *         for 16*npanels columns (one B micro-panel)
  *           for mr rows     -> microkernel, adding into the int32 sums of its tile
  *                              (over the last K-range the kernel finishes its tile to
- *                              float in registers, or one epilogue per tile follows)
+ *                              float in registers, or the epilogue follows, on a group
+ *                              of tiles: w8_finish_tiles)
  *
  * Results do not depend on the blocking: the int32 sums of a tile are exact (W8_EXACT_K in
  * common.h) and kept in the output buffer itself across K-ranges (an int32 has a float's
@@ -159,6 +160,39 @@ static inline void w8_tile_sums(const w8_gemm_plan *g, int64_t m, int rows, int6
     }
 }
 
+/* The rows of the tiles a path's kernel stores for a row block of `rows` rows, set for the
+ * calls that follow (the path's tile_rows): all of them where the block is one tile, so the
+ * kernel stores straight into the output; mr otherwise, since setting them per call would
+ * cost more (AMX: 75 ns a configuration) than the scratch tile of the block's last tile. */
+static inline int w8_block_tile_rows(const w8_isa_ops *ops, int64_t rows)
+{
+    if (!ops->tile_rows) return ops->mr;
+    const int tile = (int)(rows < ops->mr ? rows : ops->mr);
+    ops->tile_rows(tile);
+    return tile;
+}
+
+/* Finishes the tiles over C[m0:m1, n0:n1] whose last kernel call stored their raw sums. */
+static void w8_finish_tiles(const w8_gemm_plan *g, int64_t m0, int64_t m1, int64_t n0,
+                            int64_t n1)
+{
+    const int64_t ncols = (int64_t)W8_NR * g->ops->npanels;
+    for (int64_t n = n0; n < n1; n += ncols) {
+        const int cols = (int)(n1 - n < ncols ? n1 - n : ncols);
+        for (int64_t m = m0; m < m1; m += g->ops->mr) {
+            const int rows = (int)(m1 - m < g->ops->mr ? m1 - m : g->ops->mr);
+            w8_finish_tile(g, (int32_t *)g->out + m * g->ldo + n, m, rows, n, cols);
+        }
+    }
+}
+
+/* Output bytes of tiles whose finish waits: tiles that the kernel does not finish itself are
+ * finished together, once that many bytes of them are stored or the block ends.  Finished
+ * one by one between two AMX kernel calls, each tile's loads (corrections, scales, the sums
+ * just stored) waited behind the weight stream and held up the next call's tile loads: 8 x
+ * 1152 x 6912 took 1.12x as long (2 Xeon vCPUs). */
+#define W8_FINISH_BYTES 32768
+
 /* C[m0:m1, n0:n1] of a W8_OUT_F32 or W8_OUT_I32 plan; n0 is a multiple of 16. */
 static void w8_gemm_range_i32(const w8_gemm_plan *g, int64_t m0, int64_t m1, int64_t n0,
                               int64_t n1)
@@ -177,13 +211,20 @@ static void w8_gemm_range_i32(const w8_gemm_plan *g, int64_t m0, int64_t m1, int
             const int first = k0 == 0, last = k1 == g->Kp;
             for (int64_t mb = m0; mb < m1; mb += g->mc) {
                 const int64_t mb1 = mb + g->mc < m1 ? mb + g->mc : m1;
+                const int tile_rows = w8_block_tile_rows(ops, mb1 - mb);
+                int64_t unfinished = nb; /* the block's columns from here on wait */
                 for (int64_t n = nb; n < nb1; n += ncols) {
                     const int cols = (int)(nb1 - n < ncols ? nb1 - n : ncols);
                     const int npanels = (cols + W8_NR - 1) / W8_NR;
+                    const int part_cols = cols < npanels * W8_NR;
+                    /* The kernel finishes these tiles in registers: one float store instead
+                     * of an int32 store and an epilogue pass over it (never with
+                     * whole_tiles, so for every row of the block). */
+                    const int kernel_finishes = last && finish && !part_cols;
                     for (int64_t m = mb; m < mb1; m += ops->mr) {
                         const int rows = (int)(mb1 - m < ops->mr ? mb1 - m : ops->mr);
                         const int edge =
-                            cols < npanels * W8_NR || (ops->whole_tiles && rows < ops->mr);
+                            part_cols || (ops->whole_tiles && rows < tile_rows);
                         int32_t *c = sums + m * g->ldo + n;
                         /* A gated pair: the up projection's sums of the tile first, so
                          * they are at hand (in L1) when the gate's tile is finished. */
@@ -191,9 +232,7 @@ static void w8_gemm_range_i32(const w8_gemm_plan *g, int64_t m0, int64_t m1, int
                             w8_tile_sums(g->up, m, rows, n, cols, k0, (k1 - k0) / 4,
                                          (int32_t *)g->up->out + m * g->up->ldo + n,
                                          g->up->ldo, first, edge, tile);
-                        if (last && finish && !edge) {
-                            /* The kernel finishes the tile in registers: one float store
-                             * instead of an int32 store and an epilogue pass over it. */
+                        if (kernel_finishes) {
                             w8_corrections buf[2];
                             w8_tile_finish fin;
                             w8_finish_at(g, m, rows, n, cols, buf, &fin);
@@ -206,9 +245,17 @@ static void w8_gemm_range_i32(const w8_gemm_plan *g, int64_t m0, int64_t m1, int
                         }
                         w8_tile_sums(g, m, rows, n, cols, k0, (k1 - k0) / 4, c, g->ldo,
                                      first, edge, tile);
-                        if (last) w8_finish_tile(g, c, m, rows, n, cols);
+                    }
+                    if (!last) continue;
+                    if (kernel_finishes) {
+                        if (unfinished < n) w8_finish_tiles(g, mb, mb1, unfinished, n);
+                        unfinished = n + cols;
+                    } else if ((mb1 - mb) * (n + cols - unfinished) * 4 >= W8_FINISH_BYTES) {
+                        w8_finish_tiles(g, mb, mb1, unfinished, n + cols);
+                        unfinished = n + cols;
                     }
                 }
+                if (last && unfinished < nb1) w8_finish_tiles(g, mb, mb1, unfinished, nb1);
             }
         }
     }
@@ -226,6 +273,7 @@ static void w8_gemm_range_i64(const w8_gemm_plan *g, int64_t m0, int64_t m1, int
     int64_t *const out = (int64_t *)g->out;
     W8_ALIGN(64) int32_t tile[W8_MAX_MR * W8_TILE_LD];
     int32_t row_corr[W8_MAX_MR], col_corr[W8_TILE_LD];
+    w8_block_tile_rows(ops, m1 - m0); /* every tile goes through the scratch tile */
     for (int64_t k0 = 0; k0 < g->Kp; k0 += W8_EXACT_K) {
         const int64_t k1 = k0 + W8_EXACT_K < g->Kp ? k0 + W8_EXACT_K : g->Kp;
         for (int64_t n = n0; n < n1; n += ncols) {
