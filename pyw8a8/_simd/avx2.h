@@ -126,6 +126,7 @@ W8_AVX2 W8_INLINE __m256 w8_avx2_fwht8(__m256 v)
 #define W8_FW_STORE(p, v) _mm256_storeu_ps(p, v)
 #define W8_FW_ADD(x, y) _mm256_add_ps(x, y)
 #define W8_FW_SUB(x, y) _mm256_sub_ps(x, y)
+#define W8_FW_MUL(x, y) _mm256_mul_ps(x, y)
 #define W8_FW_IN_REG(v) w8_avx2_fwht8(v)
 #define W8_FW_NARROW(x, n) w8_scalar_fwht(x, n)
 #include "fwht_driver.h"

@@ -166,6 +166,7 @@ W8_AVX512 W8_INLINE __m512 w8_avx512_fwht16(__m512 v)
 #define W8_FW_STORE(p, v) _mm512_storeu_ps(p, v)
 #define W8_FW_ADD(x, y) _mm512_add_ps(x, y)
 #define W8_FW_SUB(x, y) _mm512_sub_ps(x, y)
+#define W8_FW_MUL(x, y) _mm512_mul_ps(x, y)
 #define W8_FW_IN_REG(v) w8_avx512_fwht16(v)
 #define W8_FW_NARROW(x, n) w8_avx2_fwht(x, n)
 #include "fwht_driver.h"

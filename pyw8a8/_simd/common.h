@@ -182,6 +182,10 @@ typedef void (*w8_prefix_sums_fn)(const uint8_t *q, int64_t Kp, uint8_t flip, in
 /* FWHT: x <- H x in place, n a power of two (n = 1 leaves x unchanged). */
 typedef void (*w8_fwht_fn)(float *x, int64_t n);
 
+/* y = H (s x), elementwise s x: the FWHT of a block times its signs (a rotation's sign
+ * table), bit for bit the multiply then w8_fwht_fn; y may be x. */
+typedef void (*w8_fwht_signed_fn)(const float *x, const float *s, float *y, int64_t n);
+
 /* y[i] = x[i] * (+-c), negated where w8_sign_bit(pos + i, seed); y may be x. */
 typedef void (*w8_sign_scale_fn)(const float *x, float *y, int64_t n, uint32_t pos,
                                  uint32_t seed, float c);
@@ -243,6 +247,7 @@ typedef struct {
     w8_quantize_fn quantize;
     w8_prefix_sums_fn prefix_sums;
     w8_fwht_fn fwht;
+    w8_fwht_signed_fn fwht_signed;
     w8_sign_scale_fn sign_scale;
     void (*task_begin)(void);     /* per thread, before its first kernel call (AMX tiles) */
     void (*tile_rows)(int rows);  /* per thread, before kernel calls of at most `rows` rows

@@ -79,6 +79,7 @@ static const w8_isa_ops w8_isas[] = {
      .epilogue = w8_avx512_epilogue, .act_tile = w8_avx512_act_tile,
      .absmax = w8_avx512_absmax, .quantize = w8_avx512_quantize,
      .prefix_sums = w8_avx2_prefix_sums, .fwht = w8_avx512_fwht,
+     .fwht_signed = w8_avx512_fwht_signed,
      .sign_scale = w8_avx2_sign_scale, .task_begin = w8_amx_task_begin,
      .tile_rows = w8_amx_tile_rows, .task_end = w8_amx_task_end, .peak = w8_amx_peak,
      .supported = w8_amx_supported},
@@ -92,6 +93,7 @@ static const w8_isa_ops w8_isas[] = {
      .act_tile = w8_avx512_act_tile,
      .absmax = w8_avx512_absmax, .quantize = w8_avx512_quantize,
      .prefix_sums = w8_avx2_prefix_sums, .fwht = w8_avx512_fwht,
+     .fwht_signed = w8_avx512_fwht_signed,
      .sign_scale = w8_avx2_sign_scale, .peak = w8_avx512_peak,
      .supported = w8_avx512_supported},
     {.name = "avxvnni", .mr = W8_AVXVNNI_MR, .npanels = W8_AVXVNNI_NPANELS,
@@ -102,6 +104,7 @@ static const w8_isa_ops w8_isas[] = {
      .act_tile = w8_avx2_act_tile,
      .absmax = w8_avx2_absmax, .quantize = w8_avx2_quantize,
      .prefix_sums = w8_avx2_prefix_sums, .fwht = w8_avx2_fwht,
+     .fwht_signed = w8_avx2_fwht_signed,
      .sign_scale = w8_avx2_sign_scale, .peak = w8_avxvnni_peak,
      .supported = w8_avxvnni_supported},
     /* Signed by signed through the sign trick: no compensation for either encoding. */
@@ -113,6 +116,7 @@ static const w8_isa_ops w8_isas[] = {
      .act_tile = w8_avx2_act_tile,
      .absmax = w8_avx2_absmax, .quantize = w8_avx2_quantize,
      .prefix_sums = w8_avx2_prefix_sums, .fwht = w8_avx2_fwht,
+     .fwht_signed = w8_avx2_fwht_signed,
      .sign_scale = w8_avx2_sign_scale, .peak = w8_avx2_peak, .supported = w8_avx2_supported},
 #endif
 #if defined(W8_ARM64)
@@ -125,6 +129,7 @@ static const w8_isa_ops w8_isas[] = {
      .act_tile = w8_neon_act_tile,
      .absmax = w8_neon_absmax, .quantize = w8_neon_quantize,
      .prefix_sums = w8_prefix_sums, .fwht = w8_neon_fwht,
+     .fwht_signed = w8_neon_fwht_signed,
      .sign_scale = w8_scalar_sign_scale, .peak = w8_scalar_peak,
      .supported = w8_neondot_supported},
     {.name = "neon", .mr = W8_NEON_MR, .npanels = W8_NEON_NPANELS,
@@ -135,6 +140,7 @@ static const w8_isa_ops w8_isas[] = {
      .act_tile = w8_neon_act_tile,
      .absmax = w8_neon_absmax, .quantize = w8_neon_quantize,
      .prefix_sums = w8_prefix_sums, .fwht = w8_neon_fwht,
+     .fwht_signed = w8_neon_fwht_signed,
      .sign_scale = w8_scalar_sign_scale, .peak = w8_scalar_peak,
      .supported = w8_neon_supported},
 #endif
@@ -150,6 +156,7 @@ static const w8_isa_ops w8_isas[] = {
      .epilogue = w8_scalar_epilogue, .act_tile = w8_scalar_act_tile,
      .absmax = w8_scalar_absmax,
      .quantize = w8_scalar_quantize, .prefix_sums = w8_prefix_sums, .fwht = w8_scalar_fwht,
+     .fwht_signed = w8_scalar_fwht_signed,
      .sign_scale = w8_scalar_sign_scale, .peak = w8_scalar_peak,
      .supported = w8_scalar_supported},
     /* The u8 x s8 arithmetic of the VNNI/AMX paths in plain C, so their compensation is
@@ -161,6 +168,7 @@ static const w8_isa_ops w8_isas[] = {
      .act_tile = w8_scalar_act_tile,
      .absmax = w8_scalar_absmax, .quantize = w8_scalar_quantize,
      .prefix_sums = w8_prefix_sums, .fwht = w8_scalar_fwht,
+     .fwht_signed = w8_scalar_fwht_signed,
      .sign_scale = w8_scalar_sign_scale, .peak = w8_scalar_peak,
      .supported = w8_scalar_supported, .explicit_only = 1},
 };

@@ -106,6 +106,17 @@ static void w8_scalar_fwht(float *x, int64_t n)
             }
 }
 
+/* y = H (s x) (w8_fwht_signed_fn) through a path's in-place FWHT: the multiply, then the
+ * transform.  The reference, and the path's own where it has no fused one. */
+#define W8_FWHT_SIGNED_BY(name, fwht)                                                    \
+    static void name(const float *x, const float *s, float *y, int64_t n)                \
+    {                                                                                    \
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] * s[i];                              \
+        fwht(y, n);                                                                      \
+    }
+
+W8_FWHT_SIGNED_BY(w8_scalar_fwht_signed, w8_scalar_fwht)
+
 /* Butterflies between whole registers: the stages of distance 1, 2, ..., nreg/2 registers
  * on an array `r` of `nreg` vectors of type T (of fwht_driver.h, any vector width).  Both
  * loops have constant trip counts once nreg is a literal, so they unroll fully and `r`
@@ -160,15 +171,20 @@ static inline void w8_sign_table(w8_sign_scale_fn sign_scale, float *s, int64_t 
 
 /* w8_rotate_row with the signs from a table (w8_sign_table), for the rows of a product,
  * which all share their weight's table: a multiply per value instead of hashing each
- * position (0.19 against 0.33 us for a row of 2048, AVX-512 Xeon), the same products, so
- * the same bits.  y holds K rounded up to block. */
-static inline void w8_rotate_row_from_table(w8_fwht_fn fwht, const float *x, const float *signs,
-                                            float *y, int64_t K, int64_t block)
+ * position (0.19 against 0.33 us for a row of 2048, AVX-512 Xeon), folded into the FWHT's
+ * loads (fwht_signed): the same products, so the same bits.  y holds K rounded up to
+ * block. */
+static inline void w8_rotate_row_from_table(w8_fwht_fn fwht, w8_fwht_signed_fn fwht_signed,
+                                            const float *x, const float *signs, float *y,
+                                            int64_t K, int64_t block)
 {
-    const int64_t Kr = (K + block - 1) / block * block;
-    for (int64_t k = 0; k < K; k++) y[k] = x[k] * signs[k];
-    memset(y + K, 0, (size_t)(Kr - K) * sizeof(float));
-    for (int64_t k = 0; k < Kr; k += block) fwht(y + k, block);
+    int64_t k = 0;
+    for (; k + block <= K; k += block) fwht_signed(x + k, signs + k, y + k, block);
+    if (k < K) {
+        for (int64_t i = k; i < K; i++) y[i] = x[i] * signs[i];
+        memset(y + K, 0, (size_t)(k + block - K) * sizeof(float));
+        fwht(y + k, block);
+    }
 }
 
 /* x = D (c H y) per block: the inverse of w8_rotate_row; x may be y. */

@@ -191,5 +191,7 @@ static void w8_neon_fwht(float *x, int64_t n)
             }
 }
 
+W8_FWHT_SIGNED_BY(w8_neon_fwht_signed, w8_neon_fwht)
+
 #endif
 #endif

@@ -73,7 +73,7 @@ static inline int w8_quantize_row_rotated(const w8_isa_ops *ops, const float *x,
                                           const float *signs, float *scratch)
 {
     const int64_t Kr = (K + block - 1) / block * block;
-    w8_rotate_row_from_table(ops->fwht, x, signs, scratch, K, block);
+    w8_rotate_row_from_table(ops->fwht, ops->fwht_signed, x, signs, scratch, K, block);
     return w8_quantize_row(ops, scratch, Kr, Kp, flip, q, scale, psum);
 }
 

@@ -497,15 +497,18 @@ static void test_quantizer(const w8_isa_ops *ops)
 typedef struct {
     const char *name;
     w8_fwht_fn fn;
+    w8_fwht_signed_fn signed_fn;
 } fwht_case;
 
 /* Every FWHT runs the butterfly network of w8_scalar_fwht, so each must match it bit for
- * bit; the naive product in double checks that network itself. */
+ * bit; the naive product in double checks that network itself.  Each transform of a block
+ * times its signs must match the multiply then w8_scalar_fwht, out of place and in place. */
 static void test_fwht(const fwht_case *cases, int ncases)
 {
     enum { MAXN = 4096 };
     float *x = xmalloc(sizeof(float) * MAXN), *y = xmalloc(sizeof(float) * MAXN),
-          *z = xmalloc(sizeof(float) * MAXN);
+          *z = xmalloc(sizeof(float) * MAXN), *s = xmalloc(sizeof(float) * MAXN),
+          *zs = xmalloc(sizeof(float) * MAXN);
     double *ref = xmalloc(sizeof(double) * MAXN);
     for (int64_t n = 1; n <= MAXN; n *= 2) {
         double l1 = 0;
@@ -525,7 +528,21 @@ static void test_fwht(const fwht_case *cases, int ncases)
         const double tol = (stages + 1) * FLT_EPSILON * l1;
         memcpy(z, x, sizeof(float) * (size_t)n);
         w8_scalar_fwht(z, n);
+        /* Signs of a rotation's table: +-c with c = 1 / sqrt(n). */
+        w8_sign_table(w8_scalar_sign_scale, s, n, n, (uint32_t)n);
+        w8_scalar_fwht_signed(x, s, zs, n);
         for (int c = 0; c < ncases; c++) {
+            if (cases[c].signed_fn) {
+                memset(y, 0xFF, sizeof(float) * (size_t)n);
+                cases[c].signed_fn(x, s, y, n);
+                check(memcmp(y, zs, sizeof(float) * (size_t)n) == 0,
+                      "fwht_signed %s n=%lld differs from the multiply then w8_scalar_fwht",
+                      cases[c].name, (long long)n);
+                memcpy(y, x, sizeof(float) * (size_t)n);
+                cases[c].signed_fn(y, s, y, n);
+                check(memcmp(y, zs, sizeof(float) * (size_t)n) == 0,
+                      "fwht_signed %s n=%lld in place differs", cases[c].name, (long long)n);
+            }
             memcpy(y, x, sizeof(float) * (size_t)n);
             cases[c].fn(y, n);
             check(memcmp(y, z, sizeof(float) * (size_t)n) == 0,
@@ -540,7 +557,7 @@ static void test_fwht(const fwht_case *cases, int ncases)
                   (long long)n, worst, tol);
         }
     }
-    free(x), free(y), free(z), free(ref);
+    free(x), free(y), free(z), free(s), free(zs), free(ref);
 }
 
 /* ------------------------------------------------------------- epilogue --------------- */
@@ -693,11 +710,11 @@ int main(int argc, char **argv)
             check(w8_amx_config_roundtrip() == 1, "amx tile configuration read back differs");
 #endif
         printf("tested %s: %ld checks\n", ops->name, n_passed + n_failed - before);
-        fwht[nfwht++] = (fwht_case){ops->name, ops->fwht};
+        fwht[nfwht++] = (fwht_case){ops->name, ops->fwht, ops->fwht_signed};
     }
 #if defined(W8_ARM64)
     /* Directly as well, whichever paths use it. */
-    fwht[nfwht++] = (fwht_case){"w8_neon_fwht", w8_neon_fwht};
+    fwht[nfwht++] = (fwht_case){"w8_neon_fwht", w8_neon_fwht, w8_neon_fwht_signed};
 #endif
     const long before = n_passed + n_failed;
     test_fwht(fwht, nfwht);
