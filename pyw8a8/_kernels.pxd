@@ -146,6 +146,13 @@ cdef extern from "_simd/dispatch.h" nogil:
     void w8_task_begin(const w8_isa_ops *ops)
     void w8_task_end(const w8_isa_ops *ops)
 
+cdef extern from "_simd/team.h" nogil:
+    ctypedef struct w8_master_place:
+        int cpu
+    w8_master_place w8_master_here()
+    int w8_leave_master_cpu(w8_master_place master)
+    void w8_join_team(w8_master_place master)
+
 cdef extern from "_simd/microbench.h" nogil:
     w8_peak_fn w8_fp32_peak(int zmm)
     uint64_t w8_read_bytes(const uint8_t *p, int64_t n)

@@ -146,9 +146,11 @@ def quantize_rows(IsaOps isa, int enc, const float[:, ::1] x, uint8_t[:, ::1] q,
     st = <uint8_t *>calloc(M, 1)
     if st == NULL:
         raise MemoryError(f"no memory for the status of {M} rows")
+    cdef w8_master_place master = w8_master_here()
     if block == 0:
-        with nogil:
-            for i in prange(M, schedule="static", num_threads=nthreads):
+        with nogil, parallel(num_threads=nthreads):
+            w8_join_team(master)
+            for i in prange(M, schedule="static"):
                 st[i] = w8_quantize_row(isa.ops, &x[i, 0], K, Kp, flip, &q[i, 0],
                                         &scale[i], &psum[i, 0] if want_psum else NULL)
     else:
@@ -160,6 +162,7 @@ def quantize_rows(IsaOps isa, int enc, const float[:, ::1] x, uint8_t[:, ::1] q,
         # One scratch row per thread: the rotated row is quantized from it, so the
         # activation matrix is never copied whole.
         with nogil, parallel(num_threads=nthreads):
+            w8_join_team(master)
             scratch = <float *>malloc(Kp * sizeof(float))  # Kp >= K padded to block
             for i in prange(M, schedule="static"):
                 if scratch == NULL:
@@ -185,6 +188,20 @@ def amx_config_roundtrip():
     supported): True when every byte arrived, None when this build has no AMX path."""
     cdef int ok = w8_amx_config_roundtrip()
     return None if ok < 0 else bool(ok)
+
+
+def master_cpu():
+    """The CPU of the calling thread as a parallel region's master records it (team.h); -1
+    where that is unknown (not Linux)."""
+    return w8_master_here().cpu
+
+
+def leave_master_cpu(int cpu):
+    """What a worker of a region whose master runs on `cpu` does as it starts: True if the
+    calling thread ran on that CPU and moved off it (team.h)."""
+    cdef w8_master_place place
+    place.cpu = cpu
+    return bool(w8_leave_master_cpu(place))
 
 
 def omp_max_threads():

@@ -6,14 +6,15 @@ float32, block sizes are powers of two, `isa` is the active path's index in the 
 (``IsaOps.index``). Loops release the GIL and run rows (blocks, in `fwht_blocks`) in
 OpenMP ``prange``.
 """
-from cython.parallel cimport prange
+from cython.parallel cimport parallel, prange
 from libc.stdint cimport int64_t, uint32_t
 cimport numpy as cnp
 
 import numpy as np
 
-from pyw8a8._kernels cimport (W8_NUM_ISAS, w8_fwht_fn, w8_isas, w8_rotate_row,
-                              w8_sign_bit, w8_sign_scale_fn, w8_unrotate_row)
+from pyw8a8._kernels cimport (W8_NUM_ISAS, w8_fwht_fn, w8_isas, w8_join_team,
+                              w8_master_here, w8_master_place, w8_rotate_row, w8_sign_bit,
+                              w8_sign_scale_fn, w8_unrotate_row)
 
 cnp.import_array()
 
@@ -39,12 +40,16 @@ def fwht_blocks(int isa, cnp.ndarray x, int64_t block, int nthreads):
     cdef w8_fwht_fn fwht = w8_isas[_checked(isa)].fwht
     cdef float *p = <float *> cnp.PyArray_DATA(x)
     cdef int64_t nblocks = cnp.PyArray_SIZE(x) // block, i
-    with nogil:
-        if nthreads <= 1:
+    cdef w8_master_place master
+    if nthreads <= 1:
+        with nogil:
             for i in range(nblocks):
                 fwht(p + i * block, block)
-        else:
-            for i in prange(nblocks, schedule="static", num_threads=nthreads):
+    else:
+        master = w8_master_here()
+        with nogil, parallel(num_threads=nthreads):
+            w8_join_team(master)
+            for i in prange(nblocks, schedule="static"):
                 fwht(p + i * block, block)
 
 
@@ -67,8 +72,10 @@ def rotate_rows(int isa, const float[:, ::1] x, float[:, ::1] out, int64_t block
                          "of block) or, forward, K rounded up to block columns")
     if M == 0 or K == 0:
         return
-    with nogil:
-        for i in prange(M, schedule="static", num_threads=nthreads):
+    cdef w8_master_place master = w8_master_here()
+    with nogil, parallel(num_threads=nthreads):
+        w8_join_team(master)
+        for i in prange(M, schedule="static"):
             if inverse:
                 w8_unrotate_row(fwht, sign_scale, &x[i, 0], &out[i, 0], K, block, seed)
             else:

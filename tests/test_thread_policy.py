@@ -99,3 +99,46 @@ def test_the_runtime_is_read_from_the_needed_entries_as_auditwheel_renames_them(
                     str(copy)], check=True)
     assert b"libgomp.so.1\0" in copy.read_bytes()
     assert _thread_policy._needed_libraries(copy)[0] == "libgomp-0a1b2c3d.so.1"
+
+
+LEAVE_CPU = """
+import os, threading
+from pyw8a8 import _kernels
+cpus = sorted(os.sched_getaffinity(0))
+master = _kernels.master_cpu()                # where this thread, the master, runs now
+result = {}
+
+def worker():
+    # Placed on the master's CPU, then free to run anywhere, as a worker that the
+    # scheduler woke beside its master.
+    os.sched_setaffinity(0, {master})
+    os.sched_setaffinity(0, set(cpus))
+    result["stacked"] = _kernels.leave_master_cpu(master)
+    result["mask"] = sorted(os.sched_getaffinity(0))
+    result["again"] = _kernels.leave_master_cpu(master)
+    result["elsewhere"] = _kernels.master_cpu() != master
+
+thread = threading.Thread(target=worker)
+thread.start()
+thread.join()
+others = [c for c in cpus if c != master]
+print(result["stacked"], result["mask"] == others, result["again"], result["elsewhere"])
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs Linux and two CPUs")
+def test_a_worker_on_its_masters_cpu_moves_off_it_for_good():
+    """team.h: a worker that finds itself on its master's CPU takes the process's CPUs but
+    that one (so no later wake-up stacks it there again), and a worker elsewhere stays."""
+    assert run(LEAVE_CPU).split() == ["True", "True", "False", "True"]
+
+
+def test_one_cpu_leaves_a_worker_where_it_is():
+    """A process restricted to one CPU has nowhere else: the worker stays."""
+    code = ("import os; from pyw8a8 import _kernels; cpu = _kernels.master_cpu(); "
+            "os.sched_setaffinity(0, {cpu}); "
+            "print(_kernels.leave_master_cpu(cpu), os.sched_getaffinity(0) == {cpu})")
+    if not hasattr(os, "sched_getaffinity"):
+        pytest.skip("needs Linux")
+    assert run(code).split() == ["False", "True"]

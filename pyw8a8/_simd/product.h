@@ -3,7 +3,7 @@
  * when the weights are, or copied when already int8), then every block of every product
  * runs, all in one parallel region, so a call wakes the thread team once:
  *
- *   parallel
+ *   parallel                     (each worker off its master's CPU: team.h)
  *     for each row (dynamic)     -> its bytes, scale and prefix sums; its status
  *     (barrier)
  *     unless a row failed:
@@ -22,6 +22,7 @@
 #include "common.h"
 #include "gemm_loops.h"
 #include "quant.h"
+#include "team.h"
 #if defined(_OPENMP)
 #include <omp.h>
 #define W8_OMP(directive) _Pragma(#directive)
@@ -132,6 +133,7 @@ static inline int64_t w8_run_product(w8_product *p, int nthreads)
             w8_task_end(p->ops);
         }
     } else {
+        const w8_master_place master = w8_master_here();
         W8_OMP(omp parallel num_threads(nthreads))
         {
 #if defined(_OPENMP)
@@ -139,6 +141,7 @@ static inline int64_t w8_run_product(w8_product *p, int nthreads)
 #else
             float *rot = p->rot;
 #endif
+            w8_join_team(master);
             if (w8_tasks_own_rows(p, ntasks, nthreads)) {
                 w8_task_begin(p->ops);
                 W8_OMP(omp for schedule(dynamic))
