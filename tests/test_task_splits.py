@@ -75,5 +75,11 @@ def test_the_owning_split_is_the_default_where_the_weight_fits_in_l2():
     assert small[0][3] >= W8_NR * 4  # over M only: each task all the columns
     large = tuning.candidates(ops, 1024, 1 << 16, 1 << 12, THREADS)
     assert large[0][3] < 1 << 16
-    # Too few rows for two tiles a thread: the split is over N only.
-    assert all(c[3] < 1 << 16 for c in tuning.candidates(ops, 8, 1 << 16, 1 << 12, THREADS))
+    # From one row tile a thread, the split over M only is a candidate (the default where
+    # the weight fits in L2); with fewer rows, the split is over N only.
+    one_tile = tuning.candidates(ops, ops.mr * THREADS, W8_NR * 4, 256, THREADS)
+    assert one_tile[0][2:] == (ops.mr, W8_NR * 4)
+    assert any(c[3] == 1 << 16
+               for c in tuning.candidates(ops, ops.mr * THREADS, 1 << 16, 1 << 12, THREADS))
+    fewer = tuning.candidates(ops, ops.mr * THREADS - 1, 1 << 16, 1 << 12, THREADS)
+    assert all(c[3] < 1 << 16 for c in fewer)
