@@ -134,11 +134,10 @@ def test_a_worker_on_its_masters_cpu_moves_off_it_for_good():
     assert run(LEAVE_CPU).split() == ["True", "True", "False", "True"]
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="needs Linux")
 def test_one_cpu_leaves_a_worker_where_it_is():
     """A process restricted to one CPU has nowhere else: the worker stays."""
     code = ("import os; from pyw8a8 import _kernels; cpu = _kernels.master_cpu(); "
             "os.sched_setaffinity(0, {cpu}); "
             "print(_kernels.leave_master_cpu(cpu), os.sched_getaffinity(0) == {cpu})")
-    if not hasattr(os, "sched_getaffinity"):
-        pytest.skip("needs Linux")
     assert run(code).split() == ["False", "True"]

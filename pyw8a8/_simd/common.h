@@ -231,7 +231,8 @@ typedef struct {
     int npanels;                  /* microkernel panels (columns = 16 * npanels) */
     int whole_tiles;              /* the kernel stores whole tiles of the rows tile_rows set
                                      (AMX; mr rows without tile_rows): tiles with fewer rows
-                                     go through a scratch tile.  No ukernel_f32 then. */
+                                     go through a scratch tile (and ukernel_f32 is not
+                                     used) */
     int whole_k;                  /* no K-blocking: the C tiles accumulate over the whole K
                                      and are stored once (AMX: B tiles stream from L2) */
     /* Kernels for each weight encoding; both produce exact sum_k qa * qw up to `corr`. */

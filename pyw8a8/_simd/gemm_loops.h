@@ -218,9 +218,10 @@ static void w8_gemm_range_i32(const w8_gemm_plan *g, int64_t m0, int64_t m1, int
                     const int npanels = (cols + W8_NR - 1) / W8_NR;
                     const int part_cols = cols < npanels * W8_NR;
                     /* The kernel finishes these tiles in registers: one float store instead
-                     * of an int32 store and an epilogue pass over it (never with
-                     * whole_tiles, so for every row of the block). */
-                    const int kernel_finishes = last && finish && !part_cols;
+                     * of an int32 store and an epilogue pass over it (every row of the
+                     * block, so never where the kernel stores whole tiles). */
+                    const int kernel_finishes =
+                        last && finish && !part_cols && !ops->whole_tiles;
                     for (int64_t m = mb; m < mb1; m += ops->mr) {
                         const int rows = (int)(mb1 - m < ops->mr ? mb1 - m : ops->mr);
                         const int edge =
