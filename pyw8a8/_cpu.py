@@ -1,7 +1,6 @@
 """Which instruction-set path runs the kernels: CPU features, the PYW8A8_ISA override and
 run-time switching (numpy-style dispatch over paths compiled into one portable binary)."""
 import contextlib
-import contextvars
 import os
 from collections.abc import Iterator
 
@@ -91,13 +90,14 @@ def _initial_ops():
     return _kernels.IsaOps(_kernels.best_isa())
 
 
-# The process-wide path (set_isa, PYW8A8_ISA, the CPU's best) ...
-_default = _initial_ops()
+# The path state lives in the compiled module (_kernels: "the call setup"), where a matmul
+# reads it without running Python code; this module owns its rules.  The process-wide path
+# (set_isa, PYW8A8_ISA, the CPU's best) ...
+_kernels.set_process_ops(_initial_ops())
 # ... and the path of the current thread and context, when a use_isa / use_ops body set
-# one: (IsaOps, exactly).  A context variable, as numpy 2's errstate, so a switch made in
-# one thread never changes what another thread (or a thread started inside it) runs.
-_scoped: contextvars.ContextVar[tuple[_kernels.IsaOps, bool] | None] = \
-    contextvars.ContextVar("pyw8a8_isa", default=None)
+# one: (IsaOps, exactly), in _kernels.SCOPED_OPS.  A context variable, as numpy 2's
+# errstate, so a switch made in one thread never changes what another thread (or a thread
+# started inside it) runs.
 
 
 # Below this many activation rows an AMX tile is mostly empty; the avx512vnni kernels
@@ -117,24 +117,14 @@ def _amx_min_rows():
 
 
 AMX_MIN_ROWS = _amx_min_rows()
-_amx_fallback: _kernels.IsaOps | None = None
-
-
-def _current() -> tuple[_kernels.IsaOps, bool]:
-    """(IsaOps, exactly) of the calling thread and context."""
-    scoped = _scoped.get()
-    return (_default, False) if scoped is None else scoped
+if "avx512vnni" in _kernels.isa_names():
+    _kernels.set_small_m_ops(_kernels.IsaOps("avx512vnni"), AMX_MIN_ROWS)
 
 
 def active_ops(rows: int | None = None) -> _kernels.IsaOps:
-    """The function table for a product with `rows` activation rows (internal)."""
-    global _amx_fallback
-    ops, exactly = _current()
-    if ops.name == "amx" and rows is not None and rows < AMX_MIN_ROWS and not exactly:
-        if _amx_fallback is None:
-            _amx_fallback = _kernels.IsaOps("avx512vnni")
-        return _amx_fallback
-    return ops
+    """The function table for a product with `rows` activation rows (internal; None: not a
+    product, so no small-M fallback)."""
+    return _kernels.call_ops(-1 if rows is None else rows)
 
 
 def isa() -> str:
@@ -153,7 +143,7 @@ def isa() -> str:
     >>> pyw8a8.isa() in pyw8a8.available_isas()
     True
     """
-    return _current()[0].name
+    return _kernels.current_ops()[0].name
 
 
 def set_isa(name: str) -> None:
@@ -187,8 +177,7 @@ def set_isa(name: str) -> None:
     >>> bool(np.array_equal(y_scalar, pyw8a8.matmul(x, w)))  # the same bits on every path
     True
     """
-    global _default
-    _default = checked_ops(name, "isa")
+    _kernels.set_process_ops(checked_ops(name, "isa"))
 
 
 @contextlib.contextmanager
@@ -196,11 +185,11 @@ def use_ops(ops: _kernels.IsaOps, exactly: bool = True) -> Iterator[None]:
     """Run the body's calls of this thread and context on `ops`, an IsaOps of a supported
     path; `exactly`: without amx's small-M fallback either (internal: the bench's no-op
     kernel copies of a path, its amx / avx512vnni crossover)."""
-    token = _scoped.set((ops, exactly))
+    token = _kernels.SCOPED_OPS.set((ops, exactly))
     try:
         yield
     finally:
-        _scoped.reset(token)
+        _kernels.SCOPED_OPS.reset(token)
 
 
 def use_isa(name: str) -> contextlib.AbstractContextManager[None]:

@@ -11,6 +11,10 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
 from posix.stdlib cimport posix_memalign
 from libc.string cimport memset
+from cpython.contextvars cimport get_value
+from cpython.pythread cimport PyThread_get_thread_ident
+from cpython.ref cimport PyObject
+import contextvars
 
 cimport numpy as cnp
 import numpy as np
@@ -204,6 +208,124 @@ def leave_master_cpu(int cpu):
     return bool(w8_leave_master_cpu(place))
 
 
+# ---- the call setup: which path and how many threads a product runs with ----
+#
+# Its state lives here, set by _cpu (set_isa, use_isa, PYW8A8_ISA, amx's small-M fallback)
+# and _threads (set_num_threads, fork), whose functions own the rules and the checks, so
+# that a matmul's setup (matmul_settled) runs no Python code.  After a product that
+# streamed a megabyte or more through the caches, every step of Python code misses them:
+# matmul's setup in Python took 20 us at 64 x 2048 x 640 and 7 us at 1 x 640 x 2048,
+# against 4 us with warm caches (AMX Xeon, 2 vCPUs; 15-20% of those calls).
+
+cdef IsaOps _process_ops = None   # set_isa, PYW8A8_ISA, or the CPU's best
+cdef IsaOps _small_m_ops = None   # what path "amx" runs below _small_m_rows rows
+cdef int64_t _small_m_rows = 0
+# The path of a use_isa body: (IsaOps, exactly), for its thread and context only.
+cdef object _scoped_ops = contextvars.ContextVar("pyw8a8_isa", default=None)
+SCOPED_OPS = _scoped_ops
+
+cdef int _threads_override = 0   # set_num_threads; 0: OpenMP's default
+cdef int _max_threads = 1
+cdef int64_t _serial_work = 0
+cdef bint _pool_left_behind = False  # a forked child whose surviving thread ran a team
+cdef unsigned long _survivor = 0
+
+cdef extern from *:
+    """
+    /* Whether the calling thread has started an OpenMP team: the thread that forks takes
+     * this with it into the child, where its team is gone (_threads.py). */
+    static _Thread_local int w8_started_team = 0;
+    """
+    int w8_started_team
+
+
+def set_process_ops(IsaOps ops):
+    """Make `ops` the process-wide path (_cpu.set_isa)."""
+    global _process_ops
+    _process_ops = ops
+
+
+def set_small_m_ops(IsaOps ops, int64_t rows):
+    """Path "amx" runs products of fewer than `rows` activation rows on `ops` (None: no
+    fallback)."""
+    global _small_m_ops, _small_m_rows
+    _small_m_ops, _small_m_rows = ops, rows
+
+
+def current_ops():
+    """(IsaOps, exactly) of the calling thread and context: a use_isa body's, or the
+    process-wide path's (exactly False)."""
+    scoped = get_value(_scoped_ops, None)
+    return (_process_ops, False) if scoped is None else scoped
+
+
+cpdef IsaOps call_ops(int64_t rows):
+    """The path of a product with `rows` activation rows (-1: no product, no fallback)."""
+    cdef IsaOps ops = _process_ops
+    cdef bint exactly = False
+    scoped = get_value(_scoped_ops, None)
+    if scoped is not None:
+        ops, exactly = scoped
+    if (0 <= rows < _small_m_rows and not exactly and _small_m_ops is not None
+            and ops.name == "amx"):
+        return _small_m_ops
+    return ops
+
+
+def configure_threads(int max_threads, int64_t serial_work):
+    """The largest thread count, and the work below which a product runs on one thread
+    (_threads.py says why)."""
+    global _max_threads, _serial_work
+    _max_threads, _serial_work = max_threads, serial_work
+
+
+def set_threads_override(int n):
+    """set_num_threads's count; 0: back to OpenMP's default."""
+    global _threads_override
+    _threads_override = n
+
+
+def threads_override():
+    """set_num_threads's count, or None."""
+    return _threads_override or None
+
+
+def note_fork_in_child():
+    """After a fork, in the child: if the surviving thread had started a team, its pool was
+    left behind, and it runs products on one thread from now on."""
+    global _pool_left_behind, _survivor
+    if w8_started_team:
+        _pool_left_behind, _survivor = True, PyThread_get_thread_ident()
+
+
+cpdef bint fork_fallback():
+    """Whether the calling thread is a forked child's surviving thread whose OpenMP pool
+    was left behind by the fork."""
+    return _pool_left_behind and PyThread_get_thread_ident() == _survivor
+
+
+cpdef int num_threads():
+    """The thread count of the calling thread's next parallel call."""
+    if fork_fallback():
+        return 1
+    if _threads_override:
+        return _threads_override
+    # Clamped too: omp_set_num_threads from other code in the process is not checked.
+    return min(max(1, omp_get_max_threads()), _max_threads)
+
+
+cpdef int threads_for(int64_t work):
+    """Threads for a call doing `work` multiply-accumulates (or element operations)."""
+    global w8_started_team
+    cdef int n
+    if work < _serial_work:
+        return 1
+    n = num_threads()
+    if n > 1:
+        w8_started_team = 1
+    return n
+
+
 def omp_max_threads():
     """OpenMP's current default team size (OMP_NUM_THREADS, omp_set_num_threads)."""
     return omp_get_max_threads()
@@ -217,6 +339,12 @@ cdef class WeightPlan:
     the rotation's sign table, which every activation row of its products multiplies by)."""
     cdef readonly object panels, psum, scales, shape, encoding, signs
     cdef readonly dict blocking  # settled tuner choices, (path, M, threads) -> blocking
+    # The settled blocking of this weight's last single product (remember_blocking): what
+    # matmul_settled runs with when path, rows and threads are the same again.
+    cdef IsaOps last_ops
+    cdef int64_t last_m
+    cdef int last_threads
+    cdef int64_t last_blocking[5]
     cdef const uint8_t *b
     cdef const int32_t *b_psum
     cdef const float *b_scale
@@ -246,12 +374,12 @@ cdef class WeightPlan:
             self.sign_table = <const float *>cnp.PyArray_DATA(self.signs)
             w8_sign_table(w8_scalar_sign_scale, <float *>self.sign_table, self.K, block, seed)
 
-    cpdef bint describes(self, panels, psum, scales, shape, encoding):
-        """Whether this plan still describes a weight with these attributes (identity of
-        the arrays: a weight whose arrays were replaced gets a new, checked plan; its
-        rotation settings are read-only, so they cannot have changed)."""
-        return (panels is self.panels and psum is self.psum and scales is self.scales and
-                shape == self.shape and encoding == self.encoding)
+    def remember_blocking(self, IsaOps ops, int64_t m, int nthreads, tuple blocking):
+        """Remember a settled blocking of a single product of `m` rows on path `ops` with
+        `nthreads` threads, for matmul_settled."""
+        self.last_ops, self.last_m, self.last_threads = ops, m, nthreads
+        (self.last_blocking[0], self.last_blocking[1], self.last_blocking[2],
+         self.last_blocking[3], self.last_blocking[4]) = blocking
 
 
 cdef class Scratch:
@@ -301,6 +429,56 @@ cdef inline const float *_bias_data(object bias):
     return <const float *>cnp.PyArray_DATA(bias)
 
 
+# Packed panels and float outputs start on a cache line, so that no 64-byte quad row, tile
+# row or zmm store straddles two lines (numpy aligns to 16 bytes only): with the panels and
+# the output 16 bytes off, the AMX product at 256 x 1152 x 6912 took 1.5x as long, and a
+# split line costs the AVX-512 loads too.
+ALIGN_BYTES = 64
+# Smaller outputs (empty_output) come straight from numpy's allocator: aligning costs 0.4 us
+# a call (a view of a larger buffer), more than the split lines cost an output written once
+# by a call that reads 16 or more weight bytes per output byte (a decode step's, M = 1).
+ALIGNED_FROM_BYTES = 64 * 1024
+cdef cnp.npy_intp _align_bytes = ALIGN_BYTES, _aligned_from_bytes = ALIGNED_FROM_BYTES
+
+
+cdef cnp.ndarray _empty_output(int nd, cnp.npy_intp *dims):
+    cdef cnp.npy_intp nbytes = sizeof(float), i
+    cdef char *data
+    for i in range(nd):
+        nbytes *= dims[i]
+    if nbytes < _aligned_from_bytes:
+        return cnp.PyArray_EMPTY(nd, dims, cnp.NPY_FLOAT32, 0)
+    nbytes += _align_bytes
+    buf = cnp.PyArray_EMPTY(1, &nbytes, cnp.NPY_UINT8, 0)
+    data = <char *>cnp.PyArray_DATA(buf)
+    data += (-<size_t>data) % <size_t>_align_bytes
+    arr = cnp.PyArray_SimpleNewFromData(nd, dims, cnp.NPY_FLOAT32, data)
+    cnp.set_array_base(arr, buf)
+    return arr
+
+
+def empty_output(tuple shape):
+    """An uninitialized C-contiguous float32 array of `shape`: from ALIGNED_FROM_BYTES on,
+    its data starts on an ALIGN_BYTES boundary (a view of a slightly larger buffer)."""
+    cdef cnp.npy_intp dims[64]
+    cdef int i, nd = len(shape)
+    if nd > 64:
+        raise ValueError(f"{nd} dimensions: at most 64")
+    for i in range(nd):
+        dims[i] = shape[i]
+    return _empty_output(nd, dims)
+
+
+# One weight of a product, as C values: product's lists, or matmul_settled's one weight.
+ctypedef struct w8_call_weight:
+    PyObject *plan  # a WeightPlan, borrowed from the caller
+    int64_t kc, mc, nc, m_step, n_step
+    const float *bias
+    void *out       # NULL: none (the up projection of a gated pair)
+    int64_t ldo
+    int out_size    # bytes per output element
+
+
 def product(IsaOps isa, cnp.ndarray x, list weights, list outs, Scratch scratch,
             int nthreads, list blockings, list biases, int act=W8_ACT_NONE, bint glu=False):
     """The products of the rows of x with one or two weights, in one call of the C call
@@ -319,31 +497,48 @@ def product(IsaOps isa, cnp.ndarray x, list weights, list outs, Scratch scratch,
     Returns -1, or the index of the first row that holds NaN/Inf or whose rotation
     overflows (the outputs are then unspecified).
     """
+    cdef int nw = len(weights), j
+    cdef w8_call_weight w[W8_MAX_WEIGHTS]
+    cdef cnp.ndarray out
+    if not 1 <= nw <= W8_MAX_WEIGHTS or len(blockings) != nw or len(biases) != nw:
+        raise ValueError("one or two weights, each with a blocking and a bias")
+    if len(outs) != (1 if glu else nw) or (glu and nw != 2):
+        raise ValueError("an output per weight, or one for a gated pair of two weights")
+    for j in range(nw):
+        w[j].plan = <PyObject *>(<WeightPlan?>weights[j])
+        w[j].kc, w[j].mc, w[j].nc, w[j].m_step, w[j].n_step = blockings[j]
+        w[j].bias = _bias_data(biases[j])
+        w[j].out, w[j].ldo, w[j].out_size = NULL, 0, 0
+        if j < len(outs):
+            out = outs[j]
+            w[j].out, w[j].ldo = cnp.PyArray_DATA(out), out.strides[0] // out.itemsize
+            w[j].out_size = out.itemsize
+    return _run_product(isa, cnp.PyArray_DATA(x), cnp.PyArray_TYPE(x) == cnp.NPY_INT8,
+                        x.shape[0], x.shape[1], w, nw, scratch, nthreads, act, glu)
+
+
+cdef int64_t _run_product(IsaOps isa, const void *x, bint int8_input, int64_t M, int64_t K,
+                          w8_call_weight *weights, int nw, Scratch scratch, int nthreads,
+                          int act, bint glu) except -2:
+    """product's work, from C values: lays out the scratch and the jobs, then runs them."""
     cdef const w8_isa_ops *ops = isa.ops
-    cdef int nw = len(weights), j, f
-    cdef WeightPlan w = weights[0]
-    cdef int64_t M = x.shape[0], K = x.shape[1], Kp = w.Kp
+    cdef int j, f
+    cdef WeightPlan w = <WeightPlan>weights[0].plan
+    cdef int64_t Kp = w.Kp
     cdef int64_t Mp = (M + W8_A_ROW_PAD - 1) // W8_A_ROW_PAD * W8_A_ROW_PAD
     cdef int64_t np1 = Kp // W8_KPAD + 1, bad
-    cdef bint int8_input = cnp.PyArray_TYPE(x) == cnp.NPY_INT8
     cdef bint wide = not int8_input and Kp > W8_EXACT_K
     cdef int nworkers = nthreads if nthreads > 1 else 1
     cdef size_t fmt_off[W8_MAX_WEIGHTS]
     cdef size_t sums_off[W8_MAX_WEIGHTS]
     cdef int fmt_of[W8_MAX_WEIGHTS]
     cdef size_t off = 0, off_scale, off_st, off_rot
-    cdef int64_t kc, mc, nc, m_step, n_step
-    cdef cnp.ndarray out
     cdef uint8_t flip
     cdef bint row_sums
     cdef char *base
     cdef w8_product p
     cdef w8_gemm_plan *g
-    if not 1 <= nw <= W8_MAX_WEIGHTS or len(blockings) != nw or len(biases) != nw:
-        raise ValueError("one or two weights, each with a blocking and a bias")
-    if len(outs) != (1 if glu else nw) or (glu and nw != 2):
-        raise ValueError("an output per weight, or one for a gated pair of two weights")
-    p.ops, p.x, p.int8_input, p.M, p.K, p.Kp = ops, cnp.PyArray_DATA(x), int8_input, M, K, Kp
+    p.ops, p.x, p.int8_input, p.M, p.K, p.Kp = ops, x, int8_input, M, K, Kp
     p.block = w.block if w.rotate and not int8_input else 0
     p.signs = w.sign_table
     # The scratch: each format's bytes and sums, the scales, the row statuses, the raw sums
@@ -351,7 +546,7 @@ def product(IsaOps isa, cnp.ndarray x, list weights, list outs, Scratch scratch,
     # the up projection of a gated pair), one rotation row per thread.
     p.nformats = 0
     for j in range(nw):
-        w = weights[j]
+        w = <WeightPlan>weights[j].plan
         flip, row_sums = ops.a_flip[w.enc], ops.corr[w.enc] == W8_CORR_ROW
         fmt_of[j] = -1
         for f in range(p.nformats):
@@ -369,9 +564,9 @@ def product(IsaOps isa, cnp.ndarray x, list weights, list outs, Scratch scratch,
     for j in range(nw):
         sums_off[j] = off
         if wide:
-            off += _aligned(M * (<WeightPlan>weights[j]).N * sizeof(int64_t))
+            off += _aligned(M * (<WeightPlan>weights[j].plan).N * sizeof(int64_t))
         elif glu and j == 1:
-            off += _aligned(M * (<WeightPlan>weights[j]).N * sizeof(int32_t))
+            off += _aligned(M * (<WeightPlan>weights[j].plan).N * sizeof(int32_t))
     off_rot = off
     p.rot_stride = (K + p.block - 1) // p.block * p.block if p.block else 0
     p.rot_stride = _aligned(p.rot_stride * sizeof(float)) // sizeof(float)
@@ -384,18 +579,17 @@ def product(IsaOps isa, cnp.ndarray x, list weights, list outs, Scratch scratch,
     p.rot = <float *>(base + off_rot)
     p.njobs = 1 if glu else nw
     for j in range(nw):
-        w = weights[j]
+        w = <WeightPlan>weights[j].plan
         g = &p.up if glu and j == 1 else &p.jobs[j].g
         f = fmt_of[j]
-        kc, mc, nc, m_step, n_step = blockings[j]
         g.ops, g.enc, g.M, g.N, g.Kp = ops, w.enc, M, w.N, Kp
         g.a, g.lda = p.fmt[f].q, Kp
         g.a_psum = p.fmt[f].psum if p.fmt[f].row_sums else NULL
         g.b, g.b_psum, g.a_scale, g.b_scale = w.b, w.b_psum, p.a_scale, w.b_scale
-        g.bias = _bias_data(biases[j])
+        g.bias = weights[j].bias
         g.act = act if j == 0 else W8_ACT_NONE
         g.up = NULL
-        g.kc, g.mc, g.nc = kc, mc, nc
+        g.kc, g.mc, g.nc = weights[j].kc, weights[j].mc, weights[j].nc
         p.wide_out[j] = NULL
         if glu and j == 1:
             # The up projection's raw sums, finished with the gate's tiles.
@@ -403,17 +597,64 @@ def product(IsaOps isa, cnp.ndarray x, list weights, list outs, Scratch scratch,
             g.out, g.ldo = base + sums_off[j], w.N
             p.jobs[0].g.up = g
             continue
-        out = outs[j]
-        g.out, g.ldo = cnp.PyArray_DATA(out), out.strides[0] // out.itemsize
+        g.out, g.ldo = weights[j].out, weights[j].ldo
         g.out_kind = W8_OUT_F32
         if int8_input:
-            g.out_kind = W8_OUT_I64 if out.itemsize == 8 else W8_OUT_I32
+            g.out_kind = W8_OUT_I64 if weights[j].out_size == 8 else W8_OUT_I32
         elif wide:
             # Exact int32 sums per W8_EXACT_K-range, added in int64, converted at the end.
             g.out_kind = W8_OUT_I64
             p.wide_out[j], p.wide_ldo[j] = <float *>g.out, g.ldo
             g.out, g.ldo = base + sums_off[j], w.N
-        p.jobs[j].m_step, p.jobs[j].n_step = m_step, n_step
+        p.jobs[j].m_step, p.jobs[j].n_step = weights[j].m_step, weights[j].n_step
     with nogil:
         bad = w8_run_product(&p, nworkers)
     return bad
+
+
+def matmul_settled(object x, object plan, object scratch):
+    """The common matmul call, from C: ``x @ w.T`` for x a C-contiguous, aligned,
+    native-order float32 ndarray (any leading dimensions, at least one row, K >= 1
+    features) and `plan` the WeightPlan of w (N >= 1), on the calling thread's path and
+    thread count, when the weight's last single product settled a blocking for those and
+    this row count (WeightPlan.remember_blocking); `scratch` the thread's Scratch.
+
+    Returns the float32 output, shape x.shape[:-1] + (N,); or None when the call is not
+    that one, or a row of x holds NaN/Inf: the caller then takes the general path (which
+    reports the row).
+    """
+    cdef cnp.ndarray arr, y
+    cdef WeightPlan w
+    cdef IsaOps ops
+    cdef int nd, i, nthreads
+    cdef int64_t K, M
+    cdef cnp.npy_intp dims[64]
+    cdef w8_call_weight cw
+    if (type(x) is not np.ndarray or type(plan) is not WeightPlan
+            or type(scratch) is not Scratch):
+        return None
+    arr, w = x, plan
+    nd = arr.ndim
+    if (nd == 0 or cnp.PyArray_TYPE(arr) != cnp.NPY_FLOAT32
+            or not cnp.PyArray_IS_C_CONTIGUOUS(arr) or not cnp.PyArray_ISBEHAVED_RO(arr)):
+        return None
+    K = arr.shape[nd - 1]
+    if K != w.K or K == 0 or w.N == 0 or cnp.PyArray_SIZE(arr) == 0:
+        return None
+    M = cnp.PyArray_SIZE(arr) // K
+    ops = call_ops(M)
+    nthreads = threads_for(M * K * w.N)
+    if w.last_ops is not ops or w.last_m != M or w.last_threads != nthreads:
+        return None
+    for i in range(nd - 1):
+        dims[i] = arr.shape[i]
+    dims[nd - 1] = w.N
+    y = _empty_output(nd, dims)
+    cw.plan = <PyObject *>w
+    cw.kc, cw.mc, cw.nc = w.last_blocking[0], w.last_blocking[1], w.last_blocking[2]
+    cw.m_step, cw.n_step = w.last_blocking[3], w.last_blocking[4]
+    cw.bias, cw.out, cw.ldo, cw.out_size = NULL, cnp.PyArray_DATA(y), w.N, sizeof(float)
+    if _run_product(ops, cnp.PyArray_DATA(arr), False, M, K, &cw, 1, <Scratch>scratch,
+                    nthreads, W8_ACT_NONE, False) >= 0:
+        return None
+    return y

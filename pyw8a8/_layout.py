@@ -5,17 +5,18 @@ import math
 
 import numpy as np
 
-from ._kernels import W8_A_ROW_PAD, W8_EXACT_K, W8_KPAD, W8_NR, data_address  # noqa: F401 (re-exported)
-
-# Packed panels and float outputs start on a cache line, so that no 64-byte quad row, tile
-# row or zmm store straddles two lines (numpy aligns to 16 bytes only): with the panels and
-# the output 16 bytes off, the AMX product at 256 x 1152 x 6912 took 1.5x as long, and a
-# split line costs the AVX-512 loads too.
-ALIGN_BYTES = 64
-# Smaller outputs (empty_output) come straight from np.empty: aligning costs 0.4 us a call
-# (a view of a larger buffer), more than the split lines cost an output written once by a
-# call that reads 16 or more weight bytes per output byte (a decode step's, M = 1).
-ALIGNED_FROM_BYTES = 64 * 1024
+# Re-exported: the output rule (empty_output) and its constants live with the call path
+# that allocates outputs without running Python code (_kernels.matmul_settled).
+from ._kernels import (  # noqa: F401
+    ALIGN_BYTES,
+    ALIGNED_FROM_BYTES,
+    W8_A_ROW_PAD,
+    W8_EXACT_K,
+    W8_KPAD,
+    W8_NR,
+    data_address,
+    empty_output,
+)
 
 
 def padded(n, multiple):
@@ -36,14 +37,6 @@ def empty_aligned(shape, dtype):
     dtype = np.dtype(dtype)
     buf = np.empty(math.prod(shape) * dtype.itemsize + ALIGN_BYTES, dtype=np.uint8)
     return np.ndarray(shape, dtype, buf, -data_address(buf) % ALIGN_BYTES)
-
-
-def empty_output(shape, dtype):
-    """An uninitialized C-contiguous output array: aligned (empty_aligned) from
-    ALIGNED_FROM_BYTES, below that wherever numpy puts it."""
-    if math.prod(shape) * dtype.itemsize < ALIGNED_FROM_BYTES:
-        return np.empty(shape, dtype)
-    return empty_aligned(shape, dtype)
 
 
 def is_aligned(arr):

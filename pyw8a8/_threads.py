@@ -13,7 +13,6 @@ as usual.
 """
 import operator
 import os
-import threading
 
 from . import _kernels
 
@@ -21,20 +20,12 @@ from . import _kernels
 # cannot create the threads asked for (100000 segfaulted, 60000 exited).
 MAX_THREADS_PER_CPU = 8
 
-_override: int | None = None
-_ran_team = threading.local()  # .value: this thread has started an OpenMP team
-# The ident of a forked child's surviving thread, when its pool is stale.
-_stale_pool_thread: int | None = None
 
-
-def _after_fork_in_child():
-    global _stale_pool_thread
-    if getattr(_ran_team, "value", False):
-        _stale_pool_thread = threading.get_ident()
-
-
+# The thread state (the override, the fork's survivor) lives in the compiled module, where
+# a matmul reads it without running Python code (_kernels: "the call setup"); this module
+# owns its rules and checks.
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(after_in_child=_kernels.note_fork_in_child)
 
 
 # os.cpu_count() reads the system's CPU list on each call (1.7 us): once is enough, the
@@ -62,7 +53,7 @@ _check_environment()
 def fork_fallback() -> bool:
     """Whether the calling thread is a forked child's surviving thread whose OpenMP pool
     was left behind by the fork (it then runs products on one thread)."""
-    return _stale_pool_thread is not None and threading.get_ident() == _stale_pool_thread
+    return _kernels.fork_fallback()
 
 
 def get_num_threads() -> int:
@@ -82,12 +73,7 @@ def get_num_threads() -> int:
     >>> 1 <= pyw8a8.get_num_threads() <= 8 * os.cpu_count()
     True
     """
-    if fork_fallback():
-        return 1
-    if _override is not None:
-        return _override
-    # Clamped too: omp_set_num_threads from other code in the process is not checked.
-    return min(max(1, _kernels.omp_max_threads()), max_threads())
+    return _kernels.num_threads()
 
 
 def set_num_threads(n: int | None) -> None:
@@ -118,9 +104,8 @@ def set_num_threads(n: int | None) -> None:
     ...
     ValueError: n must be from 1 to ... per logical CPU), got 0
     """
-    global _override
     if n is None:
-        _override = None
+        _kernels.set_threads_override(0)
         return
     try:
         n = operator.index(n)
@@ -129,7 +114,12 @@ def set_num_threads(n: int | None) -> None:
     if not 1 <= n <= max_threads():
         raise ValueError(f"n must be from 1 to {max_threads()} ({MAX_THREADS_PER_CPU} per "
                          f"logical CPU), got {n}")
-    _override = n
+    _kernels.set_threads_override(n)
+
+
+def num_threads_override() -> int | None:
+    """set_num_threads's count, or None (OpenMP's default)."""
+    return _kernels.threads_override()
 
 
 # Below this many multiply-accumulates a product runs on one thread: waking a team costs
@@ -139,13 +129,9 @@ def set_num_threads(n: int | None) -> None:
 # one token through 1024 x 640 took 27 us on one thread and 21 us on two, through
 # 256 x 640 9 us and 12 us (2 Xeon vCPUs).
 SERIAL_WORK = 1 << 19
+_kernels.configure_threads(max_threads(), SERIAL_WORK)
 
 
 def threads_for(work: int) -> int:
     """Threads for a call doing `work` multiply-accumulates (or element operations)."""
-    if work < SERIAL_WORK:
-        return 1
-    n = get_num_threads()
-    if n > 1:
-        _ran_team.value = True
-    return n
+    return _kernels.threads_for(work)

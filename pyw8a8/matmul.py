@@ -79,7 +79,7 @@ def _output(out, out_dtype, shape, x):
     if out_dtype is not None:
         out_dtype = _out_dtype(out_dtype)
     if out is None:
-        result = empty_output(shape, _F32)
+        result = empty_output(shape)
         return result, (None if out_dtype in (None, np.float32) else out_dtype)
     if out.shape != tuple(shape):
         raise ValueError(f"out has shape {out.shape}, expected {tuple(shape)}")
@@ -93,7 +93,7 @@ def _output(out, out_dtype, shape, x):
         raise ValueError("out overlaps the input x; pass a separate array")
     if out.dtype == np.float32 and out.flags.c_contiguous and out.flags.aligned:
         return out, None
-    return empty_output(shape, _F32), out
+    return empty_output(shape), out
 
 
 def _finish(result, target):
@@ -112,6 +112,8 @@ def _blocking(ops, plan, group, m, nthreads, streams=1):
     settled = (ops.name, group, streams, m, nthreads)
     blocking = plan.blocking.get(settled)
     if blocking is not None:
+        if group == 1 and streams == 1:
+            plan.remember_blocking(ops, m, nthreads, blocking)
         return blocking, None
     key, index, blocking = TUNER.choose(ops, plan.enc, group, m, plan.N, plan.Kp, nthreads,
                                         streams)
@@ -268,16 +270,11 @@ def matmul(x: npt.ArrayLike, packed: PackedWeight, *, bias: npt.ArrayLike | None
     True
     """
     if (out is None and out_dtype is None and bias is None and activation is None
-            and type(x) is np.ndarray and (x.dtype is _F32 or x.dtype is _F64)
-            and x.flags.c_contiguous and x.ndim and x.size and type(packed) is PackedWeight):
-        # The common call, C-contiguous float32 (or float64, converted) rows of any leading
-        # dimensions, a view as 2-D: straight to the product.
-        plan = _plan(packed, "packed")
-        if x.shape[-1] == plan.K and plan.N:
-            rows = x if x.dtype is _F32 else float_array(x, "x")
-            y = empty_output(x.shape[:-1] + (plan.N,), _F32)
-            _product(rows.reshape(-1, plan.K), [plan], [y.reshape(-1, plan.N)], "x",
-                     x.shape)
+            and type(packed) is PackedWeight):
+        # The common call (float32 rows, a blocking settled for them) runs from C: its setup
+        # in Python code would miss the caches the previous product flushed (_kernels).
+        y = _kernels.matmul_settled(x, packed._plan, getattr(_SCRATCH, "buffer", None))
+        if y is not None:
             return y
     plan = _plan(packed, "packed")
     act = _activation_code(activation, "activation")
@@ -367,11 +364,11 @@ def matmul_pair(x: npt.ArrayLike, packed1: PackedWeight, packed2: PackedWeight, 
     arr = _activations(x, plan1.K)
     lead = arr.shape[:-1]
     if glu is not None:
-        y = empty_output(lead + (plan1.N,), _F32)
+        y = empty_output(lead + (plan1.N,))
         _float_products(arr, [plan1, plan2], [y], lead, biases, act, glu=True)
         return y
-    y1 = empty_output(lead + (plan1.N,), _F32)
-    y2 = empty_output(lead + (plan2.N,), _F32)
+    y1 = empty_output(lead + (plan1.N,))
+    y2 = empty_output(lead + (plan2.N,))
     _float_products(arr, [plan1, plan2], [y1, y2], lead, biases)
     return y1, y2
 

@@ -204,6 +204,14 @@ class PackedWeight:
         self._seed = _check_seed(seed)
         self._plan: _kernels.WeightPlan | None = None
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Replacing an attribute (an array, the shape, the encoding) drops the compiled
+        # plan, so the next product checks the weight again and builds a new one: the
+        # kernels (and matmul's compiled call, which reads _plan alone) trust a plan.
+        object.__setattr__(self, name, value)
+        if name != "_plan":
+            object.__setattr__(self, "_plan", None)
+
     @property
     def rotate(self) -> bool:
         """Whether the rows were rotated."""
@@ -224,8 +232,7 @@ class PackedWeight:
         once; rebuilt (and checked again) only if an attribute has been replaced since.
         Panels that do not start on a 64-byte boundary are replaced by an aligned copy."""
         plan = self._plan
-        if plan is None or not plan.describes(self.panels, self.psum, self.scales,
-                                              self.shape, self.encoding):
+        if plan is None:
             self.check_layout()
             if not is_aligned(self.panels):
                 # Panels unpickled, loaded or built by hand: copied once to a cache-line

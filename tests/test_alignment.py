@@ -20,17 +20,36 @@ def _weight(n=40, k=100, seed=0):
     return np.random.default_rng(seed).standard_normal((n, k)).astype(np.float32)
 
 
-@pytest.mark.parametrize("shape", [(0, 3), (1, 1), (2, 3, 5), (7, 13), (3, 257, 31),
-                                   (1, ALIGNED_FROM_BYTES)])
+SHAPES = [(0, 3), (1, 1), (2, 3, 5), (7, 13), (3, 257, 31), (1, ALIGNED_FROM_BYTES),
+          (ALIGNED_FROM_BYTES // 4,), (ALIGNED_FROM_BYTES // 4 - 1,), (2,) * 16]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("dtype", [np.uint8, np.int32, np.float32, np.float64])
-@pytest.mark.parametrize("make", [empty_aligned, empty_output])
-def test_empty_aligned(shape, dtype, make):
-    arr = make(shape, np.dtype(dtype))
+def test_empty_aligned(shape, dtype):
+    arr = empty_aligned(shape, np.dtype(dtype))
     assert arr.shape == shape and arr.dtype == dtype and arr.flags.c_contiguous
-    assert arr.flags.writeable
-    assert is_aligned(arr) or (make is empty_output and arr.nbytes < ALIGNED_FROM_BYTES)
+    assert arr.flags.writeable and is_aligned(arr)
     arr[...] = 1
     assert (arr == 1).all()
+
+
+@pytest.mark.parametrize("shape", SHAPES + [()])
+def test_empty_output_is_float32_aligned_from_its_threshold(shape):
+    """The outputs of the products (allocated in C): float32, C order, writeable; from
+    ALIGNED_FROM_BYTES on, a view of a buffer it keeps alive, starting on a cache line."""
+    arr = empty_output(shape)
+    assert arr.shape == shape and arr.dtype == np.float32 and arr.flags.c_contiguous
+    assert arr.flags.writeable and arr.flags.aligned
+    if arr.nbytes >= ALIGNED_FROM_BYTES:
+        assert is_aligned(arr) and arr.base is not None
+    arr[...] = 1
+    assert (arr == 1).all()
+
+
+def test_empty_output_refuses_too_many_dimensions():
+    with pytest.raises(ValueError, match="65 dimensions"):
+        empty_output((1,) * 65)
 
 
 @pytest.mark.parametrize("rotate", [False, True])

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import pyw8a8
+from pyw8a8 import _cpu, _kernels, _threads
 
 ENCODINGS = ["biased", "signed"]
 
@@ -237,6 +238,91 @@ def test_compiled_call_path_keeps_the_errors():
     packed.scales = np.ones(3, np.float32)
     with pytest.raises(ValueError, match="scales"):
         pyw8a8.matmul(np.ones((2, 64), np.float32), packed)
+
+
+def _settle(x, packed, calls=400):
+    """Call matmul on x until the weight has settled a blocking for its rows (the tuner
+    tries candidates first), then return (the compiled call's output, matmul's)."""
+    for _ in range(calls):
+        y = pyw8a8.matmul(x, packed)
+        fast = _kernels.matmul_settled(x, packed._plan, _kernels.Scratch())
+        if fast is not None:
+            return fast, y
+    pytest.fail(f"no blocking settled for {x.shape} in {calls} calls")
+
+
+@pytest.mark.parametrize("rotate", [False, True])
+@pytest.mark.parametrize("lead", [(1,), (3,), (2, 20), ()], ids=str)
+def test_settled_compiled_call_equals_the_general_path(any_isa, rotate, lead):
+    """Once a weight settled a blocking for a row count, matmul runs from C
+    (_kernels.matmul_settled): same bits as the general path, any leading dimensions."""
+    x, w = realistic(np.random.default_rng(len(lead)), max(1, int(np.prod(lead))), 200, 70)
+    x = x.reshape(lead + (200,))
+    packed = pyw8a8.pack_weight(w, rotate=rotate)
+    fast, y = _settle(x, packed)
+    assert fast.shape == lead + (70,) and fast.dtype == np.float32
+    np.testing.assert_array_equal(fast, y)
+    np.testing.assert_array_equal(fast, pyw8a8.matmul(np.asfortranarray(x), packed))
+    np.testing.assert_array_equal(fast, pyw8a8.matmul(x, packed, out=np.empty_like(fast)))
+
+
+def test_settled_compiled_call_declines_every_other_call():
+    """matmul_settled answers None (the general path then runs) for every call that is
+    not a settled float32 one of this weight, path, row count and thread count."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((6, 96)).astype(np.float32)
+    packed = pyw8a8.pack_weight(rng.standard_normal((40, 96)).astype(np.float32))
+    _settle(x, packed)
+    plan, scratch = packed._plan, _kernels.Scratch()
+    buf = np.zeros(x.nbytes + 4, np.uint8)[1:1 + x.nbytes]
+    unaligned = buf.view(np.float32).reshape(x.shape)
+    unaligned[...] = x
+
+    class Sub(np.ndarray):
+        pass
+
+    for other in (x.astype(np.float64), np.asfortranarray(x), unaligned,
+                  x.astype(x.dtype.newbyteorder()), x.view(Sub), x[:, :48].copy(),
+                  x[:5].copy(), x[:0], x.tolist(), np.float32(1)):
+        assert _kernels.matmul_settled(other, plan, scratch) is None
+        if not isinstance(other, list) and getattr(other, "size", 0) and other.ndim == 2 \
+                and other.shape[1] == 96:
+            np.testing.assert_array_equal(pyw8a8.matmul(other, packed),
+                                          pyw8a8.matmul(np.array(other, np.float32), packed))
+    assert _kernels.matmul_settled(x, None, scratch) is None
+    assert _kernels.matmul_settled(x, plan, None) is None
+    assert _kernels.matmul_settled(x, plan, scratch) is not None
+    # Another thread count, another path: not the settled call.
+    if pyw8a8.get_num_threads() > 1 and 6 * 96 * 40 >= _threads.SERIAL_WORK:
+        pyw8a8.set_num_threads(1)
+        try:
+            assert _kernels.matmul_settled(x, plan, scratch) is None
+        finally:
+            pyw8a8.set_num_threads(None)
+    noop = _kernels.IsaOps(pyw8a8.isa(), noop_kernel=True)
+    with _cpu.use_ops(noop):
+        assert _kernels.matmul_settled(x, plan, scratch) is None
+        y_noop = pyw8a8.matmul(x, packed)
+    assert not np.array_equal(y_noop, pyw8a8.matmul(x, packed))
+
+
+def test_settled_compiled_call_keeps_the_errors_and_the_checks():
+    """A NaN row after the weight settled is still named; a replaced array drops the plan
+    the compiled call reads, so the weight is checked again."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((5, 64)).astype(np.float32)
+    packed = pyw8a8.pack_weight(rng.standard_normal((16, 64)).astype(np.float32))
+    fast, _ = _settle(x, packed)
+    bad = x.copy()
+    bad[3, 7] = np.inf
+    with pytest.raises(ValueError, match="row 3"):
+        pyw8a8.matmul(bad, packed)
+    packed.scales = packed.scales * 2
+    assert packed._plan is None
+    np.testing.assert_allclose(pyw8a8.matmul(x, packed), fast * 2, rtol=1e-6, atol=0)
+    packed.scales = np.ones(3, np.float32)
+    with pytest.raises(ValueError, match="scales"):
+        pyw8a8.matmul(x, packed)
 
 
 def test_bfloat16_output_by_name():

@@ -65,7 +65,7 @@ def run(m, k, n, chunk, rounds, workers=(1, 2), seed=0, out=print):
     out(f"dask: M={m} x K={k} x N={n} in chunks of {chunk} rows ({-(-m // chunk)} chunks), "
         f"{packed!r}; median of {rounds} rounds after a warm-up")
     rows = []
-    previous = _threads._override
+    previous = _threads.num_threads_override()
     for nthreads in sorted({_threads.get_num_threads(), 1}, reverse=True):
         _threads.set_num_threads(nthreads)
         try:
