@@ -644,7 +644,9 @@ def matmul_settled(object x, object plan, object scratch):
     M = cnp.PyArray_SIZE(arr) // K
     ops = call_ops(M)
     nthreads = threads_for(M * K * w.N)
-    if w.last_ops is not ops or w.last_m != M or w.last_threads != nthreads:
+    # The path by name, as the tuner settles it: use_isa builds a new IsaOps each time.
+    if (w.last_m != M or w.last_threads != nthreads or w.last_ops is None
+            or (w.last_ops is not ops and w.last_ops.name != ops.name)):
         return None
     for i in range(nd - 1):
         dims[i] = arr.shape[i]

@@ -96,6 +96,24 @@ def test_torch_column_is_the_fastest_engine():
     assert cells[3:] == ["10", "60", "20", "40 (x86)", "6.0x", "1.50x"]
 
 
+def test_rotated_contender_has_its_own_ratio_to_the_best_peer():
+    """The first path also runs with rotation on; its column is not a peer, and its ratio
+    to the best peer has a column of its own."""
+    names = bench.contender_names(["avx512vnni", "avx2"], with_peers=False)
+    assert names == ["numpy f32", "pyw8a8 avx512vnni", "pyw8a8 avx2",
+                     "pyw8a8 avx512vnni rotated"]
+    header = bench.table_header(names + ["onnxruntime int8"])
+    rows = [((8, 64, 64), {"numpy f32": 10.0, "pyw8a8 avx512vnni": 60.0, "pyw8a8 avx2": 30.0,
+                           "pyw8a8 avx512vnni rotated": 50.0, "onnxruntime int8": 40.0})]
+    lines = bench.format_table(header, rows, ["avx512vnni", "avx2"])
+    assert lines[0].endswith("| vs numpy | vs best peer | avx512vnni rotated vs best peer |")
+    cells = [c.strip() for c in lines[2].strip("|").split("|")]
+    assert cells[3:] == ["10", "60", "30", "50", "40", "6.0x", "1.50x", "1.25x"]
+    rotated = bench.build_contender(f"pyw8a8 {pyw8a8.isa()} rotated", 2, 64, 16)()
+    plain = bench.build_contender(f"pyw8a8 {pyw8a8.isa()}", 2, 64, 16)()
+    assert rotated.shape == plain.shape == (2, 16) and not np.array_equal(rotated, plain)
+
+
 def test_missing_torch_is_reported_with_its_install_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
     from pyw8a8.tools import peers

@@ -299,6 +299,9 @@ def test_settled_compiled_call_declines_every_other_call():
             assert _kernels.matmul_settled(x, plan, scratch) is None
         finally:
             pyw8a8.set_num_threads(None)
+    # The path is matched by name: use_isa's fresh IsaOps of the same path is the same call.
+    with pyw8a8.use_isa(pyw8a8.isa()):
+        assert _kernels.matmul_settled(x, plan, scratch) is not None
     noop = _kernels.IsaOps(pyw8a8.isa(), noop_kernel=True)
     with _cpu.use_ops(noop):
         assert _kernels.matmul_settled(x, plan, scratch) is None

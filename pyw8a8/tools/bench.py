@@ -45,18 +45,30 @@ def _numpy_f32(x, w):
 
 
 def _pyw8a8(x, w, isa, rotate=False):
+    """matmul of x with w packed, on path `isa`: called as a user calls it where `isa` is
+    the process's path; another path runs in a use_ops body built once (use_isa would
+    check the name and build its IsaOps on every call)."""
     packed = pack_weight(w, rotate=rotate)
+    if isa == _cpu.isa():
+        return lambda: matmul(x, packed)
+    ops = _cpu.checked_ops(isa, "isa")
 
     def run():
-        with _cpu.use_isa(isa):
+        with _cpu.use_ops(ops, exactly=False):
             return matmul(x, packed)
     return run
 
 
-def contender_names(isas, with_peers=True):
-    """The table's contenders: numpy float32, each pyw8a8 path of `isas`, then
-    (`with_peers`) ONNX Runtime and each of torch's engines where they are installed."""
+#: The suffix of the table's rotated pyw8a8 contender (block 128, the default).
+ROTATED = " rotated"
+
+
+def contender_names(isas, with_peers=True, rotated=True):
+    """The table's contenders: numpy float32, each pyw8a8 path of `isas`, (`rotated`) the
+    first of them with rotation on, then (`with_peers`) ONNX Runtime and each of torch's
+    engines where they are installed."""
     names = ["numpy f32"] + [f"pyw8a8 {isa}" for isa in isas]
+    names += [f"pyw8a8 {isas[0]}{ROTATED}"] if rotated else []
     if with_peers:
         names += ["onnxruntime int8"] if peers.onnxruntime_available() else []
         names += [f"torch {e}" for e in peers.torch_engines() or ()]
@@ -69,7 +81,8 @@ def build_contender(name, m, k, n):
     x, w = shape_data(m, k, n)
     kind, _, detail = name.partition(" ")
     if kind == "pyw8a8":
-        return _pyw8a8(x, w, detail)
+        isa, _, variant = detail.partition(" ")
+        return _pyw8a8(x, w, isa, rotate=variant == ROTATED.strip())
     if kind == "torch":
         return peers.torch_matmul(x, w, detail)
     return {"numpy f32": _numpy_f32, "onnxruntime int8": peers.onnxruntime_matmul}[name](x, w)
@@ -273,13 +286,16 @@ def _cell(gops, column):
 
 def format_table(header, rows, isas, peaks=None, bandwidth=None, fp32_peak=None):
     """Markdown table: GOPS per contender, ratios of the fastest pyw8a8 path to numpy and
-    to the best peer, each path's fraction of its own int8 instruction peak (and numpy's
-    of the float32 FMA peak) and, at M = 1, the weight-read GB/s against the bandwidth of
-    the level the weight is read from (`bandwidth`: {"L3": GB/s, "DRAM": GB/s}). The
-    torch column (TORCH_COLUMN, see :func:`table_header`) names its fastest engine."""
+    to the best peer (and of the rotated contender, where the table has one, to the best
+    peer), each path's fraction of its own int8 instruction peak (and numpy's of the
+    float32 FMA peak) and, at M = 1, the weight-read GB/s against the bandwidth of the
+    level the weight is read from (`bandwidth`: {"L3": GB/s, "DRAM": GB/s}). The torch
+    column (TORCH_COLUMN, see :func:`table_header`) names its fastest engine."""
     ours_names = [f"pyw8a8 {i}" for i in isas]
-    peer_names = [h for h in header[4:] if h not in ours_names]
+    rotated = [h for h in header[4:] if h.startswith("pyw8a8 ") and h.endswith(ROTATED)]
+    peer_names = [h for h in header[4:] if not h.startswith("pyw8a8 ")]
     cols = header + ["vs numpy"] + (["vs best peer"] if peer_names else [])
+    cols += [f"{rotated[0][len('pyw8a8 '):]} vs best peer"] if rotated and peer_names else []
     cols += [f"% peak {i}" for i in isas] if peaks else []
     cols += ["numpy % fp32 peak"] if fp32_peak else []
     cols += ["M=1 weight GB/s (% of L3 or DRAM read)"] if bandwidth else []
@@ -295,6 +311,8 @@ def format_table(header, rows, isas, peaks=None, bandwidth=None, fp32_peak=None)
             best_peer = max((v for v, _ in (_cell(gops, p) for p in peer_names)
                              if v is not None), default=None)
             cells.append(f"{ours / best_peer:.2f}x" if best_peer else "-")
+            if rotated:
+                cells.append(f"{gops[rotated[0]] / best_peer:.2f}x" if best_peer else "-")
         if peaks:
             cells += [f"{100 * gops[f'pyw8a8 {i}'] / peaks[i]:.0f}%" for i in isas]
         if fp32_peak:
@@ -506,7 +524,7 @@ def main(argv=None, quick=False):
     isas = isas or [i for i in _cpu.available_isas()
                     if not i.startswith("scalar")] or ["scalar"]
     shapes = args.shapes or (QUICK_SHAPES if quick else SHAPES)
-    names = contender_names(isas, with_peers)
+    names = contender_names(isas, with_peers, rotated=not quick)
     nthreads = _threads.get_num_threads()
     if args.check_isolation:
         return _isolation_main(shapes, names, isas, args)
@@ -531,8 +549,8 @@ def main(argv=None, quick=False):
 
 
 GOPS_NOTE = ("GOPS = 2*M*N*K / median time, each contender in a process of its own; "
-             "rotation off; activation quantization included; torch: the fastest of its "
-             "engines")
+             "rotation off but in the 'rotated' column (block 128); activation "
+             "quantization included; torch: the fastest of its engines")
 
 
 def _isolation_main(shapes, names, isas, args):
