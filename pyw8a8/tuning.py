@@ -90,13 +90,17 @@ def candidates(ops, m, n, kp, nthreads, streams=1):
 
 
 class _Entry:
-    __slots__ = ("cands", "times", "alive", "calls", "best")
+    __slots__ = ("cands", "times", "alive", "calls", "round_end", "best")
 
     def __init__(self, cands):
         self.cands = cands
         self.times = [float("inf")] * len(cands)
         self.alive = list(range(len(cands)))
         self.calls = 0
+        # The call count at which the current round (one call per live candidate) ends.
+        # Counted, not found as a multiple of the live count: the two weights of a pair of
+        # one shape share an entry, and their calls step it by two.
+        self.round_end = len(cands)
         self.best = cands[0] if len(cands) == 1 else None
 
 
@@ -141,14 +145,17 @@ class Tuner:
             if entry.best is not None:
                 return
             entry.times[index] = min(entry.times[index], seconds)
+            if entry.calls < entry.round_end:
+                return
             # After each round but the first, whose calls still carry warm-up costs (the
             # thread team and the caches settling: the first timed calls of a shape took
             # up to 2x the steady time), so no candidate is dropped for coming first.
-            if entry.calls % len(entry.alive) == 0 and entry.calls > len(entry.cands):
+            if entry.round_end > len(entry.cands):
                 best = min(entry.times[i] for i in entry.alive)
                 entry.alive = [i for i in entry.alive if entry.times[i] <= best * _SLOWER]
                 if entry.calls >= ROUNDS * len(entry.cands) or len(entry.alive) == 1:
                     entry.best = entry.cands[min(entry.alive, key=entry.times.__getitem__)]
+            entry.round_end = entry.calls + len(entry.alive)
 
 
 def _fit(cand, m):

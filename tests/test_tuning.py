@@ -31,6 +31,23 @@ def test_first_call_is_untimed_and_the_fastest_candidate_settles():
     assert index is None and blocking == (kc,) + _fit(cands[fastest], SHAPE["m"])
 
 
+def test_two_weights_of_one_shape_in_one_call_settle():
+    """matmul_pair's two weights of one shape share an entry, each call choosing (and
+    recording) twice: it settles all the same, also with an even number of candidates
+    (whose rounds the call count, stepped by two, never ended at a multiple of)."""
+    import numpy as np
+
+    import pyw8a8
+    rng = np.random.default_rng(0)
+    for m in (1, 3, 24):
+        x = rng.standard_normal((m, 160)).astype(np.float32)
+        gate, up = (pyw8a8.pack_weight(rng.standard_normal((48, 160)).astype(np.float32))
+                    for _ in range(2))
+        for _ in range(4 * ROUNDS * 8):
+            pyw8a8.matmul_pair(x, gate, up)
+        assert gate.plan().blocking and up.plan().blocking, m
+
+
 def test_gated_pairs_have_their_own_entry_sized_for_two_weights():
     ops = _kernels.IsaOps("avx2") if "avx2" in _kernels.isa_names() else _kernels.IsaOps(
         "scalar")
