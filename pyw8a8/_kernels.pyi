@@ -79,7 +79,7 @@ class WeightPlan:
     def __new__(cls, panels: npt.NDArray[np.uint8], psum: npt.NDArray[np.int32],
                 scales: npt.NDArray[np.float32], shape: tuple[int, int], encoding: str,
                 kp: int, rotate: bool, block: int, seed: int) -> WeightPlan: ...
-    def remember_blocking(self, ops: IsaOps, m: int, nthreads: int,
+    def remember_blocking(self, kind: int, ops: IsaOps, m: int, nthreads: int,
                           blocking: tuple[int, int, int, int, int]) -> None: ...
 
 class Scratch: ...
@@ -94,5 +94,12 @@ def product(isa: IsaOps, x: npt.NDArray[np.float32] | npt.NDArray[np.int8],
             nthreads: int, blockings: list[tuple[int, int, int, int, int]],
             biases: list[npt.NDArray[np.float32] | None], act: int = ...,
             glu: bool = ...) -> int: ...
-def matmul_settled(x: object, plan: object,
-                   scratch: object) -> npt.NDArray[np.float32] | None: ...
+CALL_ONE: int
+CALL_PAIR: int
+CALL_GLU: int
+ACTIVATIONS: dict[str, int]
+def settled_product(
+    x: object, plan1: object, plan2: object, bias1: object, bias2: object,
+    activation: object, pair: bool, glu: bool, scratch: object,
+) -> (npt.NDArray[np.float32]
+      | tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]] | None): ...

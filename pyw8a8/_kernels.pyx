@@ -11,6 +11,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
 from posix.stdlib cimport posix_memalign
 from libc.string cimport memset
+from libc.math cimport isfinite
 from cpython.contextvars cimport get_value
 from cpython.pythread cimport PyThread_get_thread_ident
 from cpython.ref cimport PyObject
@@ -212,7 +213,7 @@ def leave_master_cpu(int cpu):
 #
 # Its state lives here, set by _cpu (set_isa, use_isa, PYW8A8_ISA, amx's small-M fallback)
 # and _threads (set_num_threads, fork), whose functions own the rules and the checks, so
-# that a matmul's setup (matmul_settled) runs no Python code.  After a product that
+# that a matmul's setup (settled_product) runs no Python code.  After a product that
 # streamed a megabyte or more through the caches, every step of Python code misses them:
 # matmul's setup in Python took 20 us at 64 x 2048 x 640 and 7 us at 1 x 640 x 2048,
 # against 4 us with warm caches (AMX Xeon, 2 vCPUs; 15-20% of those calls).
@@ -333,18 +334,42 @@ def omp_max_threads():
 
 # ---- the compiled call path of every product ----
 
+# The kinds of settled call (settled_product), each remembered apart by a weight: one
+# product (matmul), a pair (matmul_pair), a gated pair (matmul_pair with glu=).
+cdef enum:
+    W8_CALL_ONE = 0
+    W8_CALL_PAIR = 1
+    W8_CALL_GLU = 2
+    W8_CALL_KINDS = 3
+CALL_ONE, CALL_PAIR, CALL_GLU = W8_CALL_ONE, W8_CALL_PAIR, W8_CALL_GLU
+# The fused activations by name (common.h W8_ACT_*; the arithmetic is activation.h's).
+ACTIVATIONS = {"relu": W8_ACT_RELU, "gelu": W8_ACT_GELU, "gelu_tanh": W8_ACT_GELU_TANH,
+               "silu": W8_ACT_SILU}
+
+
+# One weight of a product, as C values: from product's lists, or settled_product's.
+ctypedef struct w8_call_weight:
+    PyObject *plan  # a WeightPlan, borrowed from the caller
+    int64_t kc, mc, nc, m_step, n_step
+    const float *bias
+    void *out       # NULL: none (the up projection of a gated pair)
+    int64_t ldo
+    int out_size    # bytes per output element
+
+
 cdef class WeightPlan:
     """The per-weight half of a product, built once per packed weight: the kernel-ready
     pointers of its arrays (which it keeps alive), its sizes, encoding and rotation (with
     the rotation's sign table, which every activation row of its products multiplies by)."""
     cdef readonly object panels, psum, scales, shape, encoding, signs
     cdef readonly dict blocking  # settled tuner choices, (path, M, threads) -> blocking
-    # The settled blocking of this weight's last single product (remember_blocking): what
-    # matmul_settled runs with when path, rows and threads are the same again.
-    cdef IsaOps last_ops
-    cdef int64_t last_m
-    cdef int last_threads
-    cdef int64_t last_blocking[5]
+    # Per call kind (CALL_*), the settled blocking of this weight's last call of that kind
+    # (remember_blocking): what settled_product runs with when the path (by name), the
+    # rows and the threads are the same again.
+    cdef list last_path
+    cdef int64_t last_m[W8_CALL_KINDS]
+    cdef int last_threads[W8_CALL_KINDS]
+    cdef int64_t last_blocking[W8_CALL_KINDS][5]
     cdef const uint8_t *b
     cdef const int32_t *b_psum
     cdef const float *b_scale
@@ -367,6 +392,7 @@ cdef class WeightPlan:
         self.enc = W8_ENC_SIGNED if encoding == "signed" else W8_ENC_BIASED
         self.rotate, self.block, self.seed = rotate, block, seed
         self.blocking = {}
+        self.last_path = [None] * W8_CALL_KINDS
         self.signs, self.sign_table = None, NULL
         if rotate and self.K:
             # Built once, by the reference: every path's sign application gives these bits.
@@ -374,12 +400,29 @@ cdef class WeightPlan:
             self.sign_table = <const float *>cnp.PyArray_DATA(self.signs)
             w8_sign_table(w8_scalar_sign_scale, <float *>self.sign_table, self.K, block, seed)
 
-    def remember_blocking(self, IsaOps ops, int64_t m, int nthreads, tuple blocking):
-        """Remember a settled blocking of a single product of `m` rows on path `ops` with
-        `nthreads` threads, for matmul_settled."""
-        self.last_ops, self.last_m, self.last_threads = ops, m, nthreads
-        (self.last_blocking[0], self.last_blocking[1], self.last_blocking[2],
-         self.last_blocking[3], self.last_blocking[4]) = blocking
+    def remember_blocking(self, int kind, IsaOps ops, int64_t m, int nthreads,
+                          tuple blocking):
+        """Remember a settled blocking of this weight in a call of kind `kind` (CALL_*) of
+        `m` rows on path `ops` with `nthreads` threads, for settled_product."""
+        cdef int64_t *b
+        if not 0 <= kind < W8_CALL_KINDS:
+            raise ValueError(f"unknown call kind {kind}")
+        b = self.last_blocking[kind]
+        b[0], b[1], b[2], b[3], b[4] = blocking
+        self.last_path[kind] = ops.name
+        self.last_m[kind], self.last_threads[kind] = m, nthreads
+
+    cdef bint settled(self, int kind, IsaOps ops, int64_t m, int nthreads,
+                      w8_call_weight *cw):
+        """Whether this weight settled a blocking for this call; if so, it goes to `cw`."""
+        cdef int64_t *b = self.last_blocking[kind]
+        path = self.last_path[kind]
+        # The path by name, as the tuner settles it: use_isa builds a new IsaOps each time.
+        if (self.last_m[kind] != m or self.last_threads[kind] != nthreads or path is None
+                or (path is not ops.name and path != ops.name)):
+            return False
+        cw.kc, cw.mc, cw.nc, cw.m_step, cw.n_step = b[0], b[1], b[2], b[3], b[4]
+        return True
 
 
 cdef class Scratch:
@@ -467,16 +510,6 @@ def empty_output(tuple shape):
     for i in range(nd):
         dims[i] = shape[i]
     return _empty_output(nd, dims)
-
-
-# One weight of a product, as C values: product's lists, or matmul_settled's one weight.
-ctypedef struct w8_call_weight:
-    PyObject *plan  # a WeightPlan, borrowed from the caller
-    int64_t kc, mc, nc, m_step, n_step
-    const float *bias
-    void *out       # NULL: none (the up projection of a gated pair)
-    int64_t ldo
-    int out_size    # bytes per output element
 
 
 def product(IsaOps isa, cnp.ndarray x, list weights, list outs, Scratch scratch,
@@ -612,51 +645,109 @@ cdef int64_t _run_product(IsaOps isa, const void *x, bint int8_input, int64_t M,
     return bad
 
 
-def matmul_settled(object x, object plan, object scratch):
-    """The common matmul call, from C: ``x @ w.T`` for x a C-contiguous, aligned,
-    native-order float32 ndarray (any leading dimensions, at least one row, K >= 1
-    features) and `plan` the WeightPlan of w (N >= 1), on the calling thread's path and
-    thread count, when the weight's last single product settled a blocking for those and
-    this row count (WeightPlan.remember_blocking); `scratch` the thread's Scratch.
+cdef const float *_settled_bias(object bias, int64_t n, bint *ok):
+    """The data of `bias` when it is None (NULL) or a native float32 vector of n finite
+    values, aligned and contiguous; otherwise *ok becomes False."""
+    cdef cnp.ndarray arr
+    cdef const float *b
+    cdef int64_t i
+    if bias is None:
+        return NULL
+    if type(bias) is not np.ndarray:
+        ok[0] = False
+        return NULL
+    arr = bias
+    if (arr.ndim != 1 or arr.shape[0] != n or cnp.PyArray_TYPE(arr) != cnp.NPY_FLOAT32
+            or not cnp.PyArray_IS_C_CONTIGUOUS(arr) or not cnp.PyArray_ISBEHAVED_RO(arr)):
+        ok[0] = False
+        return NULL
+    b = <const float *>cnp.PyArray_DATA(arr)
+    for i in range(n):
+        if not isfinite(b[i]):
+            ok[0] = False
+    return b
 
-    Returns the float32 output, shape x.shape[:-1] + (N,); or None when the call is not
-    that one, or a row of x holds NaN/Inf: the caller then takes the general path (which
-    reports the row).
+
+def settled_product(object x, object plan1, object plan2, object bias1, object bias2,
+                    object activation, bint pair, bint glu, object scratch):
+    """The common calls of matmul and matmul_pair, from C: `x` a C-contiguous, aligned,
+    native-order float32 ndarray (any leading dimensions, at least one row of K >= 1
+    features); `plan1` (and with `pair`, `plan2`) the WeightPlan(s), N >= 1, of one K and
+    rotation (with `glu`, a pair of one N); the biases None or float32 vectors of N finite
+    values;
+    `activation` None or a name of ACTIVATIONS (with `glu`, the gate's); each weight having
+    settled a blocking for this call's kind, path, row count and thread count
+    (WeightPlan.remember_blocking); `scratch` the thread's Scratch.
+
+    Returns matmul's output, matmul_pair's (y1, y2) or its gated output; or None when the
+    call is not such a call, or a row of x holds NaN/Inf: the caller then takes the
+    general path (which reports the row, or the argument).
     """
-    cdef cnp.ndarray arr, y
-    cdef WeightPlan w
+    cdef cnp.ndarray arr, y1, y2 = None
+    cdef WeightPlan w1, w2 = None
     cdef IsaOps ops
-    cdef int nd, i, nthreads
-    cdef int64_t K, M
+    cdef int nd, i, nthreads, nw = 1, act = W8_ACT_NONE
+    cdef int kind = W8_CALL_GLU if glu else W8_CALL_ONE
+    cdef int64_t K, M, n_total
     cdef cnp.npy_intp dims[64]
-    cdef w8_call_weight cw
-    if (type(x) is not np.ndarray or type(plan) is not WeightPlan
+    cdef w8_call_weight cw[2]
+    cdef bint ok = True
+    if (type(x) is not np.ndarray or type(plan1) is not WeightPlan
             or type(scratch) is not Scratch):
         return None
-    arr, w = x, plan
+    arr, w1 = x, plan1
+    if pair:
+        if type(plan2) is not WeightPlan:
+            return None
+        w2, nw = plan2, 2
+        kind = W8_CALL_GLU if glu else W8_CALL_PAIR
+    if activation is not None:
+        code = ACTIVATIONS.get(activation) if type(activation) is str else None
+        if code is None:
+            return None
+        act = code
     nd = arr.ndim
     if (nd == 0 or cnp.PyArray_TYPE(arr) != cnp.NPY_FLOAT32
             or not cnp.PyArray_IS_C_CONTIGUOUS(arr) or not cnp.PyArray_ISBEHAVED_RO(arr)):
         return None
     K = arr.shape[nd - 1]
-    if K != w.K or K == 0 or w.N == 0 or cnp.PyArray_SIZE(arr) == 0:
+    if K != w1.K or K == 0 or w1.N == 0 or cnp.PyArray_SIZE(arr) == 0:
+        return None
+    n_total = w1.N
+    if w2 is not None:
+        if (w2.K != K or w2.N == 0 or w2.rotate != w1.rotate or (glu and w2.N != w1.N)
+                or (w1.rotate and (w2.block != w1.block or w2.seed != w1.seed))):
+            return None
+        n_total += w2.N
+    elif glu:
         return None
     M = cnp.PyArray_SIZE(arr) // K
     ops = call_ops(M)
-    nthreads = threads_for(M * K * w.N)
-    # The path by name, as the tuner settles it: use_isa builds a new IsaOps each time.
-    if (w.last_m != M or w.last_threads != nthreads or w.last_ops is None
-            or (w.last_ops is not ops and w.last_ops.name != ops.name)):
+    nthreads = threads_for(M * K * n_total)
+    if not w1.settled(kind, ops, M, nthreads, &cw[0]):
+        return None
+    if w2 is not None:
+        if glu:
+            cw[1] = cw[0]  # a gated pair runs one loop nest, over the gate's blocking
+        elif not w2.settled(kind, ops, M, nthreads, &cw[1]):
+            return None
+    cw[0].bias = _settled_bias(bias1, w1.N, &ok)
+    if w2 is not None:
+        cw[1].bias = _settled_bias(bias2, w2.N, &ok)
+    if not ok:
         return None
     for i in range(nd - 1):
         dims[i] = arr.shape[i]
-    dims[nd - 1] = w.N
-    y = _empty_output(nd, dims)
-    cw.plan = <PyObject *>w
-    cw.kc, cw.mc, cw.nc = w.last_blocking[0], w.last_blocking[1], w.last_blocking[2]
-    cw.m_step, cw.n_step = w.last_blocking[3], w.last_blocking[4]
-    cw.bias, cw.out, cw.ldo, cw.out_size = NULL, cnp.PyArray_DATA(y), w.N, sizeof(float)
-    if _run_product(ops, cnp.PyArray_DATA(arr), False, M, K, &cw, 1, <Scratch>scratch,
-                    nthreads, W8_ACT_NONE, False) >= 0:
+    dims[nd - 1] = w1.N
+    y1 = _empty_output(nd, dims)
+    cw[0].plan, cw[0].out, cw[0].ldo, cw[0].out_size = <PyObject *>w1, cnp.PyArray_DATA(y1), w1.N, sizeof(float)
+    if w2 is not None:
+        cw[1].plan, cw[1].out, cw[1].ldo, cw[1].out_size = <PyObject *>w2, NULL, 0, 0
+        if not glu:
+            dims[nd - 1] = w2.N
+            y2 = _empty_output(nd, dims)
+            cw[1].out, cw[1].ldo, cw[1].out_size = cnp.PyArray_DATA(y2), w2.N, sizeof(float)
+    if _run_product(ops, cnp.PyArray_DATA(arr), False, M, K, cw, nw, <Scratch>scratch,
+                    nthreads, act, glu) >= 0:
         return None
-    return y
+    return (y1, y2) if kind == W8_CALL_PAIR else y1

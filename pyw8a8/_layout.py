@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 # Re-exported: the output rule (empty_output) and its constants live with the call path
-# that allocates outputs without running Python code (_kernels.matmul_settled).
+# that allocates outputs without running Python code (_kernels.settled_product).
 from ._kernels import (  # noqa: F401
     ALIGN_BYTES,
     ALIGNED_FROM_BYTES,

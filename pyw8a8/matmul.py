@@ -26,8 +26,10 @@ from .tuning import TUNER
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 _SCRATCH = threading.local()  # .buffer: the thread's reused _kernels.Scratch
 # The fused activations by name (common.h W8_ACT_*; the arithmetic is activation.h's).
-ACTIVATIONS = {"relu": _kernels.W8_ACT_RELU, "gelu": _kernels.W8_ACT_GELU,
-               "gelu_tanh": _kernels.W8_ACT_GELU_TANH, "silu": _kernels.W8_ACT_SILU}
+ACTIVATIONS = _kernels.ACTIVATIONS
+# The settled call a blocking is remembered for, by (weights in the call, weight streams of
+# its tiles): _kernels.settled_product runs that call from C the next time.
+_CALL_KIND = {(1, 1): _kernels.CALL_ONE, (2, 1): _kernels.CALL_PAIR, (1, 2): _kernels.CALL_GLU}
 # Settled blockings a weight remembers (one per path, weight count, M and thread count it
 # met): spares a call the tuner's lock and lookups.
 _SETTLED_PER_WEIGHT = 256
@@ -112,8 +114,7 @@ def _blocking(ops, plan, group, m, nthreads, streams=1):
     settled = (ops.name, group, streams, m, nthreads)
     blocking = plan.blocking.get(settled)
     if blocking is not None:
-        if group == 1 and streams == 1:
-            plan.remember_blocking(ops, m, nthreads, blocking)
+        plan.remember_blocking(_CALL_KIND[group, streams], ops, m, nthreads, blocking)
         return blocking, None
     key, index, blocking = TUNER.choose(ops, plan.enc, group, m, plan.N, plan.Kp, nthreads,
                                         streams)
@@ -269,11 +270,11 @@ def matmul(x: npt.ArrayLike, packed: PackedWeight, *, bias: npt.ArrayLike | None
     >>> bool(np.array_equal(z, np.maximum(y + b, 0)))
     True
     """
-    if (out is None and out_dtype is None and bias is None and activation is None
-            and type(packed) is PackedWeight):
+    if out is None and out_dtype is None and type(packed) is PackedWeight:
         # The common call (float32 rows, a blocking settled for them) runs from C: its setup
         # in Python code would miss the caches the previous product flushed (_kernels).
-        y = _kernels.matmul_settled(x, packed._plan, getattr(_SCRATCH, "buffer", None))
+        y = _kernels.settled_product(x, packed._plan, None, bias, None, activation, False,
+                                     False, getattr(_SCRATCH, "buffer", None))
         if y is not None:
             return y
     plan = _plan(packed, "packed")
@@ -347,6 +348,13 @@ def matmul_pair(x: npt.ArrayLike, packed1: PackedWeight, packed2: PackedWeight, 
     >>> bool(np.array_equal(h, np.maximum(g, 0) * u))
     True
     """
+    if type(packed1) is PackedWeight and type(packed2) is PackedWeight:
+        # As matmul's common call: from C, once the weights settled a blocking for it.
+        y = _kernels.settled_product(x, packed1._plan, packed2._plan, bias1, bias2, glu,
+                                     True, glu is not None,
+                                     getattr(_SCRATCH, "buffer", None))
+        if y is not None:
+            return y
     plan1, plan2 = _plan(packed1, "packed1"), _plan(packed2, "packed2")
     act = _activation_code(glu, "glu")
     if plan1.K != plan2.K:

@@ -240,12 +240,17 @@ def test_compiled_call_path_keeps_the_errors():
         pyw8a8.matmul(np.ones((2, 64), np.float32), packed)
 
 
+def _settled(x, plan, scratch):
+    """The compiled call of matmul(x, ...) with the weight of `plan`, or None."""
+    return _kernels.settled_product(x, plan, None, None, None, None, False, False, scratch)
+
+
 def _settle(x, packed, calls=400):
     """Call matmul on x until the weight has settled a blocking for its rows (the tuner
     tries candidates first), then return (the compiled call's output, matmul's)."""
     for _ in range(calls):
         y = pyw8a8.matmul(x, packed)
-        fast = _kernels.matmul_settled(x, packed._plan, _kernels.Scratch())
+        fast = _settled(x, packed._plan, _kernels.Scratch())
         if fast is not None:
             return fast, y
     pytest.fail(f"no blocking settled for {x.shape} in {calls} calls")
@@ -255,7 +260,7 @@ def _settle(x, packed, calls=400):
 @pytest.mark.parametrize("lead", [(1,), (3,), (2, 20), ()], ids=str)
 def test_settled_compiled_call_equals_the_general_path(any_isa, rotate, lead):
     """Once a weight settled a blocking for a row count, matmul runs from C
-    (_kernels.matmul_settled): same bits as the general path, any leading dimensions."""
+    (_kernels.settled_product): same bits as the general path, any leading dimensions."""
     x, w = realistic(np.random.default_rng(len(lead)), max(1, int(np.prod(lead))), 200, 70)
     x = x.reshape(lead + (200,))
     packed = pyw8a8.pack_weight(w, rotate=rotate)
@@ -267,13 +272,14 @@ def test_settled_compiled_call_equals_the_general_path(any_isa, rotate, lead):
 
 
 def test_settled_compiled_call_declines_every_other_call():
-    """matmul_settled answers None (the general path then runs) for every call that is
+    """settled_product answers None (the general path then runs) for every call that is
     not a settled float32 one of this weight, path, row count and thread count."""
     rng = np.random.default_rng(3)
     x = rng.standard_normal((6, 96)).astype(np.float32)
     packed = pyw8a8.pack_weight(rng.standard_normal((40, 96)).astype(np.float32))
     _settle(x, packed)
     plan, scratch = packed._plan, _kernels.Scratch()
+    assert _settled(x, plan, scratch) is not None
     buf = np.zeros(x.nbytes + 4, np.uint8)[1:1 + x.nbytes]
     unaligned = buf.view(np.float32).reshape(x.shape)
     unaligned[...] = x
@@ -284,27 +290,30 @@ def test_settled_compiled_call_declines_every_other_call():
     for other in (x.astype(np.float64), np.asfortranarray(x), unaligned,
                   x.astype(x.dtype.newbyteorder()), x.view(Sub), x[:, :48].copy(),
                   x[:5].copy(), x[:0], x.tolist(), np.float32(1)):
-        assert _kernels.matmul_settled(other, plan, scratch) is None
+        assert _settled(other, plan, scratch) is None
         if not isinstance(other, list) and getattr(other, "size", 0) and other.ndim == 2 \
                 and other.shape[1] == 96:
             np.testing.assert_array_equal(pyw8a8.matmul(other, packed),
                                           pyw8a8.matmul(np.array(other, np.float32), packed))
-    assert _kernels.matmul_settled(x, None, scratch) is None
-    assert _kernels.matmul_settled(x, plan, None) is None
-    assert _kernels.matmul_settled(x, plan, scratch) is not None
+    assert _settled(x, None, scratch) is None
+    assert _settled(x, plan, None) is None
+    # A weight remembers its last settled call of each kind: the 5-row calls above took its
+    # place, and the next general call of 6 rows brings it back.
+    pyw8a8.matmul(x, packed)
+    assert _settled(x, plan, scratch) is not None
     # Another thread count, another path: not the settled call.
     if pyw8a8.get_num_threads() > 1 and 6 * 96 * 40 >= _threads.SERIAL_WORK:
         pyw8a8.set_num_threads(1)
         try:
-            assert _kernels.matmul_settled(x, plan, scratch) is None
+            assert _settled(x, plan, scratch) is None
         finally:
             pyw8a8.set_num_threads(None)
     # The path is matched by name: use_isa's fresh IsaOps of the same path is the same call.
     with pyw8a8.use_isa(pyw8a8.isa()):
-        assert _kernels.matmul_settled(x, plan, scratch) is not None
+        assert _settled(x, plan, scratch) is not None
     noop = _kernels.IsaOps(pyw8a8.isa(), noop_kernel=True)
     with _cpu.use_ops(noop):
-        assert _kernels.matmul_settled(x, plan, scratch) is None
+        assert _settled(x, plan, scratch) is None
         y_noop = pyw8a8.matmul(x, packed)
     assert not np.array_equal(y_noop, pyw8a8.matmul(x, packed))
 
@@ -326,6 +335,89 @@ def test_settled_compiled_call_keeps_the_errors_and_the_checks():
     packed.scales = np.ones(3, np.float32)
     with pytest.raises(ValueError, match="scales"):
         pyw8a8.matmul(x, packed)
+
+
+def _settle_call(call, fast, calls=400):
+    """Run `call` until `fast` (its settled_product form) answers, then return both."""
+    for _ in range(calls):
+        y = call()
+        y_fast = fast()
+        if y_fast is not None:
+            return y_fast, y
+    pytest.fail(f"no blocking settled in {calls} calls")
+
+
+@pytest.mark.parametrize("rotate", [False, True])
+@pytest.mark.parametrize("m", [1, 24])
+def test_settled_layer_and_pair_calls_equal_the_general_path(any_isa, rotate, m):
+    """matmul with bias and activation, matmul_pair, and its gated form also run from C
+    once settled: the same bits as the general path (an F-ordered x takes it)."""
+    rng = np.random.default_rng(m)
+    x, w = realistic(rng, m, 160, 48)
+    gate = pyw8a8.pack_weight(w, rotate=rotate)
+    up = pyw8a8.pack_weight(realistic(rng, 1, 160, 48)[1], rotate=rotate)
+    b1, b2 = rng.standard_normal((2, 48)).astype(np.float32)
+    xf, scratch = np.asfortranarray(x), _kernels.Scratch()
+    cases = [
+        (lambda v: pyw8a8.matmul(v, gate, bias=b1, activation="gelu_tanh"),
+         lambda: _kernels.settled_product(x, gate._plan, None, b1, None, "gelu_tanh", False,
+                                          False, scratch)),
+        (lambda v: pyw8a8.matmul_pair(v, gate, up, bias1=b1),
+         lambda: _kernels.settled_product(x, gate._plan, up._plan, b1, None, None, True,
+                                          False, scratch)),
+        (lambda v: pyw8a8.matmul_pair(v, gate, up, glu="silu", bias2=b2),
+         lambda: _kernels.settled_product(x, gate._plan, up._plan, None, b2, "silu", True,
+                                          True, scratch)),
+    ]
+    for call, fast in cases:
+        y_fast, y = _settle_call(lambda: call(x), fast)
+        general = call(xf)
+        for a, b, c in zip(*(v if isinstance(v, tuple) else (v,) for v in (y_fast, y,
+                                                                          general))):
+            np.testing.assert_array_equal(a, b)
+            np.testing.assert_array_equal(a, c)
+
+
+def test_settled_layer_call_declines_what_it_does_not_check():
+    """Biases not already finite float32 vectors of N, unknown activations, weights that do
+    not pair up: None from the compiled call, and the general path's errors from matmul."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 64)).astype(np.float32)
+    gate, up = (pyw8a8.pack_weight(rng.standard_normal((32, 64)).astype(np.float32))
+                for _ in range(2))
+    bias = np.ones(32, np.float32)
+    _settle_call(lambda: pyw8a8.matmul(x, gate, bias=bias),
+                 lambda: _kernels.settled_product(x, gate._plan, None, bias, None, None,
+                                                  False, False, _kernels.Scratch()))
+    scratch = _kernels.Scratch()
+    nan_bias = bias.copy()
+    nan_bias[5] = np.nan
+    for bad in (nan_bias, bias.astype(np.float64), bias[:31], np.ones((1, 32), np.float32),
+                bias.tolist(), np.ones(64, np.float32)[::2]):
+        assert _kernels.settled_product(x, gate._plan, None, bad, None, None, False,
+                                        False, scratch) is None
+    with pytest.raises(ValueError, match="bias holds NaN"):
+        pyw8a8.matmul(x, gate, bias=nan_bias)
+    for act in ("tanh", 3, ["relu"]):
+        assert _kernels.settled_product(x, gate._plan, None, None, None, act, False,
+                                        False, scratch) is None
+        with pytest.raises(ValueError, match="activation must be"):
+            pyw8a8.matmul(x, gate, activation=act)
+    other = pyw8a8.pack_weight(rng.standard_normal((16, 64)).astype(np.float32))
+    other.plan()
+    assert _kernels.settled_product(x, gate._plan, other._plan, None, None, "relu", True,
+                                    True, scratch) is None
+    with pytest.raises(ValueError, match="one N"):
+        pyw8a8.matmul_pair(x, gate, other, glu="relu")
+    unrotated = pyw8a8.pack_weight(rng.standard_normal((32, 64)).astype(np.float32),
+                                   rotate=False)
+    unrotated.plan()
+    assert _kernels.settled_product(x, gate._plan, unrotated._plan, None, None, None, True,
+                                    False, scratch) is None
+    with pytest.raises(ValueError, match="different rotations"):
+        pyw8a8.matmul_pair(x, gate, unrotated)
+    assert _kernels.settled_product(x, gate._plan, None, None, None, "relu", True, True,
+                                    scratch) is None  # a pair needs two weights
 
 
 def test_bfloat16_output_by_name():
