@@ -143,7 +143,7 @@ def isa() -> str:
     >>> pyw8a8.isa() in pyw8a8.available_isas()
     True
     """
-    return _kernels.current_ops()[0].name
+    return _kernels.call_ops(-1).name
 
 
 def set_isa(name: str) -> None:

@@ -253,15 +253,9 @@ def set_small_m_ops(IsaOps ops, int64_t rows):
     _small_m_ops, _small_m_rows = ops, rows
 
 
-def current_ops():
-    """(IsaOps, exactly) of the calling thread and context: a use_isa body's, or the
-    process-wide path's (exactly False)."""
-    scoped = get_value(_scoped_ops, None)
-    return (_process_ops, False) if scoped is None else scoped
-
-
 cpdef IsaOps call_ops(int64_t rows):
-    """The path of a product with `rows` activation rows (-1: no product, no fallback)."""
+    """The path of a product with `rows` activation rows on the calling thread and context
+    (a use_isa body's, or the process-wide path); -1: not a product, so no fallback."""
     cdef IsaOps ops = _process_ops
     cdef bint exactly = False
     scoped = get_value(_scoped_ops, None)
@@ -325,11 +319,6 @@ cpdef int threads_for(int64_t work):
     if n > 1:
         w8_started_team = 1
     return n
-
-
-def omp_max_threads():
-    """OpenMP's current default team size (OMP_NUM_THREADS, omp_set_num_threads)."""
-    return omp_get_max_threads()
 
 
 # ---- the compiled call path of every product ----
