@@ -3,6 +3,8 @@
 
 Callers (the Python modules of the package) validate and normalize every argument first;
 this module trusts its inputs, releases the GIL and runs its loops in OpenMP ``prange``.
+The one exception is ``settled_product``, the common call run from C: it checks that its
+arguments are already in the normal form and declines (returns None) anything else.
 """
 from cython.parallel cimport parallel, prange
 cimport openmp
