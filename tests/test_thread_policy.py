@@ -1,7 +1,7 @@
 """The thread policy (pyw8a8/_thread_policy.py), each case in a fresh process: what pyw8a8
 does at import to its own OpenMP spin and to numpy's OpenBLAS, what it leaves to the
-user, and the effect a user sees — a numpy model with pyw8a8 in its linear layers runs
-faster than its float version with no thread settings at all."""
+user, and a numpy model with pyw8a8 in its linear layers, computed with no thread
+settings at all."""
 import json
 import os
 import shutil
@@ -74,14 +74,14 @@ def test_numpy_still_computes_right_after_its_threads_restart():
     assert float(run(code)) < 1e-9
 
 
-@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores to share")
-def test_a_numpy_model_with_pyw8a8_beats_its_float_version_by_default():
-    """Timed, because this is what the policy is for: numpy attention between pyw8a8 linear
-    layers, both models taking turns in one process, best of several forwards each."""
-    code = ("import json; from pyw8a8.tools import toy_transformer as t; "
-            "print(json.dumps(t.best_times(rounds=9)))")
-    best = json.loads(run(code))
-    assert best["w8a8"] < best["float"], best
+def test_a_numpy_model_with_pyw8a8_computes_its_float_version_with_default_settings():
+    """numpy attention between pyw8a8 linear layers, both pools at their default settings,
+    in a fresh process: the W8A8 forward tracks the float one.  Its speed is a benchmark
+    (``python -m pyw8a8 bench --mixed``, asv's ``MixedModel``), not a test: a timed
+    assertion fails at random on a slow or busy CPU."""
+    code = ("import json; import numpy as np; from pyw8a8.tools import toy_transformer as t; "
+            "print(json.dumps(t.relative_error(tokens=32)))")
+    assert json.loads(run(code)) < 0.25  # seeds 0-3 give 0.11-0.12; a wrong product ~1
 
 
 def test_the_runtime_is_read_from_the_needed_entries_as_auditwheel_renames_them(tmp_path):

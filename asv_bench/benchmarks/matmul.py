@@ -93,3 +93,23 @@ class MatmulPairGlu:
 
     def time_matmul_pair_glu(self, m, kn, glu):
         pyw8a8.matmul_pair(self.x, self.pg, self.pu, glu=glu)
+
+
+class MixedModel:
+    """A small numpy transformer (attention in numpy's BLAS) with its linear layers in
+    numpy float32 or pyw8a8, default thread settings: what a user sees when the two pools
+    take turns (``python -m pyw8a8 bench --mixed`` prints both side by side)."""
+
+    params = (["float", "w8a8"],)
+    param_names = ["linear"]
+
+    def setup(self, linear):
+        from pyw8a8.tools import toy_transformer as t
+        self.layers = t.build()
+        self.x = np.random.default_rng(1).standard_normal((t.TOKENS, t.D)).astype(np.float32)
+        self.linear = t.float_linear if linear == "float" else t.w8a8_linear(self.layers)
+        t.forward(self.x, self.layers, self.linear)  # tuning and first-touch untimed
+
+    def time_forward(self, linear):
+        from pyw8a8.tools import toy_transformer as t
+        t.forward(self.x, self.layers, self.linear)

@@ -3,7 +3,8 @@
 It measures what a user sees when pyw8a8 is dropped into a numpy model with default
 settings: numpy's BLAS runs the attention, pyw8a8 (or numpy, for the float version) the
 linear layers, one after the other, so the two libraries' thread pools take turns on the
-cores.  Used by ``python -m pyw8a8 bench --mixed`` and by the tests of the thread policy.
+cores.  Used by ``python -m pyw8a8 bench --mixed``, asv's ``MixedModel`` and the tests of the
+thread policy.
 """
 import time
 
@@ -71,3 +72,13 @@ def best_times(rounds=7, seed=0, tokens=TOKENS):
             forward(x, layers, linear)
             best[name] = min(best[name], time.perf_counter() - t0)
     return best
+
+
+def relative_error(seed=0, tokens=TOKENS):
+    """Max-abs difference of the W8A8 forward from the float one, over the float output's
+    RMS (the residual stream after every layer)."""
+    layers = build(seed)
+    x = np.random.default_rng(seed + 1).standard_normal((tokens, D)).astype(np.float32)
+    expected = forward(x, layers, float_linear)
+    got = forward(x, layers, w8a8_linear(layers))
+    return float(np.abs(got - expected).max() / np.sqrt(np.mean(expected ** 2)))
