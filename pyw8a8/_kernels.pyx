@@ -8,7 +8,7 @@ arguments are already in the normal form and declines (returns None) anything el
 """
 from cython.parallel cimport parallel, prange
 cimport openmp
-from openmp cimport omp_get_max_threads
+from openmp cimport omp_get_max_threads, omp_set_num_threads
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
 from posix.stdlib cimport posix_memalign
@@ -293,6 +293,13 @@ def note_fork_in_child():
     global _pool_left_behind, _survivor
     if w8_started_team:
         _pool_left_behind, _survivor = True, PyThread_get_thread_ident()
+
+
+def follow_threads(int n):
+    """Make `n` the OpenMP default of the calling thread (pyw8a8.torch: torch's count), so
+    that a runtime of pyw8a8's own follows torch.set_num_threads as a shared one does."""
+    if omp_get_max_threads() != n:
+        omp_set_num_threads(n)
 
 
 cpdef bint fork_fallback():

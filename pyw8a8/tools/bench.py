@@ -20,7 +20,7 @@ from .._thread_policy import thread_policy
 from ..matmul import matmul
 from ..packing import pack_weight
 from ..rotation import fwht
-from . import dask_bench, ffn_bench, peers, proxies, toy_transformer
+from . import dask_bench, ffn_bench, peers, proxies, torch_bench, toy_transformer
 from .measure import isolated, measure
 
 SHAPES = [(1, 1152, 6912), (8, 1152, 6912), (64, 1152, 6912), (256, 1152, 6912),
@@ -467,6 +467,8 @@ _MODE_FLAGS = (
     ("--check-isolation", "only the table's contenders, each timed alone in a process of "
                           "its own (as the table is) and beside the others in one process, "
                           "in the same rounds, with their ratio"),
+    ("--torch", "only a real PyTorch model (the sentence encoder all-MiniLM-L6-v2): float32, "
+                "torch's dynamic int8 and pyw8a8.torch.quantize, fidelity and speed"),
     ("--ffn", "only the gated FFN block gelu_tanh(x @ Wg.T) * (x @ Wu.T): numpy float32, "
               "pyw8a8 matmul_pair then numpy, pyw8a8 fused (glu=), torch int8"),
 )
@@ -510,6 +512,8 @@ def main(argv=None, quick=False):
         return _dask_main(args, quick)
     if args.mixed:
         return _mixed_main(args.rounds)
+    if args.torch:
+        return torch_bench.main(args.rounds, _machine_info())
     if args.mca or args.overhead or args.crossover:
         return proxies.main(["--mca"] * args.mca + ["--overhead"] * args.overhead,
                             args.rounds, args.min_time, args.shapes, args.crossover)

@@ -1,0 +1,31 @@
+"""pyw8a8 for PyTorch models: a W8A8 ``nn.Linear``, the gated FFN unit, and `quantize`.
+
+``import pyw8a8.torch`` imports torch (``pip install "pyw8a8[torch]"``); ``import pyw8a8``
+never does.  The layers are inference-only CPU modules whose products are
+:func:`pyw8a8.matmul` and :func:`pyw8a8.matmul_pair`, bit for bit, registered as the
+custom operators ``torch.ops.pyw8a8.linear`` and ``torch.ops.pyw8a8.gated_linear`` for
+``torch.compile`` and ``torch.export``.
+
+Examples
+--------
+>>> import torch, pyw8a8.torch
+>>> model = torch.nn.Sequential(torch.nn.Linear(128, 512), torch.nn.GELU(),
+...                             torch.nn.Linear(512, 128))
+>>> q = pyw8a8.torch.quantize(model)
+>>> with torch.inference_mode():
+...     y = q(torch.randn(2, 128))
+>>> y.shape
+torch.Size([2, 128])
+"""
+try:
+    import torch  # noqa: F401
+except ImportError as exc:  # pragma: no cover - exercised where torch is absent
+    raise ImportError("pyw8a8.torch needs PyTorch: pip install \"pyw8a8[torch]\" (the CPU "
+                      "build: pip install torch --index-url "
+                      "https://download.pytorch.org/whl/cpu)") from exc
+
+from . import _ops  # noqa: F401  (registers torch.ops.pyw8a8.*)
+from .convert import Decision, QuantizeReport, quantize
+from .modules import GatedLinear, Linear
+
+__all__ = ["Decision", "GatedLinear", "Linear", "QuantizeReport", "quantize"]

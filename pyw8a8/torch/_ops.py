@@ -1,0 +1,160 @@
+"""The pyw8a8 products as torch custom operators, and the crossing between tensors and arrays.
+
+``torch.ops.pyw8a8.linear`` and ``torch.ops.pyw8a8.gated_linear`` take the packed weight as
+tensors (its panels, sums, scales and a small int64 header of its settings), so
+``torch.compile`` keeps them in one graph and ``torch.export`` captures the weights with
+the program.  Their fake (meta) implementations give the output's shape and dtype.  The
+real ones run :func:`pyw8a8.matmul` / :func:`pyw8a8.matmul_pair` on a
+:class:`~pyw8a8.PackedWeight` whose arrays are the tensors' memory: the weight is found on
+the panels tensor (built and checked once, the first time a tensor is seen), so a compiled
+or exported call reuses the blocking the weight settled, and returns the same bits as the
+eager layer.
+
+CPU tensors cross to numpy without a copy (``Tensor.numpy()`` shares the memory), any
+strides included; the result comes back with ``torch.from_numpy``.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import torch
+
+from ..matmul import matmul, matmul_pair
+from ..packing import PackedWeight
+from . import _runtime
+
+#: The header of a packed weight in a state_dict: one int64 each.
+HEADER_FIELDS = ("format_version", "out_features", "in_features", "encoding", "rotate",
+                 "block", "seed")
+
+# The dtypes a layer computes from: float32 as it is, bfloat16 widened to float32 (exact).
+# float16 is refused: its range (65504) would be a silent trap for an int8 scale.
+INPUT_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def header(packed: PackedWeight) -> torch.Tensor:
+    """The int64 header tensor of `packed` (HEADER_FIELDS)."""
+    d = packed.to_dict()
+    rotate, block, seed = (int(v) for v in d["rotation"])
+    return torch.tensor([int(d["format_version"]), *packed.shape, int(d["encoding"]), rotate,
+                         block, seed], dtype=torch.int64)
+
+
+def packed_from(panels: torch.Tensor, psum: torch.Tensor, scales: torch.Tensor,
+                head: torch.Tensor) -> PackedWeight:
+    """The PackedWeight whose arrays are these tensors' memory.
+
+    Built and checked in full (:meth:`PackedWeight.from_dict`: sizes, dtypes, format
+    version, contents) the first time, then kept on `panels` (``_pyw8a8_packed``) with the
+    identity and version counter of each tensor: another tensor in its place, or one
+    written in place, builds it again.  The weight's arrays are views of the tensors
+    (``Tensor.numpy()``), so the four tensors live while it does and the ids cannot be
+    reused; the cycle through `panels` is left to the garbage collector with the tensor.
+
+    Raises
+    ------
+    ValueError
+        If the tensors are not a packed weight this pyw8a8 reads (the format version, the
+        layout or the contents), or are not CPU tensors.
+    """
+    key = (id(psum), id(scales), id(head), panels._version, psum._version, scales._version,
+           head._version)
+    cached = panels.__dict__.get("_pyw8a8_packed")
+    if cached is not None and cached[1] == key:
+        return cached[0]
+    for name, t in (("panels", panels), ("psum", psum), ("scales", scales), ("header", head)):
+        if t.device.type != "cpu":
+            raise ValueError(f"packed weight {name} is on {t.device}; pyw8a8 runs on the CPU")
+    values = head.tolist()
+    if head.dim() != 1 or len(values) != len(HEADER_FIELDS):
+        raise ValueError(f"packed weight header: expected {len(HEADER_FIELDS)} int64 values "
+                         f"({', '.join(HEADER_FIELDS)}), got shape {tuple(head.shape)}")
+    version, n, k, encoding, rotate, block, seed = values
+    packed = PackedWeight.from_dict({
+        "format_version": np.int64(version), "shape": np.array([n, k]),
+        "encoding": np.int64(encoding), "rotation": np.array([rotate, block, seed]),
+        "panels": panels.detach().numpy(), "psum": psum.detach().numpy(),
+        "scales": scales.detach().numpy()})
+    panels.__dict__["_pyw8a8_packed"] = (packed, key)
+    return packed
+
+
+def tensors_of(packed: PackedWeight) -> tuple[torch.Tensor, ...]:
+    """(panels, psum, scales, header): torch's own copies of `packed`'s arrays, with the
+    weight they hold (its arrays viewing them) kept on the panels, so nothing is checked
+    again.  Copies, not numpy's memory: torch.export.save reads a buffer's storage, which
+    for an empty array from numpy (the sums of a path that needs none) has no address."""
+    panels, psum, scales = (torch.from_numpy(a).clone() for a in (packed.panels, packed.psum,
+                                                                  packed.scales))
+    head = header(packed)
+    view = PackedWeight(packed.shape, packed.encoding, panels.numpy(), psum.numpy(),
+                        scales.numpy(), packed.rotate, packed.block, packed.seed)
+    key = (id(psum), id(scales), id(head), panels._version, psum._version, scales._version,
+           head._version)
+    panels.__dict__["_pyw8a8_packed"] = (view, key)
+    return panels, psum, scales, head
+
+
+def as_array(x: torch.Tensor) -> np.ndarray:
+    """`x` (float32, or bfloat16 widened) as a numpy array; the same memory for float32."""
+    if x.dtype != torch.float32:
+        x = x.float()
+    return (x.detach() if x.requires_grad else x).numpy()
+
+
+def as_tensor(y: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    """The product `y` as a tensor of the input's dtype (bfloat16 rounded to nearest even)."""
+    out = torch.from_numpy(y)
+    return out if dtype == torch.float32 else out.to(dtype)
+
+
+def bias_array(bias: Optional[torch.Tensor]) -> Optional[np.ndarray]:
+    return None if bias is None else as_array(bias)
+
+
+def product(x: torch.Tensor, packed: PackedWeight, bias: Optional[torch.Tensor],
+            activation: Optional[str]) -> torch.Tensor:
+    """:func:`pyw8a8.matmul` on a tensor, on torch's thread count (_runtime)."""
+    _runtime.follow_torch_threads()
+    y = matmul(as_array(x), packed, bias=bias_array(bias), activation=activation)
+    return as_tensor(y, x.dtype)
+
+
+def gated_product(x: torch.Tensor, gate: PackedWeight, up: PackedWeight,
+                  bias1: Optional[torch.Tensor], bias2: Optional[torch.Tensor],
+                  glu: str) -> torch.Tensor:
+    """:func:`pyw8a8.matmul_pair` with `glu` on a tensor, on torch's thread count."""
+    _runtime.follow_torch_threads()
+    y = matmul_pair(as_array(x), gate, up, glu=glu, bias1=bias_array(bias1),
+                    bias2=bias_array(bias2))
+    return as_tensor(y, x.dtype)
+
+
+@torch.library.custom_op("pyw8a8::linear", mutates_args=(), device_types="cpu")
+def linear(x: torch.Tensor, panels: torch.Tensor, psum: torch.Tensor, scales: torch.Tensor,
+           head: torch.Tensor, bias: Optional[torch.Tensor], activation: str) -> torch.Tensor:
+    """``activation(x @ w.T + bias)`` in W8A8; `activation` '' for none."""
+    return product(x, packed_from(panels, psum, scales, head), bias, activation or None)
+
+
+@linear.register_fake
+def _linear_fake(x, panels, psum, scales, head, bias, activation):
+    return x.new_empty((*x.shape[:-1], scales.shape[0]))
+
+
+@torch.library.custom_op("pyw8a8::gated_linear", mutates_args=(), device_types="cpu")
+def gated_linear(x: torch.Tensor, panels1: torch.Tensor, psum1: torch.Tensor,
+                 scales1: torch.Tensor, head1: torch.Tensor, panels2: torch.Tensor,
+                 psum2: torch.Tensor, scales2: torch.Tensor, head2: torch.Tensor,
+                 bias1: Optional[torch.Tensor], bias2: Optional[torch.Tensor],
+                 glu: str) -> torch.Tensor:
+    """``glu(x @ w1.T + bias1) * (x @ w2.T + bias2)`` in W8A8, quantizing x once."""
+    return gated_product(x, packed_from(panels1, psum1, scales1, head1),
+                         packed_from(panels2, psum2, scales2, head2), bias1, bias2, glu)
+
+
+@gated_linear.register_fake
+def _gated_linear_fake(x, panels1, psum1, scales1, head1, panels2, psum2, scales2, head2,
+                       bias1, bias2, glu):
+    return x.new_empty((*x.shape[:-1], scales1.shape[0]))

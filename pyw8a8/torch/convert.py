@@ -1,0 +1,181 @@
+"""`quantize`: a model's ``nn.Linear`` layers replaced by pyw8a8 layers, with the reasons.
+
+It mirrors ``torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)``
+(a copy unless ``inplace=True``; layers replaced by type, exactly ``nn.Linear``), with the
+selection rules of pyw8a8's numpy :class:`~pyw8a8.router.Router` under the same names:
+`include` and `exclude` glob patterns on the qualified module names, and `min_features`
+(the Router's ``min_k``: layers with fewer input features stay float).
+"""
+from __future__ import annotations
+
+import copy
+import fnmatch
+import logging
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+from torch import nn
+
+from .modules import Linear
+
+__all__ = ["Decision", "QuantizeReport", "quantize"]
+
+logger = logging.getLogger("pyw8a8.torch")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What :func:`quantize` did with one module: ``action`` 'w8a8' or 'float', and why."""
+
+    name: str
+    kind: str
+    in_features: int
+    out_features: int
+    action: str
+    reason: str
+
+
+@dataclass
+class QuantizeReport:
+    """Every ``nn.Linear`` (and subclass) :func:`quantize` met, in module order."""
+
+    decisions: list[Decision] = field(default_factory=list)
+
+    @property
+    def replaced(self) -> list[str]:
+        return [d.name for d in self.decisions if d.action == "w8a8"]
+
+    @property
+    def kept(self) -> dict[str, str]:
+        """Modules kept in float, and why."""
+        return {d.name: d.reason for d in self.decisions if d.action == "float"}
+
+    def __str__(self) -> str:
+        lines = [f"pyw8a8.torch.quantize: {len(self.replaced)} layers in W8A8, "
+                 f"{len(self.kept)} kept in float"]
+        lines += [f"  {d.action:5} {d.name or '(root)'} ({d.kind} {d.in_features} -> "
+                  f"{d.out_features}): {d.reason}" for d in self.decisions]
+        return "\n".join(lines)
+
+
+def _patterns(value: Optional[Sequence[str]], name: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [value]
+    patterns = list(value)
+    if not all(isinstance(p, str) for p in patterns):
+        raise TypeError(f"{name} must be a glob pattern or a list of them")
+    return patterns
+
+
+def _reason(name: str, module: nn.Linear, include: list[str], exclude: list[str],
+            min_features: int) -> Optional[str]:
+    """Why this linear layer stays float, or None when it goes W8A8."""
+    if type(module) is not nn.Linear:
+        if isinstance(module, nn.modules.linear.NonDynamicallyQuantizableLinear):
+            return ("its parent reads its weight directly (nn.MultiheadAttention's out_proj; "
+                    "quantize_dynamic keeps it too)")
+        return f"a subclass of nn.Linear ({type(module).__name__}), whose forward may differ"
+    if include and not any(fnmatch.fnmatchcase(name, p) for p in include):
+        return "not included"
+    if any(fnmatch.fnmatchcase(name, p) for p in exclude):
+        return "excluded"
+    if module.in_features < min_features:
+        return f"in_features={module.in_features} < min_features={min_features}"
+    weight = module.weight
+    if weight.device.type != "cpu":
+        return f"its weight is on {weight.device}"
+    if not weight.is_floating_point():
+        return f"its weight is {weight.dtype}"
+    return None
+
+
+def quantize(model: nn.Module, *, include: Optional[Sequence[str]] = None,
+             exclude: Optional[Sequence[str]] = None, min_features: int = 0,
+             inplace: bool = False, rotate: bool = True, block: int | str = "auto",
+             seed: int = 0, verbose: bool = False) -> nn.Module:
+    """Replace a model's ``nn.Linear`` layers with :class:`pyw8a8.torch.Linear`.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A CPU model (or one ``nn.Linear``).
+    include : glob pattern or list of them, optional
+        When given, only layers whose qualified name (``model.named_modules()``) matches
+        one go W8A8.
+    exclude : glob pattern or list of them, optional
+        Layers that stay float (applied after `include`), e.g. ``["lm_head"]``.
+    min_features : int
+        Layers with fewer input features stay float.
+    inplace : bool
+        Change `model` itself; by default a deep copy is changed and returned.
+    rotate, block, seed
+        As :func:`pyw8a8.pack_weight`.
+    verbose : bool
+        Log every decision to the ``"pyw8a8.torch"`` logger at INFO (always at DEBUG).
+
+    Returns
+    -------
+    torch.nn.Module
+        The model with its layers replaced; its attribute ``pyw8a8_report`` is a
+        :class:`QuantizeReport` (what was replaced, what was kept in float and why).
+
+    Notes
+    -----
+    Kept in float: subclasses of ``nn.Linear`` (their forward may differ), among them
+    ``nn.MultiheadAttention``'s ``out_proj``, which that module reads directly; layers off
+    the CPU or with a non-float weight; those the patterns and `min_features` leave out.
+    A gated FFN unit, ``act(gate(x)) * up(x)``, is not recognized from the model's code:
+    build a :class:`pyw8a8.torch.GatedLinear` from the two layers and call it in the
+    module's forward (the PyTorch page of the user guide shows how).
+
+    Examples
+    --------
+    >>> import torch, pyw8a8.torch
+    >>> model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(),
+    ...                             torch.nn.Linear(256, 8))
+    >>> q = pyw8a8.torch.quantize(model, exclude=["2"])
+    >>> print(q.pyw8a8_report)
+    pyw8a8.torch.quantize: 1 layers in W8A8, 1 kept in float
+      w8a8  0 (Linear 64 -> 256): w8a8
+      float 2 (Linear 256 -> 8): excluded
+    >>> type(q[0]).__module__, type(model[0]).__module__  # the model itself is unchanged
+    ('pyw8a8.torch.modules', 'torch.nn.modules.linear')
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    include_p, exclude_p = _patterns(include, "include"), _patterns(exclude, "exclude")
+    if isinstance(min_features, bool) or not isinstance(min_features, int) or min_features < 0:
+        raise ValueError(f"min_features must be a non-negative int, got {min_features!r}")
+    if not inplace:
+        model = copy.deepcopy(model)
+    report = QuantizeReport()
+    replacements = []
+    # Every name of a layer shared by several parents (tied weights) gets the one new layer.
+    for name, module in model.named_modules(remove_duplicate=False):
+        if not isinstance(module, nn.Linear):
+            continue
+        reason = _reason(name, module, include_p, exclude_p, min_features)
+        report.decisions.append(Decision(name, type(module).__name__, module.in_features,
+                                         module.out_features, "float" if reason else "w8a8",
+                                         reason or "w8a8"))
+        if reason is None:
+            replacements.append((name, module))
+    layers: dict[int, Linear] = {}
+    for name, module in replacements:
+        layer = layers.get(id(module))
+        if layer is None:
+            layer = layers[id(module)] = Linear.from_float(module, rotate=rotate, block=block,
+                                                           seed=seed)
+        if not name:
+            model = layer
+            break
+        parent_name, _, child = name.rpartition(".")
+        model.get_submodule(parent_name).register_module(child, layer)
+    for d in report.decisions:
+        logger.log(logging.INFO if verbose else logging.DEBUG, "%s %s (%s %d -> %d): %s",
+                   d.action, d.name or "(root)", d.kind, d.in_features, d.out_features,
+                   d.reason)
+    model.pyw8a8_report = report
+    return model

@@ -1,0 +1,398 @@
+"""``nn.Module`` layers on pyw8a8's products: `Linear` and the gated `GatedLinear`.
+
+The packed weight lives in the module's buffers (panels, sums, scales and an int64 header
+of its settings), so ``state_dict``, ``torch.save`` / ``torch.load``, ``copy.deepcopy`` and
+pickling carry it as it is, and ``load_state_dict`` checks what it loads.  The layers are
+for inference: their buffers never require gradients, and a forward that would need one
+raises.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+import torch
+from torch import nn
+
+from .._validation import bias_vector
+from ..packing import PackedWeight, pack_weight
+from . import _ops
+
+__all__ = ["GatedLinear", "Linear"]
+
+ACTIVATIONS = (None, "relu", "gelu", "gelu_tanh", "silu")
+PARTS = ("panels", "psum", "scales", "header")
+
+
+def check_input(x: Any, in_features: int, name: str = "x") -> None:
+    """What a pyw8a8 layer computes from: a CPU float32 or bfloat16 tensor of `in_features`
+    features, and no gradient to record.
+
+    Raises
+    ------
+    TypeError
+        `x` is not a tensor, or not float32 / bfloat16.
+    ValueError
+        `x` is not on the CPU, or its last dimension is not `in_features`.
+    RuntimeError
+        A gradient would be recorded (autograd is on and `x` requires one).
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.device.type != "cpu":
+        raise ValueError(f"{name} is on {x.device}; pyw8a8 layers run on the CPU "
+                         f"(move the input with .cpu())")
+    if x.dtype not in _ops.INPUT_DTYPES:
+        raise TypeError(f"{name} must be float32 or bfloat16, got {x.dtype} (convert it "
+                        f"with .float())")
+    if x.dim() == 0 or x.shape[-1] != in_features:
+        raise ValueError(f"{name} must have {in_features} features in its last dimension, "
+                         f"got shape {tuple(x.shape)}")
+    if x.requires_grad and torch.is_grad_enabled():
+        raise RuntimeError(f"{name} requires grad, and pyw8a8 layers are inference only: run "
+                           f"the model under torch.inference_mode() or torch.no_grad()")
+
+
+def _activation(value: Optional[str], name: str) -> Optional[str]:
+    if value not in ACTIVATIONS:
+        raise ValueError(f"{name} must be one of {ACTIVATIONS}, got {value!r}")
+    return value
+
+
+def _float_weight(linear: Any, name: str) -> tuple[np.ndarray, Optional[torch.Tensor]]:
+    """An nn.Linear's weight as float32 numpy (N, K), and its bias tensor."""
+    if not isinstance(linear, nn.Linear):
+        raise TypeError(f"{name} must be a torch.nn.Linear, got {type(linear).__name__}")
+    w = linear.weight
+    if w.device.type != "cpu":
+        raise ValueError(f"{name}.weight is on {w.device}; pack from a CPU module")
+    if not w.is_floating_point():
+        raise TypeError(f"{name}.weight must be floating point, got {w.dtype}")
+    return w.detach().float().numpy(), linear.bias
+
+
+def _pack(w: np.ndarray, rotate: bool, block: int | str, seed: int,
+          encoding: str) -> PackedWeight:
+    """pack_weight for a layer, which takes any K: the last block zero-padded where `block`
+    does not divide it."""
+    return pack_weight(w, rotate=rotate, block=block, seed=seed, encoding=encoding, pad=True)
+
+
+class _PackedModule(nn.Module):
+    """The buffers of packed weights, ``<prefix>_<part>`` for each part, and their loading.
+
+    Subclasses name their weights in ``_weights`` (buffer prefixes) and biases in
+    ``_biases``.
+    """
+
+    _weights: tuple[str, ...] = ()
+    _biases: tuple[str, ...] = ()
+    _parts: dict[str, tuple[str, ...]] = {}  # each weight's buffer names, in PARTS order
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._parts = {w: tuple(f"{w}_{part}" for part in PARTS) for w in cls._weights}
+
+    def _set_weight(self, prefix: str, packed: PackedWeight) -> None:
+        for part, tensor in zip(PARTS, _ops.tensors_of(packed)):
+            self.register_buffer(f"{prefix}_{part}", tensor)
+
+    def _set_bias(self, name: str, bias: Any, n: int) -> None:
+        if bias is None:
+            self.register_buffer(name, None)
+            return
+        if isinstance(bias, torch.Tensor):
+            bias = bias.detach().cpu().float().numpy()
+        self.register_buffer(name, torch.from_numpy(bias_vector(bias, n, name).copy()))
+
+    def _tensors(self, prefix: str) -> tuple[torch.Tensor, ...]:
+        return tuple(self._buffers[name] for name in self._parts[prefix])
+
+    def packed(self, prefix: str) -> PackedWeight:
+        """The PackedWeight held in the buffers of `prefix` (e.g. ``'weight'``)."""
+        return _ops.packed_from(*self._tensors(prefix))
+
+    def _apply(self, fn, recurse=True):
+        # .to(dtype), .half(), .bfloat16() must not convert the scales or the biases: they
+        # are part of the int8 format, float32 by definition.  A layer moves to no device
+        # but the CPU.
+        kept = {name: buf for name, buf in self._buffers.items() if buf is not None}
+        result = super()._apply(fn, recurse)
+        moved = [(name, self._buffers[name].device) for name in kept
+                 if self._buffers[name].device.type != "cpu"]
+        for name, old in kept.items():
+            if name in dict(moved) or self._buffers[name].dtype != old.dtype:
+                self._buffers[name] = old
+        if moved:
+            raise ValueError(f"{type(self).__name__} runs on the CPU only; its buffers cannot "
+                             f"move to {moved[0][1]}")
+        return result
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs):
+        # Every weight is replaced whole (its layout may differ from the one this module was
+        # built with, e.g. another rotation block) and checked in full before it is used.
+        for weight in self._weights:
+            keys = [f"{prefix}{weight}_{part}" for part in PARTS]
+            missing = [key for key in keys if key not in state_dict]
+            missing_keys.extend(missing)
+            if missing:
+                continue
+            tensors = [state_dict[key].detach().cpu().contiguous().clone() for key in keys]
+            try:
+                packed = _ops.packed_from(*tensors)
+            except ValueError as exc:
+                error_msgs.append(f"{prefix}{weight}: {exc}")
+                continue
+            expected = self.packed(weight).shape
+            if packed.shape != expected:
+                error_msgs.append(f"{prefix}{weight}: a packed weight of shape {packed.shape}, "
+                                  f"this module's is {expected}")
+                continue
+            for part, tensor in zip(PARTS, tensors):
+                self._buffers[f"{weight}_{part}"] = tensor
+        for name in self._biases:
+            key = prefix + name
+            mine = self._buffers.get(name)
+            if key not in state_dict:
+                if mine is not None:
+                    missing_keys.append(key)
+                continue
+            if mine is None:
+                unexpected_keys.append(key)
+                continue
+            try:
+                value = bias_vector(state_dict[key].detach().cpu().float().numpy(),
+                                    mine.shape[0], key)
+            except ValueError as exc:
+                error_msgs.append(str(exc))
+                continue
+            self._buffers[name] = torch.from_numpy(value.copy())
+        if strict:
+            known = {f"{w}_{part}" for w in self._weights for part in PARTS} | set(self._biases)
+            unexpected_keys.extend(key for key in state_dict if key.startswith(prefix) and
+                                   key[len(prefix):] not in known and
+                                   key[len(prefix):].split(".", 1)[0] not in self._modules)
+
+    def __getstate__(self):
+        # The buffers pickle (and deep-copy) as fresh views: the weight kept on a panels
+        # tensor is not pickled with it, and the copy checks and keeps its own.
+        state = super().__getstate__()
+        state["_buffers"] = {name: None if buf is None else buf.detach()
+                             for name, buf in self._buffers.items()}
+        return state
+
+
+class Linear(_PackedModule):
+    """A W8A8 ``nn.Linear``: ``activation(x @ w.T + bias)`` on pyw8a8's int8 kernels.
+
+    The weight is packed once (int8, one scale per output channel, rotated by default);
+    each call quantizes the input per row (token).  Build it with :meth:`from_float` from
+    an ``nn.Linear``, or :meth:`from_packed`; ``Linear(in_features, out_features)`` is a
+    zero layer of that shape, to load a ``state_dict`` into.
+
+    Parameters
+    ----------
+    in_features, out_features : int
+        K and N.
+    bias : bool
+        Whether the layer has a bias (float32, shape (N,)).
+    activation : {None, 'relu', 'gelu', 'gelu_tanh', 'silu'}
+        Applied in the kernel's epilogue, after the bias.
+    rotate, block, seed, encoding
+        As :func:`pyw8a8.pack_weight`.
+
+    Notes
+    -----
+    ``forward(x)`` takes a CPU tensor of shape (..., K), float32 or bfloat16, any strides
+    (channels-last included): float32 crosses to numpy without a copy, bfloat16 is widened
+    to float32 (exactly) and the result rounded back to bfloat16; the output has x's
+    dtype and shape (..., N).  It is the same computation, bit for bit, as
+    :func:`pyw8a8.matmul` on the same packed weight, eager, under ``torch.compile`` and
+    from ``torch.export`` (``torch.ops.pyw8a8.linear``).
+
+    Examples
+    --------
+    >>> import torch, pyw8a8.torch
+    >>> torch.manual_seed(0)  # doctest: +ELLIPSIS
+    <torch._C.Generator object at ...>
+    >>> dense = torch.nn.Linear(256, 64)
+    >>> layer = pyw8a8.torch.Linear.from_float(dense)
+    >>> x = torch.randn(3, 5, 256)
+    >>> with torch.inference_mode():
+    ...     y, ref = layer(x), dense(x)
+    >>> y.shape, y.dtype
+    (torch.Size([3, 5, 64]), torch.float32)
+    >>> bool((y - ref).abs().max() < 0.05 * ref.pow(2).mean().sqrt())
+    True
+    """
+
+    _weights = ("weight",)
+    _biases = ("bias",)
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
+                 activation: Optional[str] = None, rotate: bool = True,
+                 block: int | str = "auto", seed: int = 0, encoding: str = "auto") -> None:
+        super().__init__()
+        zeros = np.zeros((out_features, in_features), np.float32)
+        self._init(_pack(zeros, rotate, block, seed, encoding),
+                   np.zeros(out_features, np.float32) if bias else None, activation)
+
+    def _init(self, packed: PackedWeight, bias: Any, activation: Optional[str]) -> None:
+        self.out_features, self.in_features = packed.shape
+        self.activation = _activation(activation, "activation")
+        self._set_weight("weight", packed)
+        self._set_bias("bias", bias, self.out_features)
+
+    @classmethod
+    def from_packed(cls, packed: PackedWeight, bias: Any = None, *,
+                    activation: Optional[str] = None) -> Linear:
+        """A layer on an existing :class:`pyw8a8.PackedWeight` (its memory is shared).
+
+        Parameters
+        ----------
+        packed : PackedWeight, shape (N, K)
+        bias : tensor or array of shape (N,), optional
+        activation : {None, 'relu', 'gelu', 'gelu_tanh', 'silu'}
+        """
+        if not isinstance(packed, PackedWeight):
+            raise TypeError(f"packed must be a pyw8a8.PackedWeight, got "
+                            f"{type(packed).__name__}")
+        layer = cls.__new__(cls)
+        nn.Module.__init__(layer)
+        layer._init(packed, bias, activation)
+        return layer
+
+    @classmethod
+    def from_float(cls, linear: nn.Linear, *, rotate: bool = True, block: int | str = "auto",
+                   seed: int = 0, activation: Optional[str] = None,
+                   encoding: str = "auto") -> Linear:
+        """Quantize and pack an ``nn.Linear`` (its weight is read, not kept).
+
+        Parameters
+        ----------
+        linear : torch.nn.Linear
+            A CPU module, weight (N, K) of any float dtype.
+        rotate, block, seed, encoding
+            As :func:`pyw8a8.pack_weight` (block 'auto': 128, smaller for K < 128), the last
+            block zero-padded where it does not divide K.
+        activation : {None, 'relu', 'gelu', 'gelu_tanh', 'silu'}
+            Fused after the bias: the module computes ``activation(linear(x))``.
+
+        Raises
+        ------
+        TypeError
+            `linear` is not an ``nn.Linear``, or its weight is not floating point.
+        ValueError
+            The weight is not on the CPU or holds NaN/Inf; a setting is out of range.
+        """
+        w, bias = _float_weight(linear, "linear")
+        packed = _pack(w, rotate, block, seed, encoding)
+        return cls.from_packed(packed, bias, activation=activation)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_input(x, self.in_features)
+        # The buffers read from the dict itself: nn.Module's attribute lookup costs about a
+        # microsecond each, a fifth of a one-token product.
+        buffers = self._buffers
+        weight = [buffers[name] for name in self._parts["weight"]]
+        bias = buffers["bias"]
+        if torch.compiler.is_compiling():
+            return torch.ops.pyw8a8.linear(x, *weight, bias, self.activation or "")
+        # Eager: the product itself, without the dispatcher's few microseconds a call.
+        return _ops.product(x, _ops.packed_from(*weight), bias, self.activation)
+
+    def extra_repr(self) -> str:
+        packed = self.packed("weight")
+        rotation = f"block={packed.block}" if packed.rotate else "rotate=False"
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, activation={self.activation}, {rotation}")
+
+
+class GatedLinear(_PackedModule):
+    """The gated unit of a transformer's FFN in one W8A8 call:
+    ``glu(gate(x)) * up(x)``, x quantized once, both products finished tile by tile
+    (:func:`pyw8a8.matmul_pair` with `glu`).
+
+    Build it with :meth:`from_float` from the gate and up ``nn.Linear`` layers (one shape,
+    (N, K)).  ``forward(x)`` takes what :class:`Linear` takes and returns (..., N).
+
+    Parameters
+    ----------
+    glu : {'relu', 'gelu', 'gelu_tanh', 'silu'}
+        Llama, Mistral, Qwen: 'silu'; Gemma: 'gelu_tanh'.
+
+    Examples
+    --------
+    >>> import torch, pyw8a8, pyw8a8.torch
+    >>> gate, up = torch.nn.Linear(128, 96, bias=False), torch.nn.Linear(128, 96, bias=False)
+    >>> unit = pyw8a8.torch.GatedLinear.from_float(gate, up, glu="silu")
+    >>> x = torch.randn(4, 128)
+    >>> with torch.no_grad():
+    ...     y = unit(x)
+    >>> y.shape
+    torch.Size([4, 96])
+    >>> same = pyw8a8.matmul_pair(x.numpy(), unit.packed("gate"), unit.packed("up"), glu="silu")
+    >>> bool((y.numpy() == same).all())
+    True
+    """
+
+    _weights = ("gate", "up")
+    _biases = ("gate_bias", "up_bias")
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False, *,
+                 glu: str = "silu", rotate: bool = True, block: int | str = "auto",
+                 seed: int = 0, encoding: str = "auto") -> None:
+        super().__init__()
+        zeros = np.zeros((out_features, in_features), np.float32)
+        packed = [_pack(zeros, rotate, block, seed, encoding) for _ in range(2)]
+        biases = [np.zeros(out_features, np.float32) if bias else None] * 2
+        self._init(packed, biases, glu)
+
+    def _init(self, packed: list[PackedWeight], biases: list[Any], glu: str) -> None:
+        gate, up = packed
+        if gate.shape != up.shape:
+            raise ValueError(f"gate and up must have one shape, got {gate.shape} and "
+                             f"{up.shape}")
+        if (gate.rotate, gate.block, gate.seed) != (up.rotate, up.block, up.seed):
+            raise ValueError("gate and up must be packed with the same rotation settings")
+        if glu is None:
+            raise ValueError("glu must be one of 'relu', 'gelu', 'gelu_tanh', 'silu'")
+        self.glu = _activation(glu, "glu")
+        self.out_features, self.in_features = gate.shape
+        for name, weight, bias in zip(self._weights, packed, biases):
+            self._set_weight(name, weight)
+            self._set_bias(f"{name}_bias", bias, self.out_features)
+
+    @classmethod
+    def from_float(cls, gate: nn.Linear, up: nn.Linear, *, glu: str = "silu",
+                   rotate: bool = True, block: int | str = "auto", seed: int = 0,
+                   encoding: str = "auto") -> GatedLinear:
+        """Quantize and pack the gate and up projections of a gated FFN.
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :meth:`Linear.from_float`; ValueError also if the two differ in shape.
+        """
+        weights = [_float_weight(linear, name) for linear, name in ((gate, "gate"), (up, "up"))]
+        packed = [_pack(w, rotate, block, seed, encoding) for w, _ in weights]
+        unit = cls.__new__(cls)
+        nn.Module.__init__(unit)
+        unit._init(packed, [bias for _, bias in weights], glu)
+        return unit
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_input(x, self.in_features)
+        buffers = self._buffers
+        gate = [buffers[name] for name in self._parts["gate"]]
+        up = [buffers[name] for name in self._parts["up"]]
+        bias1, bias2 = buffers["gate_bias"], buffers["up_bias"]
+        if torch.compiler.is_compiling():
+            return torch.ops.pyw8a8.gated_linear(x, *gate, *up, bias1, bias2, self.glu)
+        return _ops.gated_product(x, _ops.packed_from(*gate), _ops.packed_from(*up), bias1,
+                                  bias2, self.glu)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"glu={self.glu!r}, bias={self.gate_bias is not None}")

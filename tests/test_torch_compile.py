@@ -1,0 +1,105 @@
+"""pyw8a8.torch under torch.compile and torch.export: the custom operators' schemas and fake
+implementations (torch.library.opcheck), one graph with no breaks, and the same bits as the
+eager layers.  Skipped, with the reason shown, where torch is not installed."""
+import io
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="needs PyTorch (pip install 'pyw8a8[torch]')")
+pt = pytest.importorskip("pyw8a8.torch")
+
+
+class Encoder(torch.nn.Module):
+    """torch attention between pyw8a8 layers, and a gated FFN unit."""
+
+    def __init__(self, d=64, f=128):
+        super().__init__()
+        torch.manual_seed(0)
+        self.qkv = pt.Linear.from_float(torch.nn.Linear(d, 3 * d))
+        self.out = pt.Linear.from_float(torch.nn.Linear(d, d), activation="gelu")
+        self.unit = pt.GatedLinear.from_float(torch.nn.Linear(d, f), torch.nn.Linear(d, f),
+                                              glu="silu")
+        self.down = pt.Linear.from_float(torch.nn.Linear(f, d, bias=False))
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        x = x + self.out(torch.nn.functional.scaled_dot_product_attention(q, k, v))
+        return x + self.down(self.unit(x))
+
+
+@pytest.fixture(scope="module")
+def model():
+    return Encoder().eval()
+
+
+def inputs():
+    return (torch.randn(2, 12, 64),)
+
+
+def test_the_operators_pass_opcheck(model):
+    x, = inputs()
+    linear = (x, *model.qkv._tensors("weight"), model.qkv.bias, "")
+    torch.library.opcheck(torch.ops.pyw8a8.linear.default, linear)
+    act = (x, *model.out._tensors("weight"), model.out.bias, "gelu")
+    torch.library.opcheck(torch.ops.pyw8a8.linear.default, act)
+    gated = (x, *model.unit._tensors("gate"), *model.unit._tensors("up"),
+             model.unit.gate_bias, model.unit.up_bias, "silu")
+    torch.library.opcheck(torch.ops.pyw8a8.gated_linear.default, gated)
+
+
+def test_the_operator_is_the_eager_layer_bit_for_bit(model):
+    x, = inputs()
+    with torch.no_grad():
+        y = torch.ops.pyw8a8.linear(x, *model.out._tensors("weight"), model.out.bias, "gelu")
+        assert torch.equal(y, model.out(x))
+
+
+def test_torch_compile_runs_the_model_in_one_graph(model):
+    x, = inputs()
+    torch._dynamo.reset()
+    explanation = torch._dynamo.explain(model)(x)
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    assert explanation.graph_count == 1
+    compiled = torch.compile(model, fullgraph=True)
+    with torch.no_grad():
+        # Inductor fuses torch's own float operations (the residual adds, the attention)
+        # in its own order, so the whole model is close, not bit-identical.
+        for x in (x, torch.randn(2, 12, 64)):
+            expected = model(x)
+            assert (compiled(x) - expected).abs().max() < 1e-2 * expected.abs().max()
+
+
+def test_compiled_pyw8a8_layers_return_the_eager_bits():
+    torch.manual_seed(1)
+    layers = torch.nn.Sequential(
+        pt.Linear.from_float(torch.nn.Linear(64, 96), activation="gelu_tanh"),
+        pt.GatedLinear.from_float(torch.nn.Linear(96, 80), torch.nn.Linear(96, 80)),
+        pt.Linear.from_float(torch.nn.Linear(80, 32, bias=False)))
+    compiled = torch.compile(layers, fullgraph=True)
+    with torch.no_grad():
+        for x in (torch.randn(3, 64), torch.randn(5, 7, 64)):
+            assert torch.equal(compiled(x), layers(x))
+
+
+def test_torch_export_captures_the_operators_and_round_trips_through_a_file(model):
+    x, = inputs()
+    program = torch.export.export(model, (x,))
+    targets = [str(node.target) for node in program.graph.nodes
+               if node.op == "call_function"]
+    assert targets.count("pyw8a8.linear.default") == 3, targets
+    assert targets.count("pyw8a8.gated_linear.default") == 1, targets
+    with torch.no_grad():
+        expected = model(x)
+        assert torch.equal(program.module()(x), expected)
+    buffer = io.BytesIO()
+    torch.export.save(program, buffer)
+    buffer.seek(0)
+    loaded = torch.export.load(buffer)
+    with torch.no_grad():
+        assert torch.equal(loaded.module()(x), expected)
+
+
+def test_a_compiled_model_still_refuses_what_the_eager_one_refuses(model):
+    compiled = torch.compile(model, fullgraph=True)
+    with pytest.raises(Exception, match="inference_mode"):
+        compiled(torch.randn(2, 12, 64, requires_grad=True))

@@ -1,0 +1,433 @@
+"""pyw8a8.torch's layers and `quantize`: bit for bit pyw8a8.matmul / matmul_pair on the same
+packed weights, every input form a torch model passes, saving and copying, and the errors.
+Skipped, with the reason shown, where torch is not installed (.ci/run installs it)."""
+import copy
+import gc
+import io
+import pickle
+import threading
+import weakref
+
+import numpy as np
+import pytest
+
+import pyw8a8
+
+torch = pytest.importorskip("torch", reason="needs PyTorch (pip install 'pyw8a8[torch]')")
+pt = pytest.importorskip("pyw8a8.torch")
+
+ACTIVATIONS = [None, "relu", "gelu", "gelu_tanh", "silu"]
+
+
+def dense(k, n, bias=True, seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Linear(k, n, bias=bias)
+
+
+def reference(layer, x):
+    """pyw8a8.matmul on the layer's own packed weight, as numpy."""
+    bias = None if layer.bias is None else layer.bias.numpy()
+    return pyw8a8.matmul(x.float().numpy(), layer.packed("weight"), bias=bias,
+                         activation=layer.activation)
+
+
+def close(y, ref, tol=0.05):
+    ref = ref.float()
+    return bool((y.float() - ref).abs().max() <= tol * ref.pow(2).mean().sqrt())
+
+
+# --- the product ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("rotate", [True, False])
+def test_linear_is_pyw8a8_matmul_bit_for_bit_on_every_path(any_isa, activation, rotate):
+    lin = dense(200, 96)
+    layer = pt.Linear.from_float(lin, rotate=rotate, activation=activation)
+    x = torch.randn(3, 5, 200)
+    with torch.inference_mode():
+        y = layer(x)
+    assert y.shape == (3, 5, 96) and y.dtype == torch.float32
+    assert np.array_equal(y.numpy(), reference(layer, x))
+    act = {None: lambda v: v, "relu": torch.relu, "silu": torch.nn.functional.silu,
+           "gelu": torch.nn.functional.gelu,
+           "gelu_tanh": lambda v: torch.nn.functional.gelu(v, approximate="tanh")}[activation]
+    with torch.no_grad():
+        assert close(y, act(lin(x)))
+
+
+def test_a_layer_without_bias_and_one_from_packed_weights():
+    w = np.random.default_rng(1).standard_normal((64, 300)).astype(np.float32)
+    packed = pyw8a8.pack_weight(w, rotate=True, block=64, pad=True)
+    layer = pt.Linear.from_packed(packed)
+    x = torch.randn(7, 300)
+    with torch.no_grad():
+        y = layer(x)
+    assert layer.bias is None and (layer.in_features, layer.out_features) == (300, 64)
+    assert np.array_equal(y.numpy(), pyw8a8.matmul(x.numpy(), packed))
+
+
+def test_gated_linear_is_matmul_pair_with_glu_bit_for_bit(any_isa):
+    gate, up = dense(256, 160, seed=1), dense(256, 160, seed=2)
+    unit = pt.GatedLinear.from_float(gate, up, glu="gelu_tanh")
+    x = torch.randn(2, 9, 256)
+    with torch.no_grad():
+        y = unit(x)
+        expected = torch.nn.functional.gelu(gate(x), approximate="tanh") * up(x)
+    ref = pyw8a8.matmul_pair(x.numpy(), unit.packed("gate"), unit.packed("up"),
+                             glu="gelu_tanh", bias1=gate.bias.detach().numpy(),
+                             bias2=up.bias.detach().numpy())
+    assert np.array_equal(y.numpy(), ref)
+    assert close(y, expected, tol=0.25)  # a product of two quantized products: 0.15 here
+
+
+def test_gated_linear_needs_one_shape_and_a_glu():
+    with pytest.raises(ValueError, match="one shape"):
+        pt.GatedLinear.from_float(dense(64, 32), dense(64, 48))
+    with pytest.raises(ValueError, match="glu"):
+        pt.GatedLinear.from_float(dense(64, 32), dense(64, 32), glu=None)
+    with pytest.raises(ValueError, match="glu must be one of"):
+        pt.GatedLinear.from_float(dense(64, 32), dense(64, 32), glu="tanh")
+
+
+def test_bfloat16_inputs_are_widened_and_the_result_rounded_back():
+    layer = pt.Linear.from_float(dense(128, 64))
+    x = torch.randn(4, 128).bfloat16()
+    with torch.no_grad():
+        y = layer(x)
+    assert y.dtype == torch.bfloat16
+    expected = torch.from_numpy(reference(layer, x.float())).bfloat16()
+    assert torch.equal(y, expected)
+
+
+def test_strided_and_channels_last_inputs_give_the_contiguous_result():
+    layer = pt.Linear.from_float(dense(32, 16))
+    x = torch.randn(2, 32, 6, 32).contiguous(memory_format=torch.channels_last)
+    assert not x.is_contiguous()
+    t = torch.randn(32, 5).t()  # (5, 32), transposed strides
+    with torch.no_grad():
+        assert torch.equal(layer(x), layer(x.contiguous()))
+        assert torch.equal(layer(t), layer(t.contiguous()))
+        assert torch.equal(layer(x[:, :, ::2]), layer(x[:, :, ::2].contiguous()))
+
+
+def test_empty_and_large_leading_dimensions():
+    layer = pt.Linear.from_float(dense(64, 8))
+    with torch.no_grad():
+        assert layer(torch.empty(0, 64)).shape == (0, 8)
+        assert layer(torch.empty(2, 0, 64)).shape == (2, 0, 8)
+
+
+def test_float32_crosses_to_numpy_without_a_copy(monkeypatch):
+    from pyw8a8.torch import _ops
+    layer = pt.Linear.from_float(dense(64, 8))
+    seen = []
+
+    def spy(x, packed, **kw):
+        seen.append(x)
+        return pyw8a8.matmul(x, packed, **kw)
+    monkeypatch.setattr(_ops, "matmul", spy)
+    x = torch.randn(3, 64)
+    with torch.no_grad():
+        layer(x)
+    assert seen[0].ctypes.data == x.data_ptr()
+
+
+# --- inference only, and the errors -------------------------------------------------
+
+
+def test_a_forward_that_needs_gradients_says_to_use_inference_mode():
+    layer = pt.Linear.from_float(dense(64, 8))
+    x = torch.randn(2, 64, requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"inference_mode\(\) or torch.no_grad\(\)"):
+        layer(x)
+    with torch.no_grad():
+        assert torch.equal(layer(x), layer(x.detach()))
+
+
+@pytest.mark.parametrize("x, error, match", [
+    (lambda: torch.randn(2, 64).half(), TypeError, "x must be float32 or bfloat16"),
+    (lambda: torch.randn(2, 64).double(), TypeError, "x must be float32 or bfloat16"),
+    (lambda: torch.ones(2, 64, dtype=torch.int8), TypeError, "x must be float32"),
+    (lambda: torch.empty(2, 64, device="meta"), ValueError, "x is on meta"),
+    (lambda: torch.randn(2, 63), ValueError, "x must have 64 features"),
+    (lambda: torch.tensor(1.0), ValueError, "x must have 64 features"),
+    (lambda: np.ones((2, 64), np.float32), TypeError, "x must be a torch.Tensor"),
+])
+def test_bad_inputs_name_the_argument(x, error, match):
+    layer = pt.Linear.from_float(dense(64, 8))
+    with torch.no_grad(), pytest.raises(error, match=match):
+        layer(x())
+
+
+def test_a_cuda_tensor_is_refused_before_any_work():
+    from pyw8a8.torch.modules import check_input
+
+    class FakeCuda:  # no CUDA here: the check reads the device alone
+        device = torch.device("cuda", 0)
+    fake = torch.empty(0)
+    with pytest.raises(ValueError, match="x is on cuda:0"):
+        check_input(type("T", (torch.Tensor,), {"device": FakeCuda.device})(fake), 64)
+
+
+def test_non_finite_inputs_name_the_row():
+    layer = pt.Linear.from_float(dense(64, 8))
+    x = torch.randn(3, 64)
+    x[1, 5] = float("nan")
+    with torch.no_grad(), pytest.raises(ValueError, match="row 1"):
+        layer(x)
+
+
+def test_from_float_refuses_what_it_cannot_pack():
+    with pytest.raises(TypeError, match="linear must be a torch.nn.Linear"):
+        pt.Linear.from_float(torch.nn.Conv1d(4, 4, 1))
+    with pytest.raises(ValueError, match="meta"):
+        pt.Linear.from_float(torch.nn.Linear(8, 4, device="meta"))
+    lin = dense(16, 4)
+    with torch.no_grad():
+        lin.weight[2, 3] = float("inf")
+    with pytest.raises(ValueError, match="row 2"):
+        pt.Linear.from_float(lin)
+    with pytest.raises(ValueError, match="activation must be one of"):
+        pt.Linear.from_float(dense(16, 4), activation="tanh")
+    with pytest.raises(TypeError, match="packed must be a pyw8a8.PackedWeight"):
+        pt.Linear.from_packed(np.zeros((4, 4)))
+
+
+def test_dtype_casts_keep_the_int8_format_and_devices_other_than_the_cpu_are_refused():
+    model = torch.nn.Sequential(pt.Linear.from_float(dense(64, 32)), torch.nn.Linear(32, 8))
+    x = torch.randn(2, 64)
+    with torch.no_grad():
+        before = model[0](x)
+        model.to(torch.bfloat16)
+        assert model[1].weight.dtype == torch.bfloat16
+        assert model[0].weight_scales.dtype == torch.float32
+        assert model[0].bias.dtype == torch.float32
+        assert torch.equal(model[0](x), before)
+        assert model(x.bfloat16()).dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="runs on the CPU only"):
+        model[0].to("meta")
+    with torch.no_grad():
+        assert torch.equal(model[0](x), before)  # left as it was
+
+
+# --- saving and copying ----------------------------------------------------------------
+
+
+def saved(obj):
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    buffer.seek(0)
+    return buffer
+
+
+@pytest.mark.parametrize("block", [64, 128])
+def test_state_dict_round_trips_bit_exact_through_torch_save(block):
+    layer = pt.Linear.from_float(dense(300, 40), activation="silu")
+    x = torch.randn(5, 300)
+    with torch.no_grad():
+        y = layer(x)
+    # A fresh layer of another layout (block) takes the saved one whole.
+    fresh = pt.Linear(300, 40, activation="silu", block=block)
+    result = fresh.load_state_dict(torch.load(saved(layer.state_dict()), weights_only=True))
+    assert not result.missing_keys and not result.unexpected_keys
+    with torch.no_grad():
+        assert torch.equal(fresh(x), y)
+    assert set(layer.state_dict()) == {"weight_panels", "weight_psum", "weight_scales",
+                                       "weight_header", "bias"}
+
+
+def test_the_saved_header_records_the_format_and_settings():
+    layer = pt.Linear.from_float(dense(100, 24), block=64, seed=7)
+    header = dict(zip(pt._ops.HEADER_FIELDS, layer.weight_header.tolist()))
+    assert header == {"format_version": layer.packed("weight")._format_version(),
+                      "out_features": 24, "in_features": 100, "encoding": header["encoding"],
+                      "rotate": 1, "block": 64, "seed": 7}
+
+
+def test_a_whole_model_round_trips_through_torch_save_and_load():
+    model = pt.quantize(torch.nn.Sequential(dense(64, 128), torch.nn.ReLU(), dense(128, 8)))
+    x = torch.randn(3, 64)
+    with torch.no_grad():
+        y = model(x)
+        again = torch.load(saved(model), weights_only=False)
+        assert torch.equal(again(x), y)
+
+
+def state_with(layer, **changes):
+    state = layer.state_dict()
+    for key, fn in changes.items():
+        state[key] = fn(state[key].clone())
+    return state
+
+
+@pytest.mark.parametrize("changes, match", [
+    ({"weight_header": lambda h: h.index_fill_(0, torch.tensor([0]), 99)},
+     "format 99 is not supported"),
+    ({"weight_panels": lambda p: p.index_put_((torch.tensor([0]),) * p.dim(),
+                                               torch.tensor(0, dtype=p.dtype))},
+     "-128|inconsistent"),  # biased byte 0 is -128; a signed 0 breaks the sums
+    ({"weight_scales": lambda s: s.neg_()}, "negative or non-finite"),
+    ({"weight_header": lambda h: h[:3]}, "header: expected 7 int64 values"),
+    ({"weight_panels": lambda p: p[:-1]}, "panels"),
+    ({"bias": lambda b: b.fill_(float("nan"))}, "bias holds NaN"),
+])
+def test_a_damaged_or_foreign_state_dict_is_refused_and_the_layer_kept(changes, match):
+    layer = pt.Linear.from_float(dense(64, 16))
+    x = torch.randn(2, 64)
+    with torch.no_grad():
+        y = layer(x)
+    with pytest.raises(RuntimeError, match=match):
+        layer.load_state_dict(state_with(layer, **changes))
+    with torch.no_grad():
+        assert torch.equal(layer(x), y)
+
+
+def test_a_state_dict_of_another_shape_or_with_missing_keys_is_refused():
+    layer = pt.Linear.from_float(dense(64, 16))
+    other = pt.Linear.from_float(dense(64, 24))
+    with pytest.raises(RuntimeError, match=r"shape \(24, 64\), this module's is \(16, 64\)"):
+        layer.load_state_dict(other.state_dict())
+    state = layer.state_dict()
+    del state["weight_psum"]
+    state["extra"] = torch.zeros(1)
+    result = layer.load_state_dict(state, strict=False)
+    assert result.missing_keys == ["weight_psum"] and result.unexpected_keys == ["extra"]
+    with pytest.raises(RuntimeError, match="Missing key"):
+        layer.load_state_dict(state)
+    no_bias = pt.Linear(64, 16, bias=False)
+    with pytest.raises(RuntimeError, match="Unexpected key.*bias"):
+        no_bias.load_state_dict(layer.state_dict())
+
+
+def test_deepcopy_and_pickle_give_independent_bit_exact_layers():
+    layer = pt.Linear.from_float(dense(96, 32), activation="gelu")
+    x = torch.randn(4, 96)
+    with torch.no_grad():
+        y = layer(x)
+        for again in (copy.deepcopy(layer), pickle.loads(pickle.dumps(layer))):
+            assert torch.equal(again(x), y)
+            assert again.weight_panels.data_ptr() != layer.weight_panels.data_ptr()
+    # Only the tensors travel, not the numpy-side weight kept for the kernels.
+    assert len(pickle.dumps(layer)) < 1.5 * sum(b.nbytes for b in layer.buffers())
+
+
+def test_writing_a_buffer_in_place_is_seen_by_the_next_call():
+    layer = pt.Linear.from_float(dense(64, 16))
+    other = pt.Linear.from_float(dense(64, 16, seed=3))
+    x = torch.randn(2, 64)
+    with torch.no_grad():
+        for name, buf in other.named_buffers():
+            getattr(layer, name).copy_(buf)
+        assert torch.equal(layer(x), other(x))
+
+
+def test_a_layer_is_freed_with_its_model():
+    layer = pt.Linear.from_float(dense(64, 16))
+    with torch.no_grad():
+        layer(torch.randn(2, 64))
+    panels = weakref.ref(layer.weight_panels)
+    del layer
+    gc.collect()
+    assert panels() is None
+
+
+def test_threads_share_one_layer():
+    layer = pt.Linear.from_float(dense(256, 128))
+    xs = [torch.randn(8, 256) for _ in range(4)]
+    with torch.no_grad():
+        expected = [layer(x) for x in xs]
+    results = {}
+
+    def work(i):
+        with torch.no_grad():
+            results[i] = all(torch.equal(layer(xs[i]), expected[i]) for _ in range(20))
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == {i: True for i in range(4)}
+
+
+# --- quantize ---------------------------------------------------------------------
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = torch.nn.MultiheadAttention(64, 4, batch_first=True)
+        self.up = torch.nn.Linear(64, 256)
+        self.down = torch.nn.Linear(256, 64)
+        self.tiny = torch.nn.Linear(8, 64)
+
+    def forward(self, x):
+        x = x + self.attn(x, x, x, need_weights=False)[0]
+        return x + self.down(torch.nn.functional.gelu(self.up(x)))
+
+
+def test_quantize_replaces_linear_layers_and_reports_what_it_kept_and_why():
+    torch.manual_seed(0)
+    model = Block().eval()
+    q = pt.quantize(model, exclude=["down"], min_features=16)
+    report = q.pyw8a8_report
+    assert report.replaced == ["up"]
+    assert report.kept == {"attn.out_proj": pytest.approx(report.kept["attn.out_proj"]),
+                           "down": "excluded", "tiny": "in_features=8 < min_features=16"}
+    assert "MultiheadAttention" in report.kept["attn.out_proj"]
+    assert isinstance(q.up, pt.Linear) and type(model.up) is torch.nn.Linear
+    assert "1 layers in W8A8, 3 kept in float" in str(report)
+    x = torch.randn(2, 10, 64)
+    with torch.no_grad():
+        assert close(q(x), model(x))
+
+
+def test_quantize_include_inplace_a_root_linear_and_tied_layers():
+    model = torch.nn.Sequential(dense(32, 32), torch.nn.ReLU(), dense(32, 32))
+    same = pt.quantize(model, include=["2"], inplace=True)
+    assert same is model and isinstance(model[2], pt.Linear)
+    assert type(model[0]) is torch.nn.Linear
+    root = pt.quantize(dense(32, 16))
+    assert isinstance(root, pt.Linear) and root.pyw8a8_report.replaced == [""]
+    shared = dense(32, 32)
+    tied = pt.quantize(torch.nn.Sequential(shared, torch.nn.ReLU(), shared))
+    assert tied[0] is tied[2] and isinstance(tied[0], pt.Linear)
+    assert tied.pyw8a8_report.replaced == ["0", "2"]
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(min_features=-1), ValueError, "min_features"),
+    (dict(include=[3]), TypeError, "include must be"),
+    (dict(block=3), ValueError, "block"),
+])
+def test_quantize_checks_its_arguments(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        pt.quantize(torch.nn.Sequential(dense(32, 32)), **kwargs)
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
+        pt.quantize(object())
+
+
+def test_import_pyw8a8_never_imports_torch():
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", "import sys, pyw8a8, pyw8a8.router; "
+                          "print('torch' in sys.modules)"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("name", ["pyw8a8.torch", "pyw8a8.torch.modules",
+                                  "pyw8a8.torch.convert"])
+def test_the_examples_run(name):
+    import doctest
+    import importlib
+    import sys
+    importlib.import_module(name)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    report = []
+    tests = doctest.DocTestFinder().find(sys.modules[name], name, globs={})
+    assert sum(len(t.examples) for t in tests) >= 3
+    for test in tests:
+        runner.run(test, out=report.append)
+    assert runner.failures == 0, "".join(report)

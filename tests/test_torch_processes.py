@@ -1,0 +1,91 @@
+"""pyw8a8.torch beside torch in one process: the thread count they agree on, and forks
+after either ran a parallel op.  Each scenario runs in a fresh interpreter with a timeout,
+so a hang fails the test instead of stalling the suite."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("torch", reason="needs PyTorch (pip install 'pyw8a8[torch]')")
+
+TIMEOUT = 120
+
+SETUP = textwrap.dedent("""
+    import os, sys, torch, pyw8a8, pyw8a8.torch as pt
+    torch.manual_seed(0)
+    layer = pt.Linear.from_float(torch.nn.Linear(1024, 512), activation="silu")
+    x = torch.randn(64, 1024)
+    big = torch.randn(4_000_000)
+
+    def torch_parallel_op():
+        return big.exp().sum().item()  # at::parallel_for: torch's OpenMP team, 2 threads
+
+    def child_matches(reference):
+        pid = os.fork()
+        if pid == 0:
+            with torch.no_grad():
+                same = torch.equal(layer(x), reference)
+            os._exit(0 if same else 3)
+        _, status = os.waitpid(pid, 0)
+        return os.waitstatus_to_exitcode(status)
+""")
+
+
+def run(body, threads=2):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYW8A8_ISA", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    env["OMP_NUM_THREADS"] = str(threads)
+    try:
+        out = subprocess.run([sys.executable, "-c", SETUP + textwrap.dedent(body)],
+                             capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"hung for {TIMEOUT} s; output so far: {exc.stdout!r} {exc.stderr!r}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout.split()
+
+
+needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+
+
+@needs_fork
+def test_torch_then_pyw8a8_then_fork_gives_the_child_the_same_bits():
+    assert run("""
+        torch_parallel_op()
+        with torch.no_grad():
+            reference = layer(x)
+        print(child_matches(reference))
+    """) == ["0"]
+
+
+@needs_fork
+def test_a_fork_after_torch_alone_ran_leaves_pyw8a8_working_in_the_child():
+    """torch, not pyw8a8, started the pool the child inherits (shared where torch and pyw8a8
+    load one runtime): pyw8a8's first product in the child must not wait for it."""
+    assert run("""
+        pyw8a8.set_num_threads(1)  # so pyw8a8 starts no team in the parent
+        with torch.no_grad():
+            reference = layer(x)
+        pyw8a8.set_num_threads(None)
+        torch_parallel_op()
+        print(child_matches(reference))
+    """) == ["0"]
+
+
+def test_pyw8a8_layers_follow_torch_set_num_threads_unless_pyw8a8_sets_its_own():
+    assert run("""
+        with torch.no_grad():
+            layer(x)
+            first = pyw8a8.get_num_threads()
+            torch.set_num_threads(1)
+            one = layer(x)
+            after_torch = pyw8a8.get_num_threads()
+            pyw8a8.set_num_threads(2)
+            two = layer(x)
+            override = pyw8a8.get_num_threads()
+            pyw8a8.set_num_threads(None)
+            layer(x)
+            back = pyw8a8.get_num_threads()
+        print(first, after_torch, override, back, torch.equal(one, two))
+    """) == ["2", "1", "2", "1", "True"]
