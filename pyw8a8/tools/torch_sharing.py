@@ -1,0 +1,101 @@
+"""``bench --torch``'s second table: torch and pyw8a8 in one process, each against itself
+alone.
+
+The encoder of :mod:`pyw8a8.tools.torch_bench` with its linear layers on pyw8a8 (activations
+left unfused, so torch computes the same operations as in the float model) is torch
+attention, LayerNorm and GELU between pyw8a8 products.  Three fresh processes, each timing
+``encode`` in rounds:
+
+* **torch alone** (:mod:`~pyw8a8.tools.encode_timing` run as a script): the float model,
+  pyw8a8 never imported; torch's share is the encode time less the time inside its
+  ``nn.Linear`` layers (forward hooks);
+* **both**: the pyw8a8 model; torch's share is the encode time less the time inside the
+  pyw8a8 layers, pyw8a8's share that time;
+* **pyw8a8 alone**: the very products the pyw8a8 layers made (their row counts and shapes,
+  recorded in the second process), replayed with :func:`pyw8a8.matmul`, torch never
+  imported.
+
+Each share beside the other over the same share alone is what each keeps of its speed.
+All three keep the memory they free (KEEP_FREED_MEMORY).
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from . import encode_timing
+
+
+def _both(texts, rounds):
+    import pyw8a8.torch as pt
+    model = pt.quantize(encode_timing.load_encoder(), fuse=False)
+    total, linear, calls = encode_timing.timed_encodes(model, texts, pt.Linear, rounds)
+    return {"torch": total - linear, "pyw8a8": linear, "calls": calls}
+
+
+def _pyw8a8_alone(calls, rounds):
+    import numpy as np
+
+    from ..matmul import matmul
+    from ..packing import pack_weight
+    rng = np.random.default_rng(0)
+    weights = {(k, n): pack_weight(rng.standard_normal((n, k), np.float32))
+               for _, k, n in calls}
+    inputs = {(m, k): rng.standard_normal((m, k), np.float32) for m, k, _ in calls}
+    times = []
+    for i in range(rounds + 1):
+        t0 = time.perf_counter()
+        for m, k, n in calls:
+            matmul(inputs[m, k], weights[k, n])
+        if i:
+            times.append(time.perf_counter() - t0)
+    assert "torch" not in sys.modules
+    return {"pyw8a8": statistics.median(times)}
+
+
+# glibc returns freed memory above 2 x its mmap threshold (at most 64 MiB) to the system,
+# and a model's 18 MiB activations then come back as fresh pages, faulted and zeroed: 40%
+# of an encode of the first sentences on the Zen 5 (305 ms, 176 ms with these settings).
+# The replay alone reuses its few arrays and would pay none of that, so every process keeps
+# its freed memory: the table compares the libraries, not the allocator's luck.
+KEEP_FREED_MEMORY = {"MALLOC_TRIM_THRESHOLD_": str(4 << 30), "MALLOC_MMAP_THRESHOLD_": str(1 << 30)}
+
+
+def _in_process(args):
+    """Run a fresh interpreter with `args`; the JSON its last line prints."""
+    out = subprocess.run([sys.executable, *args], capture_output=True, text=True,
+                         timeout=1800, env={**os.environ, **KEEP_FREED_MEMORY})
+    if out.returncode != 0:
+        raise RuntimeError(f"bench --torch: {args[:2]} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _role(role, *payload):
+    code = (f"import json, sys; from pyw8a8.tools import torch_sharing as s; "
+            f"print(json.dumps(s.{role}(*json.loads(sys.argv[1]))))")
+    return _in_process(["-c", code, json.dumps(payload)])
+
+
+def run(texts: list[str], rounds: int) -> dict[str, float]:
+    """Each library's share of an encode beside the other and alone, in seconds."""
+    both = _role("_both", texts, rounds)
+    alone = _in_process([encode_timing.__file__, json.dumps(texts), str(rounds)])
+    alone.update(_role("_pyw8a8_alone", both["calls"], rounds))
+    return {"torch alone": alone["torch"], "torch beside": both["torch"],
+            "pyw8a8 alone": alone["pyw8a8"], "pyw8a8 beside": both["pyw8a8"]}
+
+
+def format_table(shares: dict[str, float]) -> list[str]:
+    lines = ["| share of an encode | alone ms | beside the other ms | kept of its speed |",
+             "|---|--:|--:|--:|"]
+    for lib in ("torch", "pyw8a8"):
+        alone, beside = shares[f"{lib} alone"], shares[f"{lib} beside"]
+        lines.append(f"| {lib} | {alone * 1e3:.1f} | {beside * 1e3:.1f} | "
+                     f"{alone / beside:.2f}x |")
+    lines.append("torch: attention, LayerNorm, GELU and the rest of the encode; pyw8a8: its "
+                 "linear layers (replayed alone with pyw8a8.matmul, torch not imported)")
+    return lines
