@@ -10,6 +10,7 @@ import numpy as np
 from ._kernels import (  # noqa: F401
     ALIGN_BYTES,
     ALIGNED_FROM_BYTES,
+    PLAIN_PAGES_FROM_BYTES,
     W8_A_ROW_PAD,
     W8_EXACT_K,
     W8_KPAD,

@@ -9,6 +9,7 @@ import pyw8a8
 from pyw8a8._layout import (
     ALIGN_BYTES,
     ALIGNED_FROM_BYTES,
+    PLAIN_PAGES_FROM_BYTES,
     data_address,
     empty_aligned,
     empty_output,
@@ -45,6 +46,27 @@ def test_empty_output_is_float32_aligned_from_its_threshold(shape):
         assert is_aligned(arr) and arr.base is not None
     arr[...] = 1
     assert (arr == 1).all()
+
+
+@pytest.mark.parametrize("rows", [PLAIN_PAGES_FROM_BYTES // 4096 - 1,
+                                  PLAIN_PAGES_FROM_BYTES // 4096])
+def test_large_outputs_have_memory_of_their_own_freed_with_them(rows):
+    """From PLAIN_PAGES_FROM_BYTES on, an output owns plain malloc memory (no numpy
+    huge-page advice, _kernels says why), still aligned, pickled by value, and freed with
+    its array: many calls do not grow the process."""
+    import gc
+    import resource
+    arr = empty_output((rows, 1024))
+    plain = arr.nbytes >= PLAIN_PAGES_FROM_BYTES
+    assert (type(arr.base).__name__ == "_OutputMemory") == plain
+    assert is_aligned(arr) and arr.flags.writeable
+    arr[...] = 2
+    assert np.array_equal(pickle.loads(pickle.dumps(arr)), arr)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for _ in range(50):  # 200 MiB in all, one array at a time
+        empty_output((rows, 1024)).fill(1)
+    gc.collect()
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 64 * 1024  # KiB
 
 
 def test_empty_output_refuses_too_many_dimensions():

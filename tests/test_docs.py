@@ -90,7 +90,9 @@ def test_api_reference_names_every_public_name():
                 {f"pyw8a8.dask.{n}" for n in ("pack_weight", "matmul", "SharedWeight")} |
                 {f"pyw8a8.router.{n}" for n in pyw8a8.router.__all__
                  if n != "PACKED_FORMAT_VERSION"} |
-                {"pyw8a8.router.packed_file.PACKED_FORMAT_VERSION"})
+                {"pyw8a8.router.packed_file.PACKED_FORMAT_VERSION"} |
+                {f"pyw8a8.torch.{n}" for n in ("Linear", "GatedLinear", "quantize",
+                                                "QuantizeReport", "Decision")})
     assert sorted(expected - names) == []
 
 
