@@ -17,6 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md"] + sorted((ROOT / "docs").rglob("*.md"))
 # Examples that need what a test machine lacks, by a string that marks them.
 NOT_RUN = {"tcp://scheduler-host:8786": "needs a running dask scheduler"}
+if importlib.util.find_spec("torch") is None:
+    NOT_RUN["import torch"] = "needs PyTorch"
 
 
 def python_blocks(page):
@@ -46,7 +48,8 @@ def test_readme_opens_with_the_two_commands_then_install_and_use():
     # job, the tests); a newcomer's install and examples follow at once.
     text = (ROOT / "README.md").read_text()
     sections = re.findall(r"^## (.*)$", text, flags=re.M)
-    assert sections[:4] == ["Commands", "Install", "Use", "W8A8 in your own numpy model"]
+    assert sections[:5] == ["Commands", "Install", "Use", "PyTorch",
+                            "W8A8 in your own numpy model"]
     first_block = re.search(r"```bash\n(.*?)```", text, flags=re.S).group(1).splitlines()
     assert "python -m pyw8a8 bench" in first_block[0] and "python -m pytest" in first_block[1]
 
