@@ -50,7 +50,8 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_SUBMODULES))
+    # The API and the subpackages, not the modules this file imports to build them.
+    return sorted(set(__all__) | set(_SUBMODULES) | {"__version__"})
 
 __all__ = [
     "PackedWeight",

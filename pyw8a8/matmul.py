@@ -225,8 +225,10 @@ def matmul(x: npt.ArrayLike, packed: PackedWeight, *, bias: npt.ArrayLike | None
         (``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))``), ``'silu'`` is
         ``x * sigmoid(x)``.  Every path computes the same bits; against a float64
         evaluation of the same function on the same float32 input the result is within a
-        few float32 units in the last place (see the README's measured bound).  NaN in
-        gives NaN out; +-Inf give the limits (+Inf, and -0 or 0).
+        few float32 units in the last place (the bound measured per activation is in the
+        user guide's page "The layer").  A product that overflows to +-Inf gives the
+        activation's limits (+Inf, and -0 or 0); no NaN reaches it, since a row of x
+        holding NaN or Inf raises ValueError.
     out : ndarray, shape (..., N), optional
         Where to write the result (dtype float32, or `out_dtype`); must not overlap x.
     out_dtype : {numpy.float32, ml_dtypes.bfloat16, 'float32', 'bfloat16'}, optional

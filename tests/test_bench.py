@@ -123,6 +123,29 @@ def test_missing_torch_is_reported_with_its_install_command(monkeypatch):
     assert peers.TORCH_INSTALL in line
 
 
+def test_missing_litert_is_reported_with_its_install_command(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ai_edge_litert.interpreter", None)
+    from pyw8a8.tools import peers
+    assert not peers.xnnpack_available()
+    assert "xnnpack int8" not in bench.contender_names(["avx2"])
+    [line] = [line for line in peers.missing() if "xnnpack" in line]
+    assert peers.XNNPACK_INSTALL in line
+
+
+def test_xnnpack_runs_its_own_fully_connected_layer_close_to_float():
+    """The XNNPACK contender is LiteRT's one-operator model delegated to XNNPACK (checked
+    when it is built), and its product is the int8 one: close to float, not equal."""
+    from pyw8a8.tools import peers
+    if not peers.xnnpack_available():
+        pytest.skip(f"needs LiteRT ({peers.XNNPACK_INSTALL})")
+    assert "xnnpack int8" in bench.contender_names(["avx2"])
+    x, w = bench.shape_data(3, 200, 48)
+    y = bench.build_contender("xnnpack int8", 3, 200, 48)()
+    expected = x @ w.T
+    error = np.abs(y - expected).max() / np.sqrt(np.mean(expected ** 2))
+    assert y.shape == (3, 48) and 0 < error < 0.05
+
+
 def test_format_isolation_gives_both_figures_and_their_ratio():
     rows = [((1, 64, 64), {"a beside": 50.0, "a": 100.0, "b beside": 95.0, "b": 100.0})]
     lines = bench.format_isolation(rows, ["a", "b"])
@@ -199,3 +222,11 @@ def test_ffn_table_reports_ratios_to_numpy_and_the_fusion_gain():
                         "fused vs unfused |")
     assert lines[2] == ("| 64 | 640 | 2048 | 4.000 | 2.000 | 1.000 | 2.500 (x86) | 2.00x | "
                         "4.00x | 1.60x | 2.00x |")
+
+
+def test_info_help_is_its_own(capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--help"], quick=True)
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m pyw8a8 info") and "--isa" in out
+    assert "--ffn" not in out and "--torch" not in out and "--shapes" not in out

@@ -107,7 +107,9 @@ def test_subpackages_load_on_first_access_after_import_pyw8a8():
         assert pyw8a8.metrics is sys.modules["pyw8a8.evaluate.metrics"]
         assert callable(pyw8a8.metrics.kl_divergence)
         assert pyw8a8.evaluate.main and pyw8a8.tools and pyw8a8.models
-        assert {"dask", "evaluate", "metrics", "models", "router", "tools"} <= set(dir(pyw8a8))
+        assert {"dask", "evaluate", "metrics", "models", "router", "tools",
+                "torch"} <= set(dir(pyw8a8))
+        assert not {"importlib", "sys", "_kernels", "_cpu"} & set(dir(pyw8a8)), dir(pyw8a8)
         try:
             pyw8a8.no_such_name
         except AttributeError as error:

@@ -76,6 +76,7 @@ def test_a_fork_after_torch_alone_ran_leaves_pyw8a8_working_in_the_child():
 def test_pyw8a8_layers_follow_torch_set_num_threads_unless_pyw8a8_sets_its_own():
     assert run("""
         with torch.no_grad():
+            torch.set_num_threads(2)  # torch's default may be the physical cores (MKL's)
             layer(x)
             first = pyw8a8.get_num_threads()
             torch.set_num_threads(1)

@@ -65,12 +65,13 @@ ROTATED = " rotated"
 
 def contender_names(isas, with_peers=True, rotated=True):
     """The table's contenders: numpy float32, each pyw8a8 path of `isas`, (`rotated`) the
-    first of them with rotation on, then (`with_peers`) ONNX Runtime and each of torch's
-    engines where they are installed."""
+    first of them with rotation on, then (`with_peers`) ONNX Runtime, XNNPACK (LiteRT)
+    and each of torch's engines where they are installed."""
     names = ["numpy f32"] + [f"pyw8a8 {isa}" for isa in isas]
     names += [f"pyw8a8 {isas[0]}{ROTATED}"] if rotated else []
     if with_peers:
         names += ["onnxruntime int8"] if peers.onnxruntime_available() else []
+        names += ["xnnpack int8"] if peers.xnnpack_available() else []
         names += [f"torch {e}" for e in peers.torch_engines() or ()]
     return names
 
@@ -85,7 +86,8 @@ def build_contender(name, m, k, n):
         return _pyw8a8(x, w, isa, rotate=variant == ROTATED.strip())
     if kind == "torch":
         return peers.torch_matmul(x, w, detail)
-    return {"numpy f32": _numpy_f32, "onnxruntime int8": peers.onnxruntime_matmul}[name](x, w)
+    return {"numpy f32": _numpy_f32, "onnxruntime int8": peers.onnxruntime_matmul,
+            "xnnpack int8": peers.xnnpack_matmul}[name](x, w)
 
 
 def _gops_of(run, seconds):
@@ -204,7 +206,8 @@ def print_rotation(isa, rounds, min_time):
     for kib, f, c in fwht_vs_copy(max(rounds, 15)):
         print(f"| ({kib * 256 // 2048}, 2048) float32, {kib} KiB | {f:.1f} | {c:.1f} | "
               f"{100 * f / c:.0f}% |")
-    print("\n| M | K | N | rotated matmul vs plain (block 128) |")
+    print("\n| M | K | N | time of the rotated product over the plain one (block 128; "
+          "+: the rotation costs) |")
     print("|---|---|---|---|")
     for (m, k, n), extra in rotated_matmul_cost(isa, rounds, min_time):
         print(f"| {m} | {k} | {n} | {100 * extra:+.1f}% |")
@@ -480,8 +483,10 @@ def main(argv=None, quick=False):
     (argparse's usage and one error line)."""
     parser = argparse.ArgumentParser(
         prog="python -m pyw8a8 " + ("info" if quick else "bench"),
-        description="Side-by-side GOPS (2*M*N*K/s) of pyw8a8 and its peers, medians of "
-                    "interleaved rounds.")
+        description=("A quick table: GOPS (2*M*N*K/s) of pyw8a8's paths and numpy float32 "
+                     "at a few shapes, medians of interleaved rounds." if quick else
+                     "Side-by-side GOPS (2*M*N*K/s) of pyw8a8 and its peers, medians of "
+                     "interleaved rounds."))
     parser.add_argument("--rounds", type=_option_type(parse_count),
                         default=5 if quick else 9)
     parser.add_argument("--min-time", type=_option_type(parse_seconds),
@@ -489,6 +494,10 @@ def main(argv=None, quick=False):
                         help="seconds of calls per contender per round")
     parser.add_argument("--isa", action="append",
                         help="pyw8a8 path(s) to time (default: every available SIMD path)")
+    if quick:  # info: the short table alone, pyw8a8's paths against numpy float32
+        args = parser.parse_args(argv)
+        isas = _checked_paths(parser, args.isa or [], "--isa")
+        return _table_main(args, isas, QUICK_SHAPES, with_peers=False, rotated=False)
     parser.add_argument("--no-peers", action="store_true",
                         help="only numpy float32 and pyw8a8")
     parser.add_argument("--shapes", type=_option_type(parse_shapes),
@@ -517,21 +526,25 @@ def main(argv=None, quick=False):
     if args.mca or args.overhead or args.crossover:
         return proxies.main(["--mca"] * args.mca + ["--overhead"] * args.overhead,
                             args.rounds, args.min_time, args.shapes, args.crossover)
-    for line in _machine_info():
-        print(line)
-    with_peers = not args.no_peers and not quick
-    if with_peers:
-        for line in peers.missing():
-            print(line)
+    with_peers = not args.no_peers
     if args.ffn:
+        for line in _machine_info() + (peers.missing() if with_peers else []):
+            print(line)
         return ffn_bench.main(args.rounds, args.min_time, args.shapes, with_peers)
+    if args.check_isolation:
+        return _isolation_main(args.shapes or SHAPES, isas, args)
+    return _table_main(args, isas, args.shapes or SHAPES, with_peers)
+
+
+def _table_main(args, isas, shapes, with_peers, rotated=True):
+    """The table (``bench``, and ``info`` without peers or rotation): the machine, the
+    peaks, then GOPS of every contender at every shape, then the rotation's cost."""
+    for line in _machine_info() + (peers.missing() if with_peers else []):
+        print(line)
     isas = isas or [i for i in _cpu.available_isas()
                     if not i.startswith("scalar")] or ["scalar"]
-    shapes = args.shapes or (QUICK_SHAPES if quick else SHAPES)
-    names = contender_names(isas, with_peers, rotated=not quick)
+    names = contender_names(isas, with_peers, rotated)
     nthreads = _threads.get_num_threads()
-    if args.check_isolation:
-        return _isolation_main(shapes, names, isas, args)
     peaks = {isa: int8_peak_gops(isa, nthreads) for isa in isas}
     for isa, gops in peaks.items():
         print(f"int8 instruction peak of path {isa}: {gops:.0f} GOPS ({nthreads} threads)")
@@ -552,12 +565,21 @@ def main(argv=None, quick=False):
     return 0
 
 
-GOPS_NOTE = ("GOPS = 2*M*N*K / median time, each contender in a process of its own; "
-             "rotation off but in the 'rotated' column (block 128); activation "
-             "quantization included; torch: the fastest of its engines")
+GOPS_NOTE = ("GOPS = 2*M*N*K / median time, activation quantization included, each "
+             "contender in a process of its own. pyw8a8 runs with rotation off, the "
+             "'rotated' column with it on (block 128); torch int8: the fastest of torch's "
+             "dynamic int8 engines, named; xnnpack int8: XNNPACK through LiteRT; vs best "
+             "peer: the fastest pyw8a8 path over the fastest int8 peer (below 1.00x: the "
+             "peer is faster); % peak: of the path's instruction loop above, which a "
+             "kernel can pass when it issues faster than that loop")
 
 
-def _isolation_main(shapes, names, isas, args):
+def _isolation_main(shapes, isas, args):
+    for line in _machine_info() + (peers.missing() if not args.no_peers else []):
+        print(line)
+    isas = isas or [i for i in _cpu.available_isas()
+                    if not i.startswith("scalar")] or ["scalar"]
+    names = contender_names(isas, not args.no_peers)
     nthreads = _threads.get_num_threads()
     rows = run_table(shapes, names, args.rounds, args.min_time, beside=True)
     print(f"\n{GOPS_NOTE}; {nthreads} threads")

@@ -1,6 +1,7 @@
 """The int8 libraries the bench times pyw8a8 against, where they are installed: ONNX
-Runtime (``pip install pyw8a8[bench]``) and PyTorch's dynamic int8 Linear (never a
-dependency: its CPU build is a large download, and the bench says how to get it).
+Runtime (``pip install pyw8a8[bench]``), PyTorch's dynamic int8 Linear and XNNPACK's
+dynamically quantized fully connected layer through LiteRT (neither a dependency: the
+bench says how to get them).
 """
 import warnings
 
@@ -12,6 +13,7 @@ from .. import _threads
 TORCH_ENGINES = ("fbgemm", "onednn", "x86")
 TORCH_INSTALL = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
 ORT_INSTALL = "pip install onnxruntime onnx"
+XNNPACK_INSTALL = "pip install ai-edge-litert"
 
 
 def onnxruntime_available():
@@ -19,6 +21,15 @@ def onnxruntime_available():
     try:
         import onnx  # noqa: F401  (only whether it is installed)
         import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def xnnpack_available():
+    """Whether LiteRT (``ai-edge-litert``, which runs XNNPACK) is installed."""
+    try:
+        import ai_edge_litert.interpreter  # noqa: F401  (only whether it is installed)
     except ImportError:
         return False
     return True
@@ -41,6 +52,8 @@ def missing():
     if torch_engines() is None:
         lines.append(f"torch is not installed: no torch column (its CPU build: "
                      f"{TORCH_INSTALL})")
+    if not xnnpack_available():
+        lines.append(f"LiteRT is not installed: no xnnpack column ({XNNPACK_INSTALL})")
     return lines
 
 
@@ -107,4 +120,79 @@ def torch_matmul(x, w, engine):
     def run():
         with torch.no_grad():
             return qlin(tx)
+    return run
+
+
+def _litert_fully_connected(qw, scales, m):
+    """A one-operator LiteRT model: FULLY_CONNECTED of a float32 (m, K) input by the int8
+    weight `qw` (N, K) with per-output-channel `scales`, inputs quantized on every call
+    (``asymmetric_quantize_inputs``), float32 output; its flatbuffer bytes."""
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as schema
+    n, k = qw.shape
+
+    def tensor(shape, kind, buffer, name, quantization=None):
+        t = schema.TensorT()
+        t.shape, t.type, t.buffer, t.name = list(shape), kind, buffer, name
+        t.quantization = quantization
+        return t
+    per_channel = schema.QuantizationParametersT()
+    per_channel.scale, per_channel.zeroPoint = scales.astype(np.float32).tolist(), [0] * n
+    per_channel.quantizedDimension = 0
+    buffers = [schema.BufferT() for _ in range(4)]  # 0: the empty sentinel; 2: the weight
+    buffers[2].data = qw.view(np.uint8).reshape(-1)
+    graph = schema.SubGraphT()
+    graph.tensors = [tensor((m, k), schema.TensorType.FLOAT32, 1, "x"),
+                     tensor((n, k), schema.TensorType.INT8, 2, "w", per_channel),
+                     tensor((m, n), schema.TensorType.FLOAT32, 3, "y")]
+    options = schema.FullyConnectedOptionsT()
+    options.asymmetricQuantizeInputs = True
+    op = schema.OperatorT()
+    op.opcodeIndex, op.inputs, op.outputs = 0, [0, 1, -1], [2]
+    op.builtinOptionsType = schema.BuiltinOptions.FullyConnectedOptions
+    op.builtinOptions = options
+    graph.operators, graph.inputs, graph.outputs = [op], [0], [2]
+    code = schema.OperatorCodeT()
+    code.builtinCode = code.deprecatedBuiltinCode = schema.BuiltinOperator.FULLY_CONNECTED
+    code.version = 12
+    model = schema.ModelT()
+    model.version, model.operatorCodes, model.subgraphs = 3, [code], [graph]
+    model.buffers = buffers
+    builder = flatbuffers.Builder(qw.size + 4096)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
+def xnnpack_matmul(x, w):
+    """XNNPACK's dynamically quantized ``x @ w.T`` (its qd8-f32-qc8w fully connected layer:
+    int8 weights, one scale per output channel; activations quantized per row, asymmetric,
+    on every call), through LiteRT's interpreter on pyw8a8's thread count; returns the
+    function of no arguments that runs it.
+
+    Raises
+    ------
+    RuntimeError
+        If XNNPACK did not take the layer (LiteRT's own kernel would be timed), or its
+        result is not close to the float product.
+    """
+    from ai_edge_litert.interpreter import Interpreter
+    scales = np.maximum(np.abs(w).max(axis=1), np.finfo(np.float32).tiny) / 127
+    qw = np.clip(np.rint(w / scales[:, None]), -127, 127).astype(np.int8)
+    interpreter = Interpreter(model_content=_litert_fully_connected(qw, scales, x.shape[0]),
+                              num_threads=_threads.get_num_threads())
+    interpreter.allocate_tensors()
+    if "DELEGATE" not in [op["op_name"] for op in interpreter._get_ops_details()]:
+        raise RuntimeError("XNNPACK did not take the fully connected layer")
+    x_index = interpreter.get_input_details()[0]["index"]
+    y_index = interpreter.get_output_details()[0]["index"]
+
+    def run():
+        interpreter.set_tensor(x_index, x)
+        interpreter.invoke()
+        return interpreter.get_tensor(y_index)
+    y, expected = run(), x @ w.T
+    error = np.abs(y - expected).max() / max(np.sqrt(np.mean(expected ** 2)), 1e-30)
+    if not error < 0.1:
+        raise RuntimeError(f"XNNPACK's result is {error:.3f} of the float product's RMS "
+                           f"away from it")
     return run
