@@ -6,6 +6,7 @@ block randomized Walsh-Hadamard rotation that spreads outliers before quantizing
 """
 import importlib
 import sys
+from typing import TYPE_CHECKING
 
 from . import _thread_policy
 
@@ -41,12 +42,22 @@ _SUBMODULES = {"dask": "dask", "evaluate": "evaluate", "metrics": "evaluate.metr
                "models": "models", "router": "router", "tools": "tools", "torch": "torch"}
 
 
+if TYPE_CHECKING:  # loaded on first access (below); typed as what they are
+    from .router.packed_file import load_packed, save_packed
+
+# Functions of a subpackage that belong to the API, loaded with it on first access.
+_LAZY_FUNCTIONS = {"save_packed": "router.packed_file", "load_packed": "router.packed_file"}
+
+
 def __getattr__(name):
-    if name not in _SUBMODULES:
+    if name in _LAZY_FUNCTIONS:
+        value = getattr(importlib.import_module(f".{_LAZY_FUNCTIONS[name]}", __name__), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f".{_SUBMODULES[name]}", __name__)
+    else:
         raise AttributeError(f"module 'pyw8a8' has no attribute {name!r}")
-    module = importlib.import_module(f".{_SUBMODULES[name]}", __name__)
-    globals()[name] = module
-    return module
+    globals()[name] = value
+    return value
 
 
 def __dir__():
@@ -63,6 +74,7 @@ __all__ = [
     "get_num_threads",
     "int8_matmul",
     "isa",
+    "load_packed",
     "matmul",
     "matmul_pair",
     "pack_quantized",
@@ -70,6 +82,7 @@ __all__ = [
     "quantize_per_channel",
     "quantize_per_token",
     "rotate",
+    "save_packed",
     "set_isa",
     "set_num_threads",
     "smooth",

@@ -407,3 +407,29 @@ def test_save_refuses_names_and_keys_that_would_not_load_back(tmp_path, packed):
         with pytest.raises(ValueError, match="non-empty string without '/'"):
             save_packed(tmp_path / "p.npz", {"a": Keys(key)})
     assert not (tmp_path / "p.npz").exists()
+
+
+def test_save_and_load_packed_are_in_the_api_and_agree_on_the_file_name(tmp_path):
+    """pyw8a8.save_packed("w") writes w.npz (numpy's rule) and pyw8a8.load_packed("w")
+    reads it; the names are router's own functions."""
+    packed = pyw8a8.pack_weight(rand(16, 64))
+    assert pyw8a8.save_packed is save_packed and pyw8a8.load_packed is load_packed
+    pyw8a8.save_packed(tmp_path / "w", {"w": packed})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.npz"]
+    for name in (tmp_path / "w", str(tmp_path / "w"), tmp_path / "w.npz"):
+        assert np.array_equal(pyw8a8.load_packed(name)["w"].int8(), packed.int8())
+    with pytest.raises(FileNotFoundError, match="other"):
+        pyw8a8.load_packed(tmp_path / "other")
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda p, w: save_packed(p / "w.npz", w), "mapping must be a mapping of tensor names"),
+    (lambda p, w: save_packed(p / "w.npz", [w]), "mapping must be a mapping"),
+    (lambda p, w: save_packed(p / "w.npz", {"w": w.int8()}), r"mapping\['w'\] must be a packed"),
+    (lambda p, w: save_packed(3, {"w": w}), "path must be a str or path-like, got int"),
+    (lambda p, w: load_packed(None), "path must be a str or path-like, got NoneType"),
+])
+def test_save_and_load_packed_name_a_wrong_argument(tmp_path, call, match):
+    with pytest.raises(TypeError, match=match):
+        call(tmp_path, pyw8a8.pack_weight(rand(8, 64)))
+    assert list(tmp_path.iterdir()) == []

@@ -45,19 +45,49 @@ def save_packed(path: str | os.PathLike[str], mapping: Mapping[str, PackedWeight
     Parameters
     ----------
     path : str or path-like
-        Destination file (numpy appends ``.npz`` if missing).
+        Destination file (numpy appends ``.npz`` if missing; :func:`load_packed` finds the
+        file by the same name, with or without it).
     mapping : dict[str, PackedWeight]
         Tensor name -> packed weight; each must provide ``to_dict()``
         returning ``{str: numpy.ndarray}``.
 
     Raises
     ------
+    TypeError
+        If `path` is not a str or path-like, `mapping` is not a mapping (one weight must
+        be given a name: ``{"up": packed}``), or one of its values has no ``to_dict()``.
     ValueError
         If a name is not a string or would not read back as itself (numpy string
         arrays drop trailing NUL characters, so ``"a"`` and ``"a\\0"`` would load as one
         name), or a ``to_dict()`` is not a dict of non-object arrays under non-empty
         string keys without ``'/'``.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> import pyw8a8
+    >>> w = np.random.default_rng(0).standard_normal((16, 64)).astype(np.float32)
+    >>> path = os.path.join(tempfile.mkdtemp(), "weights")
+    >>> pyw8a8.save_packed(path, {"up": pyw8a8.pack_weight(w)})  # writes weights.npz
+    >>> sorted(os.listdir(os.path.dirname(path)))
+    ['weights.npz']
+    >>> pyw8a8.load_packed(path)["up"].shape  # the same name finds it
+    (16, 64)
+    >>> pyw8a8.save_packed(path, pyw8a8.pack_weight(w))
+    Traceback (most recent call last):
+    ...
+    TypeError: mapping must be a mapping of tensor names to packed weights ...
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or path-like, got {type(path).__name__}")
+    if not isinstance(mapping, Mapping):
+        raise TypeError(f"mapping must be a mapping of tensor names to packed weights "
+                        f"(one weight: {{'name': packed}}), got {type(mapping).__name__}")
+    for name, packed in mapping.items():
+        if not callable(getattr(packed, "to_dict", None)):
+            raise TypeError(f"mapping[{name!r}] must be a packed weight (with to_dict()), "
+                            f"got {type(packed).__name__}")
     names = list(mapping.keys())
     for name in names:
         if not isinstance(name, str):
@@ -121,7 +151,9 @@ def load_packed(path: str | os.PathLike[str],
     Parameters
     ----------
     path : str or path-like
-        The file, with its ``.npz`` suffix (which `save_packed` adds).
+        The file, with its ``.npz`` suffix (which `save_packed` adds) or without it, as
+        it was given to `save_packed`: a name without the suffix that names no file is
+        read with it.
     cls : type, default=PackedWeight
         Class with ``from_dict`` that rebuilds each packed weight.
 
@@ -132,8 +164,10 @@ def load_packed(path: str | os.PathLike[str],
 
     Raises
     ------
+    TypeError
+        If `path` is not a str or path-like.
     FileNotFoundError
-        If `path` does not exist (the message names it).
+        If `path` does not exist, with or without ``.npz`` (the message names it).
     OSError
         If `path` cannot be opened otherwise (a directory, no permission).
     ValueError
@@ -148,16 +182,21 @@ def load_packed(path: str | os.PathLike[str],
     >>> import os, tempfile
     >>> import numpy as np
     >>> import pyw8a8
-    >>> from pyw8a8.router import load_packed, save_packed
     >>> w = np.random.default_rng(0).standard_normal((32, 64)).astype(np.float32)
     >>> path = os.path.join(tempfile.mkdtemp(), "weights.npz")
-    >>> save_packed(path, {"up": pyw8a8.pack_weight(w)})
-    >>> loaded = load_packed(path)
+    >>> pyw8a8.save_packed(path, {"up": pyw8a8.pack_weight(w)})
+    >>> loaded = pyw8a8.load_packed(path)
     >>> list(loaded), loaded["up"].shape
     (['up'], (32, 64))
     >>> bool(np.array_equal(loaded["up"].int8(), pyw8a8.pack_weight(w).int8()))
     True
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or path-like, got {type(path).__name__}")
+    named = os.fspath(path)
+    if not os.path.exists(named) and not str(named).endswith(".npz") and \
+            os.path.exists(str(named) + ".npz"):
+        path = str(named) + ".npz"  # what np.savez wrote for save_packed(path)
     members = _read_members(path)
     if members is None:
         raise ValueError(f"{path}: not a pyw8a8 packed-weight file (not an .npz archive)")

@@ -118,6 +118,9 @@ with tempfile.TemporaryDirectory() as tmp:
     file = Path(tmp) / "packed.npz"
     save_packed(file, router.pack_all())
     loaded: dict[str, pyw8a8.PackedWeight] = load_packed(file)
+    pyw8a8.save_packed(file, loaded)
+    reloaded: dict[str, pyw8a8.PackedWeight] = pyw8a8.load_packed(file)
+    assert sorted(reloaded) == sorted(loaded)
     assert sorted(loaded) == ["blk.0.ffn_gate.weight", "blk.0.ffn_up.weight",
                               "blk.0.ffn_up2.weight"]
     restored = Linear.from_packed(loaded["blk.0.ffn_up.weight"])
