@@ -9,6 +9,8 @@ where no sum of products of [-127, 127] values can overflow), beyond that in int
 exact int32 sums of 131072-wide K-ranges.  The result is the same on every path, thread
 count and blocking, bit for bit.
 """
+from __future__ import annotations
+
 import math
 import threading
 import time

@@ -10,6 +10,8 @@ A :class:`PackedWeight` pickles as its packed bytes, scales, sums and settings (
 copy) and works on every instruction-set path whatever its encoding, so it can be sent to
 another process or machine (a process pool, a dask cluster: see :mod:`pyw8a8.dask`).
 """
+from __future__ import annotations
+
 import operator
 from collections.abc import Mapping
 from typing import Any, Literal, TypeVar

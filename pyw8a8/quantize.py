@@ -6,6 +6,8 @@ needs no zero point. A row whose max |x| is below ``127 * FLT_MIN`` (about 1.5e-
 zeros included) gets ``scale = 0`` and ``q = 0``: dequantizing gives exact zeros. A row
 holding NaN or Inf raises ``ValueError`` naming the row.
 """
+from __future__ import annotations
+
 import numpy as np
 import numpy.typing as npt
 

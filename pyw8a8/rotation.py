@@ -16,6 +16,8 @@ of 65,536 positions the low 16 bits of the position go through a seed-keyed bije
 half of every window is negated, the pattern has no short period, and the hash costs three
 16-bit multiplies per position.
 """
+from __future__ import annotations
+
 import math
 import operator
 from typing import Any

@@ -15,6 +15,8 @@ Two transforms, both exact in real arithmetic:
 
 Apply scaling before rotation (pack the returned weights with ``rotate=True``).
 """
+from __future__ import annotations
+
 import numbers
 from collections.abc import Sequence
 from typing import Any, Literal, overload

@@ -51,3 +51,16 @@ def test_examples_are_collected():
     found = sum(len(t.examples) for t in doctest.DocTestFinder().find(
         module("pyw8a8.rotation"), "pyw8a8.rotation", globs={}))
     assert found >= 10
+
+
+def test_help_signatures_read_as_written():
+    """help(pyw8a8.matmul) shows ``x: 'npt.ArrayLike'``, not numpy's typing internals."""
+    for name in pyw8a8.__all__:
+        obj = getattr(pyw8a8, name)
+        if callable(obj):
+            try:
+                signature = str(inspect.signature(obj))
+            except ValueError:  # a compiled function without one
+                continue
+            assert "numpy._typing" not in signature and "Union[" not in signature, \
+                (name, signature)
