@@ -528,21 +528,29 @@ def main(argv=None, quick=False):
                             args.rounds, args.min_time, args.shapes, args.crossover)
     with_peers = not args.no_peers
     if args.ffn:
-        for line in _machine_info() + (peers.missing() if with_peers else []):
-            print(line)
+        _print_machine(with_peers)
         return ffn_bench.main(args.rounds, args.min_time, args.shapes, with_peers)
     if args.check_isolation:
         return _isolation_main(args.shapes or SHAPES, isas, args)
     return _table_main(args, isas, args.shapes or SHAPES, with_peers)
 
 
+def _default_isas():
+    """The table's paths unless --isa names some: every SIMD path this CPU runs."""
+    return [i for i in _cpu.available_isas() if not i.startswith("scalar")] or ["scalar"]
+
+
+def _print_machine(with_peers):
+    """The machine's lines, and (`with_peers`) a line for each peer that is missing."""
+    for line in _machine_info() + (peers.missing() if with_peers else []):
+        print(line)
+
+
 def _table_main(args, isas, shapes, with_peers, rotated=True):
     """The table (``bench``, and ``info`` without peers or rotation): the machine, the
     peaks, then GOPS of every contender at every shape, then the rotation's cost."""
-    for line in _machine_info() + (peers.missing() if with_peers else []):
-        print(line)
-    isas = isas or [i for i in _cpu.available_isas()
-                    if not i.startswith("scalar")] or ["scalar"]
+    _print_machine(with_peers)
+    isas = isas or _default_isas()
     names = contender_names(isas, with_peers, rotated)
     nthreads = _threads.get_num_threads()
     peaks = {isa: int8_peak_gops(isa, nthreads) for isa in isas}
@@ -575,10 +583,8 @@ GOPS_NOTE = ("GOPS = 2*M*N*K / median time, activation quantization included, ea
 
 
 def _isolation_main(shapes, isas, args):
-    for line in _machine_info() + (peers.missing() if not args.no_peers else []):
-        print(line)
-    isas = isas or [i for i in _cpu.available_isas()
-                    if not i.startswith("scalar")] or ["scalar"]
+    _print_machine(not args.no_peers)
+    isas = isas or _default_isas()
     names = contender_names(isas, not args.no_peers)
     nthreads = _threads.get_num_threads()
     rows = run_table(shapes, names, args.rounds, args.min_time, beside=True)

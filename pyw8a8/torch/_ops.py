@@ -41,6 +41,13 @@ def header(packed: PackedWeight) -> torch.Tensor:
                          block, seed], dtype=torch.int64)
 
 
+def _identity(panels, psum, scales, head):
+    """What a weight kept on `panels` was built from: the other tensors' ids and every
+    tensor's version counter."""
+    return (id(psum), id(scales), id(head), panels._version, psum._version, scales._version,
+            head._version)
+
+
 def packed_from(panels: torch.Tensor, psum: torch.Tensor, scales: torch.Tensor,
                 head: torch.Tensor) -> PackedWeight:
     """The PackedWeight whose arrays are these tensors' memory.
@@ -58,8 +65,7 @@ def packed_from(panels: torch.Tensor, psum: torch.Tensor, scales: torch.Tensor,
         If the tensors are not a packed weight this pyw8a8 reads (the format version, the
         layout or the contents), or are not CPU tensors.
     """
-    key = (id(psum), id(scales), id(head), panels._version, psum._version, scales._version,
-           head._version)
+    key = _identity(panels, psum, scales, head)
     cached = panels.__dict__.get("_pyw8a8_packed")
     if cached is not None and cached[1] == key:
         return cached[0]
@@ -90,9 +96,7 @@ def tensors_of(packed: PackedWeight) -> tuple[torch.Tensor, ...]:
     head = header(packed)
     view = PackedWeight(packed.shape, packed.encoding, panels.numpy(), psum.numpy(),
                         scales.numpy(), packed.rotate, packed.block, packed.seed)
-    key = (id(psum), id(scales), id(head), panels._version, psum._version, scales._version,
-           head._version)
-    panels.__dict__["_pyw8a8_packed"] = (view, key)
+    panels.__dict__["_pyw8a8_packed"] = (view, _identity(panels, psum, scales, head))
     return panels, psum, scales, head
 
 
