@@ -100,25 +100,37 @@ _kernels.set_process_ops(_initial_ops())
 # started inside it) runs.
 
 
-# Below this many activation rows an AMX tile is mostly empty; the avx512vnni kernels
-# (which every AMX CPU has) are faster there.  `python -m pyw8a8 bench --crossover amx
-# avx512vnni` measured 8 on a Sapphire Rapids Xeon (2 vCPUs, K = N = 2048: avx512vnni 0.8x
-# the time of amx at M <= 4, amx 1.12x faster at M = 8 and 1.4-2.4x from M = 16);
-# PYW8A8_AMX_MIN_ROWS overrides it.
-ENV_AMX_MIN_ROWS = "PYW8A8_AMX_MIN_ROWS"
-AMX_MIN_ROWS_MEASURED = 8
+# Below a row count a path's tiles are mostly empty and a narrower path of the same CPU is
+# faster: (path, the path it runs below the threshold, the variable that overrides it, the
+# threshold measured with `python -m pyw8a8 bench --crossover WIDE NARROW`).
+# - amx: the avx512vnni kernels (which every AMX CPU has); measured 8 on a Sapphire Rapids
+#   Xeon (2 vCPUs, K = N = 2048: avx512vnni 0.8x the time of amx at M <= 4, amx 1.12x
+#   faster at M = 8 and 1.4-2.4x from M = 16).
+# - avx2: avx2_gemv, whose 2 x 4 tile and flip trick (_simd/avx2.h) keep the multiplying
+#   pipes freer; measured 8 on a Zen 3 EPYC (2 vCPUs, K = N = 2048: avx2_gemv 1.36x faster
+#   at M = 1, 1.25x at M = 2, even at M = 4; avx2 1.07-1.18x faster from M = 8).
+AVX2_MIN_ROWS_MEASURED = 8
+SMALL_M_FALLBACKS = (
+    ("amx", "avx512vnni", "PYW8A8_AMX_MIN_ROWS", 8),
+    ("avx2", "avx2_gemv", "PYW8A8_AVX2_MIN_ROWS", AVX2_MIN_ROWS_MEASURED),
+)
 
 
-def _amx_min_rows():
-    value = os.environ.get(ENV_AMX_MIN_ROWS, str(AMX_MIN_ROWS_MEASURED)).strip()
+# Paths that run as another path's small-M fallback only (or when forced): the bench
+# shows them in that path's column rather than in one of their own.
+FALLBACK_ONLY_PATHS = ("avx2_gemv",)
+
+
+def _min_rows(variable, measured):
+    value = os.environ.get(variable, str(measured)).strip()
     if not value.isdigit():
-        raise ValueError(f"{ENV_AMX_MIN_ROWS}={value!r}: expected a row count >= 0")
+        raise ValueError(f"{variable}={value!r}: expected a row count >= 0")
     return int(value)
 
 
-AMX_MIN_ROWS = _amx_min_rows()
-if "avx512vnni" in _kernels.isa_names():
-    _kernels.set_small_m_ops(_kernels.IsaOps("avx512vnni"), AMX_MIN_ROWS)
+for _wide, _narrow, _variable, _measured in SMALL_M_FALLBACKS:
+    if _narrow in _kernels.isa_names():
+        _kernels.set_small_m_ops(_wide, _kernels.IsaOps(_narrow), _min_rows(_variable, _measured))
 
 
 def active_ops(rows: int | None = None) -> _kernels.IsaOps:

@@ -19,7 +19,8 @@ cdef extern from "_simd/dispatch.h" nogil:
         W8_ACT_GELU_TANH
         W8_ACT_SILU
     enum:
-        W8_CORR_NONE, W8_CORR_ROW, W8_CORR_COL
+        W8_CORR_NONE, W8_CORR_ROW, W8_CORR_COL, W8_CORR_NEG
+    bint W8_CORR_READS_ROWS(int corr)
 
     ctypedef struct w8_cpu_features:
         int sse41, avx2, fma, avx512f, avx512bw, avx512vl, avx512vnni, avxvnni

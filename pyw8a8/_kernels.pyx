@@ -118,11 +118,11 @@ cdef class IsaOps:
 
     def row_sums(self, int enc):
         """Whether the kernel of encoding `enc` needs the activations' prefix sums."""
-        return self.ops.corr[enc] == W8_CORR_ROW
+        return W8_CORR_READS_ROWS(self.ops.corr[enc])
 
     def activation_key(self, int enc):
         """Products whose keys are equal share one quantization of their activations."""
-        return (self.ops.a_flip[enc], self.ops.corr[enc] == W8_CORR_ROW)
+        return (self.ops.a_flip[enc], W8_CORR_READS_ROWS(self.ops.corr[enc]))
 
     def __repr__(self):
         return f"IsaOps({self.name!r})"
@@ -221,8 +221,7 @@ def leave_master_cpu(int cpu):
 # against 4 us with warm caches (AMX Xeon, 2 vCPUs; 15-20% of those calls).
 
 cdef IsaOps _process_ops = None   # set_isa, PYW8A8_ISA, or the CPU's best
-cdef IsaOps _small_m_ops = None   # what path "amx" runs below _small_m_rows rows
-cdef int64_t _small_m_rows = 0
+cdef dict _small_m = {}  # path name -> (the IsaOps it runs below `rows` rows, rows)
 # The path of a use_isa body: (IsaOps, exactly), for its thread and context only.
 cdef object _scoped_ops = contextvars.ContextVar("pyw8a8_isa", default=None)
 SCOPED_OPS = _scoped_ops
@@ -248,24 +247,24 @@ def set_process_ops(IsaOps ops):
     _process_ops = ops
 
 
-def set_small_m_ops(IsaOps ops, int64_t rows):
-    """Path "amx" runs products of fewer than `rows` activation rows on `ops` (None: no
-    fallback)."""
-    global _small_m_ops, _small_m_rows
-    _small_m_ops, _small_m_rows = ops, rows
+def set_small_m_ops(str name, IsaOps ops, int64_t rows):
+    """Path `name` runs products of fewer than `rows` activation rows on `ops`."""
+    _small_m[name] = (ops, rows)
 
 
 cpdef IsaOps call_ops(int64_t rows):
     """The path of a product with `rows` activation rows on the calling thread and context
-    (a use_isa body's, or the process-wide path); -1: not a product, so no fallback."""
+    (a use_isa body's, or the process-wide path, or its small-M fallback); -1: not a
+    product, so no fallback."""
     cdef IsaOps ops = _process_ops
     cdef bint exactly = False
     scoped = get_value(_scoped_ops, None)
     if scoped is not None:
         ops, exactly = scoped
-    if (0 <= rows < _small_m_rows and not exactly and _small_m_ops is not None
-            and ops.name == "amx"):
-        return _small_m_ops
+    if rows >= 0 and not exactly:
+        fallback = _small_m.get(ops.name)
+        if fallback is not None and rows < fallback[1]:
+            return fallback[0]
     return ops
 
 
@@ -605,7 +604,7 @@ cdef int64_t _run_product(IsaOps isa, const void *x, bint int8_input, int64_t M,
     p.nformats = 0
     for j in range(nw):
         w = <WeightPlan>weights[j].plan
-        flip, row_sums = ops.a_flip[w.enc], ops.corr[w.enc] == W8_CORR_ROW
+        flip, row_sums = ops.a_flip[w.enc], W8_CORR_READS_ROWS(ops.corr[w.enc])
         fmt_of[j] = -1
         for f in range(p.nformats):
             if p.fmt[f].flip == flip and p.fmt[f].row_sums == row_sums:

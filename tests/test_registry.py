@@ -21,7 +21,8 @@ X86 = platform.machine().lower() in ("x86_64", "amd64")
 ARM64 = platform.machine().lower() in ("aarch64", "arm64")
 # The registry's paths per architecture, most preferred first: the expectation that
 # dispatch.h and the internals page's table are both checked against.
-ARCH_PATHS = {"x86": ["amx", "avx512vnni", "avxvnni", "avx2"], "arm": ["neondot", "neon"]}
+ARCH_PATHS = {"x86": ["amx", "avx512vnni", "avxvnni", "avx2", "avx2_gemv"],
+              "arm": ["neondot", "neon"]}
 PORTABLE_PATHS = ["scalar", "scalar_u8s8"]
 
 
@@ -36,6 +37,7 @@ def _cpu_supports(name):
         "avx512vnni": avx512,
         "avxvnni": avx2 and f["avx_vnni"],
         "avx2": avx2,
+        "avx2_gemv": avx2,
         "neondot": f["asimd"] and f["asimddp"],
         "neon": f["asimd"],
         "scalar": True,

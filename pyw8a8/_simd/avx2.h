@@ -1,11 +1,24 @@
-/* AVX2 path for CPUs without VNNI.
+/* AVX2 paths for CPUs without VNNI: "avx2", and "avx2_gemv" for products of few rows.
  *
  * vpmaddubsw multiplies u8 by s8 and adds adjacent pairs with int16 saturation: with biased
  * weights (up to 255) times activations (up to 127) a pair reaches 64770 and saturates.
- * This path therefore works on signed values only, with the sign trick: |w| * sign(a, w)
- * equals a * w, and both factors are at most 127 in magnitude, so a pair is at most
- * 2 * 127 * 127 = 32258 < 32767: exact.  Biased weights are turned back into signed ones
- * with one XOR, so no compensation term is needed for either encoding. */
+ * Both paths therefore keep each factor's magnitude at most 128:
+ *
+ *   avx2, the sign trick: |w| * sign(a, w) equals a * w, both factors at most 127, so a
+ *   pair is at most 2 * 127 * 127 = 32258 < 32767: exact with no correction.  Biased
+ *   weights turn back into signed ones with one XOR.  vpsignb, vpmaddubsw and vpmaddwd all
+ *   run on the two vector pipes that multiply on Zen 2/3 (3 of the 4 instructions per 32
+ *   multiply-accumulates).
+ *
+ *   avx2_gemv, the flip trick: |a| times w with its bits flipped where a < 0 (~w = -w - 1),
+ *   which is a * w less |a| there; ~w lies in [-128, 126], so a pair is at most
+ *   2 * 127 * 128 = 32512: exact.  Its sums are a . w + sum(min(a, 0)), corrected per row
+ *   from the activations' prefix sums of their negative values (W8_CORR_NEG).  The flip is
+ *   a vpxor, which any vector pipe runs: 2 of 4 instructions on the multiplying pipes.
+ *   The row's vpabsb and vpcmpgtb are shared by its 4 B vectors, so this pays where the
+ *   B panels stream and the rows are few: measured on Zen 3 (2 threads, K x N = 1152 x
+ *   6912, 4096 x 4096, 640 x 2048) 1.3-2.0x "avx2" at M = 1, but 0.8x from M = 8, where
+ *   "avx2"'s 4 x 2 tile reads each B vector for 4 rows (_cpu.py's small-M fallback). */
 #ifndef PYW8A8_SIMD_AVX2_H
 #define PYW8A8_SIMD_AVX2_H
 
@@ -90,16 +103,62 @@ W8_AVX2 W8_INLINE void w8_avx2_store_float(float *p, __m256i sums, const w8_tile
     _mm256_storeu_ps(p, w8_avx2_scaled(sums, &fin->g, r, col));
 }
 
-/* 4 rows x 2 ymm (one panel): 8 accumulators, 2 B vectors and their absolute values, the
+/* avx2: 4 rows x 2 ymm (one panel): 8 accumulators, 2 B vectors and their absolute values, the
  * broadcast row and a product fill 14 of the 16 ymm registers. */
 #define W8_AVX2_MR 4
 #define W8_AVX2_NPANELS 1
 #define W8_UK(name) w8_avx2_##name
 #define W8_UK_TARGET W8_AVX2
 #define W8_UK_MR W8_AVX2_MR
+#define W8_UK_NVEC 2
+#define W8_UK_AVEC __m256i
+#define W8_UK_BCAST(p) _mm256_set1_epi32(w8_load_i32(p))
 #define W8_UK_LOAD_B(p, BIASED) w8_avx2_load_b(p, BIASED)
 #define W8_UK_PREP_B(b) _mm256_abs_epi8(b)
 #define W8_UK_DOT(acc, a, b, prep, BIASED) w8_avx2_dot(acc, a, b, prep)
+#include "ymm_traits.h"
+#include "ukernel.h"
+
+/* One A row's broadcast quad as w8_avx2gemv_dot reads it: its magnitudes, and the mask of its
+ * negative bytes (for signed weights) or that mask XOR 0x80 (for biased ones: the XOR that
+ * also turns them signed).  Each kernel uses one of the two masks; the other is dead code. */
+typedef struct {
+    __m256i mag, neg, neg_biased;
+} w8_avx2gemv_arow;
+
+W8_AVX2 W8_INLINE w8_avx2gemv_arow w8_avx2gemv_bcast(const uint8_t *p)
+{
+    const __m256i a = _mm256_set1_epi32(w8_load_i32(p));
+    const __m256i neg = _mm256_cmpgt_epi8(_mm256_setzero_si256(), a);
+    const w8_avx2gemv_arow row = {_mm256_abs_epi8(a), neg,
+                              _mm256_xor_si256(neg, _mm256_set1_epi8((char)0x80))};
+    return row;
+}
+
+/* acc + (a . b + sum(min(a, 0))) over each group of four bytes (the flip trick). */
+W8_AVX2 W8_INLINE __m256i w8_avx2gemv_dot(__m256i acc, w8_avx2gemv_arow a, __m256i b,
+                                          int biased)
+{
+    const __m256i flipped = _mm256_xor_si256(b, biased ? a.neg_biased : a.neg);
+    const __m256i pairs = _mm256_maddubs_epi16(a.mag, flipped);
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+
+/* avx2_gemv: 2 rows x 4 ymm (two panels): 8 accumulators, 4 B vectors, the row's
+ * magnitudes and mask and a product fill 15 of the 16 ymm registers.  Each row's
+ * broadcast, vpabsb and vpcmpgtb serve 4 multiplies (at M = 1 this tile ran 1.3x a 4 x 2
+ * one with the same arithmetic, and 3 x 4 was no faster). */
+#define W8_AVX2GEMV_MR 2
+#define W8_AVX2GEMV_NPANELS 2
+#define W8_UK(name) w8_avx2gemv_##name
+#define W8_UK_TARGET W8_AVX2
+#define W8_UK_MR W8_AVX2GEMV_MR
+#define W8_UK_NVEC 4
+#define W8_UK_AVEC w8_avx2gemv_arow
+#define W8_UK_BCAST(p) w8_avx2gemv_bcast(p)
+#define W8_UK_LOAD_B(p, BIASED) _mm256_loadu_si256((const __m256i *)(p))
+#define W8_UK_PREP_B(b) (b)
+#define W8_UK_DOT(acc, a, b, prep, BIASED) w8_avx2gemv_dot(acc, a, b, BIASED)
 #include "ymm_traits.h"
 #include "ukernel.h"
 
@@ -131,10 +190,6 @@ W8_AVX2 W8_INLINE __m256 w8_avx2_fwht8(__m256 v)
 #define W8_FW_NARROW(x, n) w8_scalar_fwht(x, n)
 #include "fwht_driver.h"
 
-/* Sign hash of 16 positions per 16-bit-lane register (vpmullw, not the slow 32-bit
- * vpmulld).  Lanes hold positions in the order 0-3, 8-11 | 4-7, 12-15, which is the order
- * that vpunpcklwd / vpunpckhwd (interleaving within 128-bit halves) turn into the float
- * sign masks of positions 0-7 and 8-15. */
 /* w8_prefix_sums_fn: each 64-byte chunk's signed sum from vpsadbw, which adds unsigned
  * bytes, over the bytes XOR (flip ^ 0x80), i.e. the signed values + 128, less 64 * 128:
  * 11 instructions a chunk where the compiler's SSE2 loop of the reference took three times
@@ -161,6 +216,34 @@ W8_AVX2 static void w8_avx2_prefix_sums(const uint8_t *q, int64_t Kp, uint8_t fl
     }
 }
 
+/* w8_prefix_sums_fn of W8_CORR_NEG: each 64-byte chunk's sum of min(v, 0) through
+ * vpsadbw over |min(v, 0)| (at most 128: an unsigned byte). */
+W8_AVX2 static void w8_avx2_negative_prefix_sums(const uint8_t *q, int64_t Kp, uint8_t flip,
+                                                 int32_t *psum)
+{
+    const __m256i vflip = _mm256_set1_epi8((char)flip);
+    const __m256i zero = _mm256_setzero_si256();
+    int32_t total = 0;
+    psum[0] = 0;
+    for (int64_t c = 0; c < Kp / W8_KPAD; c++) {
+        const __m256i lo = _mm256_xor_si256(
+            _mm256_loadu_si256((const __m256i *)(q + c * W8_KPAD)), vflip);
+        const __m256i hi = _mm256_xor_si256(
+            _mm256_loadu_si256((const __m256i *)(q + c * W8_KPAD + 32)), vflip);
+        const __m256i s = _mm256_add_epi64(
+            _mm256_sad_epu8(_mm256_abs_epi8(_mm256_min_epi8(lo, zero)), zero),
+            _mm256_sad_epu8(_mm256_abs_epi8(_mm256_min_epi8(hi, zero)), zero));
+        const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(s),
+                                         _mm256_extracti128_si256(s, 1));
+        total -= (int32_t)(_mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1));
+        psum[c + 1] = total;
+    }
+}
+
+/* Sign hash of 16 positions per 16-bit-lane register (vpmullw, not the slow 32-bit
+ * vpmulld).  Lanes hold positions in the order 0-3, 8-11 | 4-7, 12-15, which is the order
+ * that vpunpcklwd / vpunpckhwd (interleaving within 128-bit halves) turn into the float
+ * sign masks of positions 0-7 and 8-15. */
 W8_AVX2 static void w8_avx2_sign_scale(const float *x, float *y, int64_t n, uint32_t pos,
                                        uint32_t seed, float c)
 {
@@ -244,7 +327,7 @@ W8_AVX2 static void w8_avx2_quantize(const float *x, int64_t n, float inv, uint8
     w8_scalar_quantize(x + i, n - i, inv, flip, q + i);
 }
 
-/* The instruction peak of this path's inner step: vpsignb + vpmaddubsw + vpmaddwd + vpaddd
+/* The instruction peak of avx2's inner step: vpsignb + vpmaddubsw + vpmaddwd + vpaddd
  * (32 MACs).  Each chain's accumulator is also its activation operand, so none of the four
  * instructions is loop-invariant (with constant operands the compiler hoists all but the
  * vpaddd). */
@@ -255,6 +338,19 @@ W8_AVX2 W8_INLINE __m256i w8_avx2_peak_step(__m256i x, __m256i abs_b, __m256i b)
 
 W8_PEAK_FN(w8_avx2_peak, W8_AVX2, __m256i, _mm256_abs_epi8(_mm256_set1_epi8((char)(*sink | 3))),
            _mm256_set1_epi8((char)(*sink | 3)), _mm256_set1_epi32, w8_avx2_peak_step,
+           _mm256_add_epi32, _mm256_cvtsi256_si32, 32)
+/* The instruction peak of avx2_gemv's inner step: vpxor + vpmaddubsw + vpmaddwd + vpaddd
+ * (32 MACs).  Each chain's accumulator is also its mask operand, so none of the four
+ * instructions is loop-invariant (with constant operands the compiler hoists all but the
+ * vpaddd). */
+W8_AVX2 W8_INLINE __m256i w8_avx2gemv_peak_step(__m256i x, __m256i mag, __m256i b)
+{
+    const __m256i pairs = _mm256_maddubs_epi16(mag, _mm256_xor_si256(b, x));
+    return _mm256_add_epi32(x, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+
+W8_PEAK_FN(w8_avx2gemv_peak, W8_AVX2, __m256i, _mm256_set1_epi8((char)((*sink | 3) & 0x7F)),
+           _mm256_set1_epi8((char)(*sink | 3)), _mm256_set1_epi32, w8_avx2gemv_peak_step,
            _mm256_add_epi32, _mm256_cvtsi256_si32, 32)
 #endif
 #endif

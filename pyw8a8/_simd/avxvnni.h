@@ -24,6 +24,9 @@ W8_AVXVNNI W8_INLINE __m256i w8_avxvnni_dot(__m256i acc, __m256i a, __m256i b, i
 #define W8_UK(name) w8_avxvnni_##name
 #define W8_UK_TARGET W8_AVXVNNI
 #define W8_UK_MR W8_AVXVNNI_MR
+#define W8_UK_NVEC 2
+#define W8_UK_AVEC __m256i
+#define W8_UK_BCAST(p) _mm256_set1_epi32(w8_load_i32(p))
 #define W8_UK_LOAD_B(p, BIASED) _mm256_loadu_si256((const __m256i *)(p))
 #define W8_UK_PREP_B(b) (b)
 #define W8_UK_DOT(acc, a, b, prep, BIASED) w8_avxvnni_dot(acc, a, b, BIASED)

@@ -88,8 +88,14 @@ W8_INLINE int32_t w8_load_i32(const uint8_t *p)
 /* How the exact int32 sums are corrected before scaling.
  * The u8 x s8 instructions (vpdpbusd, AMX tdpbusd) need one operand shifted by +128:
  *   W8_CORR_ROW: weights stored biased (q + 128): subtract 128 * sum_k qa[m, k];
- *   W8_CORR_COL: weights signed, activations shifted: subtract 128 * sum_k qw[n, k]. */
-enum { W8_CORR_NONE = 0, W8_CORR_ROW = 1, W8_CORR_COL = 2 };
+ *   W8_CORR_COL: weights signed, activations shifted: subtract 128 * sum_k qw[n, k].
+ * AVX2's vpmaddubsw multiplies |qa| by the weight with its bits flipped where qa < 0
+ * (avx2.h), which is qa * qw less |qa| there:
+ *   W8_CORR_NEG: subtract the sum of the row's negative values, sum_k min(qa[m, k], 0). */
+enum { W8_CORR_NONE = 0, W8_CORR_ROW = 1, W8_CORR_COL = 2, W8_CORR_NEG = 3 };
+
+/* Whether a correction reads the activation rows' prefix sums. */
+#define W8_CORR_READS_ROWS(corr) ((corr) == W8_CORR_ROW || (corr) == W8_CORR_NEG)
 
 /* Where a product's result goes. */
 enum { W8_OUT_F32 = 0, W8_OUT_I32 = 1, W8_OUT_I64 = 2 };
@@ -174,9 +180,10 @@ typedef int (*w8_absmax_fn)(const float *x, int64_t n, float *amax);
 /* Quantize n floats: q[i] = clamp(rint(x[i] * inv), -127, 127), XOR `flip` (0 or 0x80). */
 typedef void (*w8_quantize_fn)(const float *x, int64_t n, float inv, uint8_t flip, uint8_t *q);
 
-/* The Kp / 64 + 1 prefix sums of a row's signed values (bytes XOR flip) over 64-element
- * chunks: the compensation term of the +128 encodings (quant.h's w8_prefix_sums is the
- * reference). */
+/* The Kp / 64 + 1 prefix sums over 64-element chunks of what the path's row correction
+ * reads, from a row's bytes XOR flip (its signed values): the values themselves for
+ * W8_CORR_ROW (quant.h's w8_prefix_sums is the reference), their negative parts for
+ * W8_CORR_NEG (w8_negative_prefix_sums). */
 typedef void (*w8_prefix_sums_fn)(const uint8_t *q, int64_t Kp, uint8_t flip, int32_t *psum);
 
 /* FWHT: x <- H x in place, n a power of two (n = 1 leaves x unchanged). */

@@ -118,6 +118,19 @@ static const w8_isa_ops w8_isas[] = {
      .prefix_sums = w8_avx2_prefix_sums, .fwht = w8_avx2_fwht,
      .fwht_signed = w8_avx2_fwht_signed,
      .sign_scale = w8_avx2_sign_scale, .peak = w8_avx2_peak, .supported = w8_avx2_supported},
+    /* |a| by the weight flipped where a < 0, for few rows (avx2's small-M fallback, _cpu.py):
+     * the negatives' correction for either encoding. */
+    {.name = "avx2_gemv", .mr = W8_AVX2GEMV_MR, .npanels = W8_AVX2GEMV_NPANELS,
+     .ukernel = {w8_avx2gemv_ukernel_biased, w8_avx2gemv_ukernel_signed},
+     .ukernel_f32 = {w8_avx2gemv_ukernel_f32_biased, w8_avx2gemv_ukernel_f32_signed},
+     .corr = {W8_CORR_NEG, W8_CORR_NEG}, .a_flip = {0, 0},
+     .auto_encoding = W8_ENC_BIASED, .epilogue = w8_avx2gemv_epilogue,
+     .act_tile = w8_avx2_act_tile,
+     .absmax = w8_avx2_absmax, .quantize = w8_avx2_quantize,
+     .prefix_sums = w8_avx2_negative_prefix_sums, .fwht = w8_avx2_fwht,
+     .fwht_signed = w8_avx2_fwht_signed,
+     .sign_scale = w8_avx2_sign_scale, .peak = w8_avx2gemv_peak,
+     .supported = w8_avx2_supported},
 #endif
 #if defined(W8_ARM64)
     /* sdot is signed by signed: no compensation, and signed weights need no XOR. */

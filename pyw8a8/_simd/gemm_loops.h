@@ -29,7 +29,7 @@ typedef struct w8_gemm_plan_s {
     const uint8_t *a;        /* quantized activations, M rows of Kp bytes (stride lda), in
                                 a buffer of M rounded up to W8_A_ROW_PAD rows */
     int64_t lda;
-    const int32_t *a_psum;   /* M x (Kp/64 + 1) prefix sums, for W8_CORR_ROW */
+    const int32_t *a_psum;   /* M x (Kp/64 + 1) prefix sums, for W8_CORR_ROW / NEG */
     const uint8_t *b;        /* packed weight panels */
     const int32_t *b_psum;   /* Np x (Kp/64 + 1) prefix sums, for W8_CORR_COL */
     const float *a_scale;    /* M, for W8_OUT_F32 */
@@ -47,13 +47,13 @@ typedef struct w8_gemm_plan_s {
     int64_t kc, mc, nc;      /* blocking: kc multiple of 64, mc of mr, nc of 16 */
 } w8_gemm_plan;
 
-/* 128 * (the sum of the signed values over [k0, k1)) of row `row` of a prefix-sum table,
- * modulo 2^32: the compensation of the +128 encodings over that K-range. */
+/* factor * (the sum over [k0, k1) of row `row` of a prefix-sum table), modulo 2^32: the
+ * compensation over that K-range (128 for the +128 encodings, 1 for W8_CORR_NEG). */
 static inline int32_t w8_compensation(const int32_t *psum, int64_t Kp, int64_t row,
-                                      int64_t k0, int64_t k1)
+                                      int64_t k0, int64_t k1, uint32_t factor)
 {
     const int32_t *ps = psum + row * (Kp / W8_KPAD + 1);
-    return (int32_t)(128u * ((uint32_t)ps[k1 / W8_KPAD] - (uint32_t)ps[k0 / W8_KPAD]));
+    return (int32_t)(factor * ((uint32_t)ps[k1 / W8_KPAD] - (uint32_t)ps[k0 / W8_KPAD]));
 }
 
 /* The corrections of a rows x cols tile at (m, n) over [k0, k1); NULL when none. */
@@ -63,13 +63,14 @@ static void w8_tile_corrections(const w8_gemm_plan *g, int64_t m, int rows, int6
 {
     const int corr = g->ops->corr[g->enc];
     *rc = *cc = NULL;
-    if (corr == W8_CORR_ROW) {
+    if (W8_CORR_READS_ROWS(corr)) {
+        const uint32_t factor = corr == W8_CORR_NEG ? 1 : 128;
         for (int r = 0; r < rows; r++)
-            row_corr[r] = w8_compensation(g->a_psum, g->Kp, m + r, k0, k1);
+            row_corr[r] = w8_compensation(g->a_psum, g->Kp, m + r, k0, k1, factor);
         *rc = row_corr;
     } else if (corr == W8_CORR_COL) {
         for (int j = 0; j < cols; j++)
-            col_corr[j] = w8_compensation(g->b_psum, g->Kp, n + j, k0, k1);
+            col_corr[j] = w8_compensation(g->b_psum, g->Kp, n + j, k0, k1, 128);
         *cc = col_corr;
     }
 }

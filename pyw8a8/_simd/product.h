@@ -35,7 +35,7 @@
 /* The activation rows as the kernels of one weight encoding read them. */
 typedef struct {
     uint8_t flip;  /* XOR applied to the signed bytes (the +128 shift of W8_CORR_COL) */
-    int row_sums;  /* whether its kernels need the rows' prefix sums (W8_CORR_ROW) */
+    int row_sums;  /* whether its kernels need the rows' prefix sums (W8_CORR_ROW / NEG) */
     uint8_t *q;    /* Mp x Kp bytes */
     int32_t *psum; /* M x (Kp / 64 + 1), when row_sums */
 } w8_row_format;
@@ -68,7 +68,7 @@ static inline uint8_t w8_prepare_row(const w8_product *p, int64_t i, float *rot)
     uint8_t *q = f0->q + i * p->Kp;
     int32_t *psum = f0->row_sums ? f0->psum + i * np1 : NULL;
     if (p->int8_input) {
-        w8_load_int8_row((const int8_t *)p->x + i * p->K, p->K, p->Kp, f0->flip, q, psum);
+        w8_load_int8_row(p->ops, (const int8_t *)p->x + i * p->K, p->K, p->Kp, f0->flip, q, psum);
     } else {
         const float *x = (const float *)p->x + i * p->K;
         const int bad = p->block

@@ -24,19 +24,37 @@ static inline void w8_prefix_sums(const uint8_t *q, int64_t Kp, uint8_t flip, in
     }
 }
 
-/* An already quantized row of K int8 values in [-127, 127] as the kernels read it: its
- * bytes XOR flip, zero padding to Kp, and (psum != NULL) its prefix sums. */
-static inline void w8_load_int8_row(const int8_t *x, int64_t K, int64_t Kp, uint8_t flip,
-                                    uint8_t *q, int32_t *psum)
+/* The Kp / 64 + 1 prefix sums of a row's negative values, min(v, 0) of each signed value
+ * v (bytes XOR flip), over 64-element chunks: the W8_CORR_NEG compensation over any
+ * K-range. */
+static inline void w8_negative_prefix_sums(const uint8_t *q, int64_t Kp, uint8_t flip,
+                                           int32_t *psum)
+{
+    psum[0] = 0;
+    for (int64_t c = 0; c < Kp / W8_KPAD; c++) {
+        int32_t s = 0;
+        const uint8_t *chunk = q + c * W8_KPAD;
+        for (int j = 0; j < W8_KPAD; j++) {
+            const int8_t v = (int8_t)(chunk[j] ^ flip);
+            s += v < 0 ? v : 0;
+        }
+        psum[c + 1] = psum[c] + s;
+    }
+}
+
+/* An already quantized row of K int8 values in [-127, 127] as the kernels of path `ops`
+ * read it: its bytes XOR flip, zero padding to Kp, and (psum != NULL) its prefix sums. */
+static inline void w8_load_int8_row(const w8_isa_ops *ops, const int8_t *x, int64_t K,
+                                    int64_t Kp, uint8_t flip, uint8_t *q, int32_t *psum)
 {
     for (int64_t i = 0; i < K; i++) q[i] = (uint8_t)x[i] ^ flip;
     memset(q + K, flip, (size_t)(Kp - K));
-    if (psum) w8_prefix_sums(q, Kp, flip, psum);
+    if (psum) ops->prefix_sums(q, Kp, flip, psum);
 }
 
 /* Quantize one row of K floats into Kp bytes (zero padding beyond K), with the scale
- * max|x| / 127 (0 for a zero row) and, when psum != NULL, the Kp / 64 + 1 prefix sums of the
- * signed values over 64-element chunks (the compensation term of the +128 encodings).
+ * max|x| / 127 (0 for a zero row) and, when psum != NULL, the Kp / 64 + 1 prefix sums its
+ * row correction reads (w8_prefix_sums_fn).
  * Returns 1, writing nothing, if the row holds NaN or Inf. */
 static inline int w8_quantize_row(const w8_isa_ops *ops, const float *x, int64_t K, int64_t Kp,
                            uint8_t flip, uint8_t *q, float *scale, int32_t *psum)

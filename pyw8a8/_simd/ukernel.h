@@ -93,7 +93,8 @@ W8_UK_TARGET W8_INLINE void W8_UK(tile)(const int ROWS, const int NVEC, int64_t 
 }
 
 /* The row count of a call as a constant: one inlined tile per count up to W8_UK_MR (the
- * `if`s drop the counts beyond it, which no call asks for). */
+ * `if`s drop the counts beyond it, which no call asks for: a 4-row tile of the 2-row
+ * avx2_gemv kernel would only spill). */
 W8_UK_TARGET W8_INLINE void W8_UK(tile_rows)(int rows, const int NVEC, int64_t kq,
                                              const uint8_t *a, int64_t lda, const uint8_t *b,
                                              int64_t ps, int32_t *c, int64_t ldc,
@@ -118,13 +119,16 @@ W8_UK_TARGET W8_INLINE void W8_UK(tile_rows)(int rows, const int NVEC, int64_t k
             W8_UK(tile)(5, NVEC, kq, a, lda, b, ps, c, ldc, accumulate, BIASED, FINISH, fin);
         break;
     case 4:
-        W8_UK(tile)(4, NVEC, kq, a, lda, b, ps, c, ldc, accumulate, BIASED, FINISH, fin);
+        if (W8_UK_MR >= 4)
+            W8_UK(tile)(4, NVEC, kq, a, lda, b, ps, c, ldc, accumulate, BIASED, FINISH, fin);
         break;
     case 3:
-        W8_UK(tile)(3, NVEC, kq, a, lda, b, ps, c, ldc, accumulate, BIASED, FINISH, fin);
+        if (W8_UK_MR >= 3)
+            W8_UK(tile)(3, NVEC, kq, a, lda, b, ps, c, ldc, accumulate, BIASED, FINISH, fin);
         break;
     case 2:
-        W8_UK(tile)(2, NVEC, kq, a, lda, b, ps, c, ldc, accumulate, BIASED, FINISH, fin);
+        if (W8_UK_MR >= 2)
+            W8_UK(tile)(2, NVEC, kq, a, lda, b, ps, c, ldc, accumulate, BIASED, FINISH, fin);
         break;
     default:
         W8_UK(tile)(1, NVEC, kq, a, lda, b, ps, c, ldc, accumulate, BIASED, FINISH, fin);

@@ -40,15 +40,23 @@ _DOT_STEPS = {
                        f"vpmaddubsw %ymm{8 + i % 4}, %ymm13, %ymm{8 + i % 4}",
                        f"vpmaddwd %ymm12, %ymm{8 + i % 4}, %ymm{8 + i % 4}",
                        f"vpaddd %ymm{8 + i % 4}, %ymm{i % 8}, %ymm{i % 8}"],
+    "avx2_gemv": lambda i: [f"vpxor %ymm15, %ymm14, %ymm{8 + i % 4}",
+                            f"vpmaddubsw %ymm{8 + i % 4}, %ymm13, %ymm{8 + i % 4}",
+                            f"vpmaddwd %ymm12, %ymm{8 + i % 4}, %ymm{8 + i % 4}",
+                            f"vpaddd %ymm{8 + i % 4}, %ymm{i % 8}, %ymm{i % 8}"],
 }
 
 # Paths whose inner loops llvm-mca can model: (registry name, C prefix, dot mnemonic,
 # llvm-mca CPU).  icelake-server models zmm vpdpbusd as measured on Sapphire Rapids (2 per
-# cycle); it has no AVX-VNNI, whose VEX form alderlake models.  AMX tile instructions are
-# not modelled by llvm-mca at all (see docs/guide/performance.md for their arithmetic).
+# cycle); it has no AVX-VNNI, whose VEX form alderlake models.  The AVX2 paths run on CPUs
+# without VNNI: Zen 3 (znver3) and Skylake.  AMX tile instructions are not modelled by
+# llvm-mca at all (see docs/guide/performance.md for their arithmetic).
 MCA_PATHS = [("avx512vnni", "w8_avx512", "vpdpbusd", "icelake-server"),
              ("avxvnni", "w8_avxvnni", "vpdpbusd", "alderlake"),
-             ("avx2", "w8_avx2", "vpmaddubsw", "icelake-server")]
+             ("avx2", "w8_avx2", "vpmaddubsw", "znver3"),
+             ("avx2", "w8_avx2", "vpmaddubsw", "skylake"),
+             ("avx2_gemv", "w8_avx2gemv", "vpmaddubsw", "znver3"),
+             ("avx2_gemv", "w8_avx2gemv", "vpmaddubsw", "skylake")]
 
 
 def _simd_dir():
@@ -260,8 +268,9 @@ def print_crossover(wide, narrow, rounds, min_time, k=2048, n=2048):
         print(f"| {m} | {t_wide * 1e6:.1f} | {t_narrow * 1e6:.1f} | {t_narrow / t_wide:.2f}x |")
     print(f"{wide} is faster from M = {start} on" if start is not None else
           f"{wide} is never faster at every larger M")
-    if (wide, narrow) == ("amx", "avx512vnni") and start is not None:
-        print(f"(set PYW8A8_AMX_MIN_ROWS={start}, or _cpu's default, to this)")
+    variables = {(w, n): v for w, n, v, _ in _cpu.SMALL_M_FALLBACKS}
+    if (wide, narrow) in variables and start is not None:
+        print(f"(set {variables[wide, narrow]}={start}, or _cpu's default, to this)")
     return start
 
 
