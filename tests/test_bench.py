@@ -1,4 +1,5 @@
 """The benchmark command's helpers (its timings are not asserted: speed is shown by running it)."""
+import re
 import sys
 
 import numpy as np
@@ -217,6 +218,16 @@ def test_ffn_contenders_return_the_block_and_are_timed():
     assert all(t > 0 for t in times.values())
 
 
+def test_ffn_table_has_an_xnnpack_column_where_it_was_timed():
+    from pyw8a8.tools import ffn_bench
+    rows = [((64, 640, 2048), {"numpy f32": 4e-3, "pyw8a8 unfused": 2e-3, "pyw8a8 fused": 1e-3,
+                               "xnnpack int8": 2e-3})]
+    header, _, line = ffn_bench.format_rows(rows)
+    assert "| xnnpack int8 ms |" in header and "| xnnpack vs numpy |" in header
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[6] == "2.000" and cells[9] == "2.00x"
+
+
 def test_ffn_table_reports_ratios_to_numpy_and_the_fusion_gain():
     from pyw8a8.tools import ffn_bench
     rows = [((64, 640, 2048), {"numpy f32": 4e-3, "pyw8a8 unfused": 2e-3, "pyw8a8 fused": 1e-3,
@@ -235,3 +246,36 @@ def test_info_help_is_its_own(capsys):
     out = capsys.readouterr().out
     assert out.startswith("usage: python -m pyw8a8 info") and "--isa" in out
     assert "--ffn" not in out and "--torch" not in out and "--shapes" not in out
+
+
+def test_rotation_cost_comes_with_its_spread_over_rounds(capsys):
+    """The rotated product's extra time is one ratio per round (both products back to back
+    within it), sorted, and the table gives the median with the lowest and highest round."""
+    isa = pyw8a8.isa()
+    rows = bench.rotated_matmul_cost(isa, rounds=3, min_time=0.001)
+    assert [shape for shape, _ in rows] == bench.ROTATION_SHAPES
+    assert any(m == 8 for (m, _, _), _ in rows)
+    for _, extra in rows:
+        assert len(extra) == 3 and extra == sorted(extra) and all(e > -1 for e in extra)
+    bench.print_rotation(isa, rounds=3, min_time=0.001)
+    out = capsys.readouterr().out
+    assert "median of the rounds | lowest to highest round |" in out
+    assert re.search(r"^\| 8 \| 2048 \| 2048 \| [+-]\d+\.\d% \| [+-]\d+\.\d% to [+-]\d+\.\d% \|$",
+                     out, flags=re.M)
+
+
+def test_summary_says_plainly_where_a_peer_is_faster():
+    names = ["numpy f32", "pyw8a8 avx2", "pyw8a8 avx2 rotated", "onnxruntime int8",
+             "torch fbgemm", "torch x86"]
+    rows = [((1, 640, 2048), {"numpy f32": 30, "pyw8a8 avx2": 100, "pyw8a8 avx2 rotated": 90,
+                              "onnxruntime int8": 50, "torch fbgemm": 20, "torch x86": 25}),
+            ((64, 4096, 4096), {"numpy f32": 80, "pyw8a8 avx2": 150, "pyw8a8 avx2 rotated": 140,
+                                "onnxruntime int8": 120, "torch fbgemm": 200, "torch x86": 180})]
+    plain, rotated = bench.summary_lines(bench.table_header(names), rows, ["avx2"])
+    assert plain == ("pyw8a8 (rotation off): 0.75-2.00x the best int8 peer; slower than a "
+                     "peer at 1 of 2 shapes: 64x4096x4096 (torch int8 (fbgemm) 1.33x faster)")
+    assert rotated.startswith("pyw8a8 avx2 rotated: 0.70-1.80x the best int8 peer; slower")
+    ahead = [(shape, {**g, "torch fbgemm": 1, "torch x86": 1}) for shape, g in rows]
+    assert bench.summary_lines(bench.table_header(names), ahead, ["avx2"])[0].endswith(
+        "ahead of every peer at every shape")
+    assert bench.summary_lines(bench.table_header(names[:3]), rows, ["avx2"]) == []

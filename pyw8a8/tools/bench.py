@@ -21,7 +21,7 @@ from ..matmul import matmul
 from ..packing import pack_weight
 from ..rotation import fwht
 from . import dask_bench, ffn_bench, peers, proxies, torch_bench, toy_transformer
-from .measure import isolated, measure
+from .measure import isolated, measure, measure_rounds
 
 SHAPES = [(1, 1152, 6912), (8, 1152, 6912), (64, 1152, 6912), (256, 1152, 6912),
           (1024, 2048, 640), (1, 4096, 4096), (64, 4096, 4096), (1, 640, 2048),
@@ -140,7 +140,7 @@ def read_bandwidth_gbs(nthreads, nbytes=1 << 30, rounds=5):
 
 
 FWHT_KIB = (384, 512)  # L2-resident transforms (per-core L2 of 512 KiB or more)
-ROTATION_SHAPES = [(1, 2048, 2048), (64, 2048, 2048), (256, 2048, 2048)]
+ROTATION_SHAPES = [(1, 2048, 2048), (8, 2048, 2048), (64, 2048, 2048), (256, 2048, 2048)]
 
 
 def fwht_vs_copy(rounds, calls=16, block=128, k=2048):
@@ -185,16 +185,19 @@ def rotated_matmul_cost(isa, rounds, min_time):
 
     Returns
     -------
-    list of ((M, K, N), relative extra time of the rotated product)
+    list of ((M, K, N), the rotated product's extra time in each round, sorted): the
+    ratio of the two products' times within a round, less 1
     """
     rng = np.random.default_rng(1)
     rows = []
     for m, k, n in ROTATION_SHAPES:
         x = rng.standard_normal((m, k)).astype(np.float32)
         w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
-        times = measure({"plain": _pyw8a8(x, w, isa, rotate=False),
-                         "rotated": _pyw8a8(x, w, isa, rotate=True)}, rounds, min_time)
-        rows.append(((m, k, n), times["rotated"] / times["plain"] - 1))
+        times = measure_rounds({"plain": _pyw8a8(x, w, isa, rotate=False),
+                                "rotated": _pyw8a8(x, w, isa, rotate=True)},
+                               rounds, min_time)
+        rows.append(((m, k, n), sorted(r / p - 1 for r, p in zip(times["rotated"],
+                                                                 times["plain"]))))
     return rows
 
 
@@ -207,10 +210,12 @@ def print_rotation(isa, rounds, min_time):
         print(f"| ({kib * 256 // 2048}, 2048) float32, {kib} KiB | {f:.1f} | {c:.1f} | "
               f"{100 * f / c:.0f}% |")
     print("\n| M | K | N | time of the rotated product over the plain one (block 128; "
-          "+: the rotation costs) |")
-    print("|---|---|---|---|")
+          "+: the rotation costs), median of the rounds | lowest to highest round |")
+    print("|---|---|---|---|---|")
     for (m, k, n), extra in rotated_matmul_cost(isa, rounds, min_time):
-        print(f"| {m} | {k} | {n} | {100 * extra:+.1f}% |")
+        print(f"| {m} | {k} | {n} | {100 * statistics.median(extra):+.1f}% | "
+              f"{100 * extra[0]:+.1f}% to {100 * extra[-1]:+.1f}% |")
+    print("(each round times both products back to back; the spread is the machine's noise)")
 
 
 def _machine_info():
@@ -329,6 +334,39 @@ def format_table(header, rows, isas, peaks=None, bandwidth=None, fp32_peak=None)
                 cells.append("")
         out.append("| " + " | ".join(cells) + " |")
     return out
+
+
+def summary_lines(header, rows, isas):
+    """The table's verdict in plain words: for the fastest pyw8a8 path (rotation off) and
+    the rotated contender, the range of their ratios to the best int8 peer and every shape
+    where a peer is faster, named with that peer and its lead; [] without peers."""
+    rotated = [h for h in header[4:] if h.startswith("pyw8a8 ") and h.endswith(ROTATED)]
+    peer_names = [h for h in header[4:] if not h.startswith("pyw8a8 ")]
+    if not peer_names:
+        return []
+    contenders = [("pyw8a8 (rotation off)", lambda g: max(g[f"pyw8a8 {i}"] for i in isas))]
+    if rotated:
+        contenders.append((rotated[0], lambda g: g[rotated[0]]))
+    lines = []
+    for what, pick in contenders:
+        ratios, behind = [], []
+        for (m, k, n), gops in rows:
+            peers_here = [(v, p + label) for v, label, p in
+                          ((*_cell(gops, p), p) for p in peer_names) if v is not None]
+            if not peers_here:
+                continue
+            best, name = max(peers_here)
+            ratio = pick(gops) / best
+            ratios.append(ratio)
+            if ratio < 1:
+                behind.append(f"{m}x{k}x{n} ({name} {1 / ratio:.2f}x faster)")
+        if not ratios:
+            continue
+        span = f"{min(ratios):.2f}-{max(ratios):.2f}x the best int8 peer"
+        lines.append(f"{what}: {span}; " + (
+            f"slower than a peer at {len(behind)} of {len(ratios)} shapes: "
+            + ", ".join(behind) if behind else "ahead of every peer at every shape"))
+    return lines
 
 
 #: How far a contender timed beside the others may be from it timed alone.
@@ -569,6 +607,8 @@ def _table_main(args, isas, shapes, with_peers, rotated=True):
     rows = run_table(shapes, names, args.rounds, args.min_time)
     print(f"\n{GOPS_NOTE}; {nthreads} threads")
     for line in format_table(table_header(names), rows, isas, peaks, bandwidth, fp32_peak):
+        print(line)
+    for line in summary_lines(table_header(names), rows, isas):
         print(line)
     with _cpu.use_isa(isas[0]):
         print_rotation(isas[0], args.rounds, args.min_time)

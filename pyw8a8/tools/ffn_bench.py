@@ -1,11 +1,13 @@
 """``bench --ffn``: the gated FFN block of Gemma, Llama and Mistral,
-``gelu_tanh(x @ Wg.T) * (x @ Wu.T)``, timed side by side four ways:
+``gelu_tanh(x @ Wg.T) * (x @ Wu.T)``, timed side by side:
 
 * numpy float32: two products, then the tanh-GELU and the product in numpy;
 * pyw8a8 unfused: ``matmul_pair`` (one quantized activation for both products), then the
   same numpy;
 * pyw8a8 fused: ``matmul_pair(..., glu="gelu_tanh")``, the activation and the product done
   on each tile as it is finished, one output array;
+* xnnpack int8 (where LiteRT is installed): one LiteRT graph, two FULLY_CONNECTED layers
+  as the bench table's XNNPACK contender, GELU (tanh form) and MUL, through XNNPACK;
 * torch int8 (where torch is installed): two dynamic int8 Linears and
   ``F.gelu(approximate="tanh")``, on the fastest of torch's engines.
 
@@ -82,11 +84,22 @@ def _torch(x, wg, wu, engine):
     return run
 
 
+#: The XNNPACK contender (LiteRT's interpreter), where ai-edge-litert is installed.
+XNNPACK = "xnnpack int8"
+
+
+def _xnnpack(x, wg, wu):
+    return peers.xnnpack_ffn(x, wg, wu, gelu_tanh_times(x @ wg.T, x @ wu.T))
+
+
 def contender_names(with_peers=True):
-    """numpy float32, pyw8a8 unfused and fused, then (`with_peers`) torch int8 on each of
-    its engines where torch is installed."""
+    """numpy float32, pyw8a8 unfused and fused, then (`with_peers`) XNNPACK where LiteRT is
+    installed and torch int8 on each of its engines where torch is."""
     names = ["numpy f32", "pyw8a8 unfused", "pyw8a8 fused"]
-    return names + [f"torch {e}" for e in (peers.torch_engines() or ()) if with_peers]
+    if not with_peers:
+        return names
+    names += [XNNPACK] if peers.xnnpack_available() else []
+    return names + [f"torch {e}" for e in (peers.torch_engines() or ())]
 
 
 def build_contender(name, m, k, n):
@@ -97,6 +110,8 @@ def build_contender(name, m, k, n):
     kind, _, detail = name.partition(" ")
     if kind == "torch":
         return _torch(x, wg, wu, detail)
+    if kind == "xnnpack":
+        return _xnnpack(x, wg, wu)
     if kind == "pyw8a8":
         return _pyw8a8(x, wg, wu, fused=detail == "fused")
     return _numpy_f32(x, wg, wu)
@@ -122,16 +137,20 @@ def format_rows(rows):
     float32 (its time over theirs) and the fused block's against the unfused one; torch
     is its fastest engine, named."""
     torch_cols = any(name.startswith("torch ") for _, times in rows for name in times)
+    xnnpack_cols = any(XNNPACK in times for _, times in rows)
     cols = ["M", "K", "N", "numpy f32 ms", "pyw8a8 unfused ms", "pyw8a8 fused ms"]
-    cols += ["torch int8 ms"] * torch_cols
-    cols += ["unfused vs numpy", "fused vs numpy"] + ["torch vs numpy"] * torch_cols
-    cols += ["fused vs unfused"]
+    cols += ["xnnpack int8 ms"] * xnnpack_cols + ["torch int8 ms"] * torch_cols
+    cols += ["unfused vs numpy", "fused vs numpy"] + ["xnnpack vs numpy"] * xnnpack_cols
+    cols += ["torch vs numpy"] * torch_cols + ["fused vs unfused"]
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for (m, k, n), times in rows:
         base = times["numpy f32"]
         ms = [times[c] for c in ("numpy f32", "pyw8a8 unfused", "pyw8a8 fused")]
         cells = [str(m), str(k), str(n)] + [f"{1e3 * t:.3f}" for t in ms]
         ratios = [base / times["pyw8a8 unfused"], base / times["pyw8a8 fused"]]
+        if xnnpack_cols:
+            cells.append(f"{1e3 * times[XNNPACK]:.3f}")
+            ratios.append(base / times[XNNPACK])
         if torch_cols:
             engines = {h[len("torch "):]: t for h, t in times.items()
                        if h.startswith("torch ")}

@@ -68,7 +68,8 @@ class _InProcess:
 
 
 def measure(contenders, rounds, min_time):
-    """Median seconds per call of each contender, timed in interleaved rounds.
+    """Median seconds per call of each contender, timed in interleaved rounds
+    (:func:`measure_rounds`' medians).
 
     Parameters
     ----------
@@ -82,6 +83,19 @@ def measure(contenders, rounds, min_time):
     Returns
     -------
     dict of str to float
+    """
+    return {name: statistics.median(s)
+            for name, s in measure_rounds(contenders, rounds, min_time).items()}
+
+
+def measure_rounds(contenders, rounds, min_time):
+    """Seconds per call of each contender in each of `rounds` interleaved rounds (the
+    arguments as :func:`measure`'s): round i of every contender ran back to back, so their
+    ratios round by round cancel the machine's drift.
+
+    Returns
+    -------
+    dict of str to list of float
     """
     timers = {name: c if isinstance(c, Isolated) else _InProcess(c)
               for name, c in contenders.items()}
@@ -99,7 +113,7 @@ def measure(contenders, rounds, min_time):
         for name, timer in timers.items():
             time.sleep(SETTLE_SECONDS)
             samples[name].append(timer.block(reps[name]))
-    return {name: statistics.median(s) for name, s in samples.items()}
+    return samples
 
 
 def _serve(conn, make, nthreads):
