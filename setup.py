@@ -47,12 +47,13 @@ extensions = [
         include_dirs=[np.get_include(), "pyw8a8"],
         # The C core is headers only: an edit to any of them rebuilds every module (without
         # this, build_ext --inplace would keep a module compiled from the old headers).
-        depends=sorted(glob.glob("pyw8a8/_simd/*.h")) + ["pyw8a8/_kernels.pxd"],
+        depends=sorted(glob.glob("pyw8a8/_simd/*.h") + glob.glob("pyw8a8/*.pxd")),
         define_macros=macros,
         extra_compile_args=compile_args,
         extra_link_args=link_args,
     )
-    for name in ("pyw8a8._kernels", "pyw8a8._rotation", "pyw8a8._probes")
+    for name in ("pyw8a8._paths", "pyw8a8._kernels", "pyw8a8._outputs", "pyw8a8._rows",
+                 "pyw8a8._probes")
 ]
 
 setup(

@@ -4,7 +4,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-from . import _kernels
+from . import _paths
 
 ENV_ISA = "PYW8A8_ISA"
 
@@ -27,7 +27,7 @@ def cpu_features() -> dict[str, bool]:
     >>> all(isinstance(v, bool) for v in features.values())
     True
     """
-    return _kernels.cpu_features()
+    return _paths.cpu_features()
 
 
 def compiled_isas() -> list[str]:
@@ -45,7 +45,7 @@ def compiled_isas() -> list[str]:
     >>> set(pyw8a8.available_isas()) <= set(pyw8a8.compiled_isas())
     True
     """
-    return _kernels.isa_names()
+    return _paths.isa_names()
 
 
 def available_isas() -> list[str]:
@@ -67,35 +67,35 @@ def available_isas() -> list[str]:
     >>> pyw8a8.available_isas()  # on an AVX2 CPU: ['avx2', 'scalar', 'scalar_u8s8']
     [...'scalar', 'scalar_u8s8']
     """
-    return [name for name in _kernels.isa_names() if _kernels.isa_supported(name)]
+    return [name for name in _paths.isa_names() if _paths.isa_supported(name)]
 
 
-def checked_ops(name: object, source: str) -> _kernels.IsaOps:
+def checked_ops(name: object, source: str) -> _paths.IsaOps:
     """The IsaOps of path `name`, or a clear error naming `source` when it is unknown or
     this CPU cannot run it (internal)."""
-    known = _kernels.isa_names()
+    known = _paths.isa_names()
     if not isinstance(name, str) or name not in known:
         raise ValueError(f"{source}={name!r} is not an instruction-set path of pyw8a8; "
                          f"expected one of {known}")
-    if not _kernels.isa_supported(name):
+    if not _paths.isa_supported(name):
         raise RuntimeError(f"{source}={name!r}: this CPU (or OS) does not support it; "
                            f"supported here: {available_isas()}")
-    return _kernels.IsaOps(name)
+    return _paths.IsaOps(name)
 
 
 def _initial_ops():
     forced = os.environ.get(ENV_ISA)
     if forced:
         return checked_ops(forced.strip(), ENV_ISA)
-    return _kernels.IsaOps(_kernels.best_isa())
+    return _paths.IsaOps(_paths.best_isa())
 
 
-# The path state lives in the compiled module (_kernels: "the call setup"), where a matmul
+# The path state lives in the compiled module _paths, where a matmul
 # reads it without running Python code; this module owns its rules.  The process-wide path
 # (set_isa, PYW8A8_ISA, the CPU's best) ...
-_kernels.set_process_ops(_initial_ops())
+_paths.set_process_ops(_initial_ops())
 # ... and the path of the current thread and context, when a use_isa / use_ops body set
-# one: (IsaOps, exactly), in _kernels.SCOPED_OPS.  A context variable, as numpy 2's
+# one: (IsaOps, exactly), in _paths.SCOPED_OPS.  A context variable, as numpy 2's
 # errstate, so a switch made in one thread never changes what another thread (or a thread
 # started inside it) runs.
 
@@ -129,14 +129,14 @@ def _min_rows(variable, measured):
 
 
 for _wide, _narrow, _variable, _measured in SMALL_M_FALLBACKS:
-    if _narrow in _kernels.isa_names():
-        _kernels.set_small_m_ops(_wide, _kernels.IsaOps(_narrow), _min_rows(_variable, _measured))
+    if _narrow in _paths.isa_names():
+        _paths.set_small_m_ops(_wide, _paths.IsaOps(_narrow), _min_rows(_variable, _measured))
 
 
-def active_ops(rows: int | None = None) -> _kernels.IsaOps:
+def active_ops(rows: int | None = None) -> _paths.IsaOps:
     """The function table for a product with `rows` activation rows (internal; None: not a
     product, so no small-M fallback)."""
-    return _kernels.call_ops(-1 if rows is None else rows)
+    return _paths.call_ops(-1 if rows is None else rows)
 
 
 def isa() -> str:
@@ -155,7 +155,7 @@ def isa() -> str:
     >>> pyw8a8.isa() in pyw8a8.available_isas()
     True
     """
-    return _kernels.call_ops(-1).name
+    return _paths.call_ops(-1).name
 
 
 def set_isa(name: str) -> None:
@@ -189,19 +189,19 @@ def set_isa(name: str) -> None:
     >>> bool(np.array_equal(y_scalar, pyw8a8.matmul(x, w)))  # the same bits on every path
     True
     """
-    _kernels.set_process_ops(checked_ops(name, "isa"))
+    _paths.set_process_ops(checked_ops(name, "isa"))
 
 
 @contextlib.contextmanager
-def use_ops(ops: _kernels.IsaOps, exactly: bool = True) -> Iterator[None]:
+def use_ops(ops: _paths.IsaOps, exactly: bool = True) -> Iterator[None]:
     """Run the body's calls of this thread and context on `ops`, an IsaOps of a supported
     path; `exactly`: without amx's small-M fallback either (internal: the bench's no-op
     kernel copies of a path, its amx / avx512vnni crossover)."""
-    token = _kernels.SCOPED_OPS.set((ops, exactly))
+    token = _paths.SCOPED_OPS.set((ops, exactly))
     try:
         yield
     finally:
-        _kernels.SCOPED_OPS.reset(token)
+        _paths.SCOPED_OPS.reset(token)
 
 
 def use_isa(name: str) -> contextlib.AbstractContextManager[None]:

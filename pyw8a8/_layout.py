@@ -5,17 +5,14 @@ import math
 
 import numpy as np
 
-# Re-exported: the output rule (empty_output) and its constants live with the call path
-# that allocates outputs without running Python code (_kernels.settled_product).
-from ._kernels import (  # noqa: F401
+# Re-exported: the C core's constants (from _kernels) and the output rule (empty_output),
+# which lives with the memory of outputs (_outputs), allocated without running Python code
+# by the settled call (_kernels.settled_product).
+from ._kernels import W8_A_ROW_PAD, W8_EXACT_K, W8_KPAD, W8_NR, data_address  # noqa: F401
+from ._outputs import (  # noqa: F401
     ALIGN_BYTES,
     ALIGNED_FROM_BYTES,
     PLAIN_PAGES_FROM_BYTES,
-    W8_A_ROW_PAD,
-    W8_EXACT_K,
-    W8_KPAD,
-    W8_NR,
-    data_address,
     empty_output,
 )
 

@@ -6,7 +6,8 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 
 import numpy as np
 
-from ._kernels cimport IsaOps, w8_fp32_peak, w8_peak_fn, w8_read_bytes
+from ._core cimport w8_fp32_peak, w8_peak_fn, w8_read_bytes
+from ._paths cimport IsaOps
 
 
 cdef int64_t _run_peak(w8_peak_fn fn, int64_t iters, int nthreads):

@@ -19,7 +19,7 @@ from typing import Any, Literal, overload
 import numpy as np
 import numpy.typing as npt
 
-from . import _cpu, _kernels, _threads
+from . import _cpu, _kernels, _rows, _threads
 from ._layout import empty_output
 from ._validation import bias_vector, check_finite_row, float_array, int8_matrix
 from .packing import PackedWeight, pack_int8
@@ -191,7 +191,7 @@ def _float_products(x, plans, outs, lead, biases, act=0, glu=False):
         for out, bias in zip(outs, biases):
             out[...] = zero if bias is None else zero + bias  # 0 + -0 is +0, as a tile's
         if act:
-            _kernels.activate(ops, outs[0].reshape(m, -1), act)
+            _rows.activate(ops, outs[0].reshape(m, -1), act)
         if glu:
             outs[0] *= zero if biases[1] is None else zero + biases[1]
         return

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from . import _cpu, _kernels, _threads
+from . import _cpu, _kernels, _rows, _threads
 from ._layout import W8_A_ROW_PAD, W8_KPAD, padded
 from ._validation import check_finite_row, float_array
 from .rotation import check_rotation, rotated_length
@@ -48,7 +48,7 @@ def quantize_rows(x2d, kp, ops=None, enc=_kernels.W8_ENC_BIASED, name="x", shape
             raise ValueError(f"{name} has K={k} features: rotated in blocks of "
                              f"block={block} it needs {rotated_length(k, block)} columns, "
                              f"more than kp={kp}")
-    bad = _kernels.quantize_rows(ops, enc, x2d, q, scale, sums,
+    bad = _rows.quantize_rows(ops, enc, x2d, q, scale, sums,
                                  _threads.threads_for(m * k * 16), block, seed)
     if block and bad >= 0 and np.all(np.isfinite(x2d[bad])):
         raise ValueError(f"{name} row {bad + row_offset} is finite but too large to "

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from . import _cpu, _rotation, _threads
+from . import _cpu, _rows, _threads
 from ._layout import padded
 from ._validation import float_array
 
@@ -109,8 +109,8 @@ def _threads_for(size, n):
     return _threads.threads_for(size * (n.bit_length() + 1))
 
 
-def _rows(x: npt.ArrayLike,
-          name: str) -> tuple[npt.NDArray[np.float32], tuple[int, ...]]:
+def _as_rows(x: npt.ArrayLike,
+             name: str) -> tuple[npt.NDArray[np.float32], tuple[int, ...]]:
     """x as a C-contiguous float32 (M, K) matrix, and its original shape."""
     arr = float_array(x, name)
     rows = arr.reshape(math.prod(arr.shape[:-1]), arr.shape[-1])
@@ -174,7 +174,7 @@ def fwht(x: npt.ArrayLike,
         if result is not arr:  # fwht(x, out=x) transforms x where it is, with no copy
             np.copyto(result, arr)
     if result.size:
-        _rotation.fwht_blocks(_cpu.active_ops().index, result, n,
+        _rows.fwht_blocks(_cpu.active_ops(), result, n,
                               _threads_for(result.size, n))
     if out is not None and result is not out:
         out[...] = result
@@ -277,11 +277,11 @@ def unrotate(y: npt.ArrayLike, block: int = 128, seed: int = 0) -> npt.NDArray[n
 def _rotate(x: npt.ArrayLike, name: str, block: int, seed: int, inverse: bool,
             pad: bool = False) -> npt.NDArray[np.float32]:
     """The block rotation (or its inverse) of the last axis of x, as float32."""
-    x2d, shape = _rows(x, name)
+    x2d, shape = _as_rows(x, name)
     block, seed = check_rotation(shape[-1], block, seed, name=name, pad=pad,
                                  caller="unrotate" if inverse else "rotate")
     kr = rotated_length(shape[-1], block)
     out = np.empty((x2d.shape[0], kr), dtype=np.float32)
-    _rotation.rotate_rows(_cpu.active_ops().index, x2d, out, block, seed, inverse,
+    _rows.rotate_rows(_cpu.active_ops(), x2d, out, block, seed, inverse,
                           _threads_for(out.size, block))
     return out.reshape(shape[:-1] + (kr,))

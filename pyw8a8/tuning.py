@@ -10,13 +10,13 @@ an M bucket, K, N and the thread count, so different kernels never share an entr
 """
 import threading
 
-from . import _kernels
+from . import _paths
 from ._layout import W8_KPAD, W8_NR, padded
 
 # The per-core caches the blocks are sized for, as the CPU reports them (_simd/cpu.h); where
 # it cannot tell, the smallest of the x86 CPUs measured (Zen 3: 32 KiB and 512 KiB).
-_L1_BYTES = _kernels.cache_bytes(1) or 32 * 1024
-_L2_BYTES = _kernels.cache_bytes(2) or 512 * 1024
+_L1_BYTES = _paths.cache_bytes(1) or 32 * 1024
+_L2_BYTES = _paths.cache_bytes(2) or 512 * 1024
 ROUNDS = 3
 _SLOWER = 1.25  # candidates this much slower than the best after a round are dropped
 

@@ -10,7 +10,7 @@ import pytest
 from scipy.special import erfc, expit
 
 import pyw8a8
-from pyw8a8 import _kernels
+from pyw8a8 import _kernels, _paths, _rows
 from pyw8a8.matmul import ACTIVATIONS
 
 NAMES = list(ACTIVATIONS)
@@ -37,7 +37,7 @@ def _reference(name, x):
 def _activate(x, name, isa="scalar"):
     """The activation pass of path `isa` on a copy of float32 x."""
     y = np.array(x, dtype=np.float32).reshape(1, -1)
-    _kernels.activate(_kernels.IsaOps(isa), y, ACTIVATIONS[name])
+    _rows.activate(_paths.IsaOps(isa), y, ACTIVATIONS[name])
     return y.reshape(np.shape(x))
 
 

@@ -345,8 +345,8 @@ def test_set_isa_with_bad_names(name):
 
 
 def _unsupported_isas():
-    from pyw8a8 import _kernels
-    return [n for n in _kernels.isa_names() if n not in pyw8a8.available_isas()]
+    from pyw8a8 import _paths
+    return [n for n in _paths.isa_names() if n not in pyw8a8.available_isas()]
 
 
 def test_set_isa_the_cpu_lacks():

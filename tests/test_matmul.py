@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import pyw8a8
-from pyw8a8 import _cpu, _kernels, _threads
+from pyw8a8 import _cpu, _kernels, _paths, _threads
 
 ENCODINGS = ["biased", "signed"]
 
@@ -311,7 +311,7 @@ def test_settled_compiled_call_declines_every_other_call():
     # The path is matched by name: use_isa's fresh IsaOps of the same path is the same call.
     with pyw8a8.use_isa(pyw8a8.isa()):
         assert _settled(x, plan, scratch) is not None
-    noop = _kernels.IsaOps(pyw8a8.isa(), noop_kernel=True)
+    noop = _paths.IsaOps(pyw8a8.isa(), noop_kernel=True)
     with _cpu.use_ops(noop):
         assert _settled(x, plan, scratch) is None
         y_noop = pyw8a8.matmul(x, packed)

@@ -12,7 +12,7 @@ import pytest
 from scipy.linalg import hadamard
 
 import pyw8a8
-from pyw8a8 import _kernels, _rotation
+from pyw8a8 import _kernels, _rows
 from pyw8a8.quantize import quantize_rows
 from pyw8a8.rotation import auto_block, rotated_length
 
@@ -28,7 +28,7 @@ def padded_rotation_matrix(k, block, seed):
     """(Kr, K) float64 matrix of the zero-padded block rotation: the rotation matrix of
     Kr = K rounded up to block features, restricted to the first K inputs."""
     kr = rotated_length(k, block)
-    d = _rotation.sign_bits(0, kr, seed).astype(np.float64)
+    d = _rows.sign_bits(0, kr, seed).astype(np.float64)
     r = np.zeros((kr, kr))
     h = hadamard(block) / np.sqrt(block)
     for b in range(0, kr, block):

@@ -4,16 +4,18 @@ reachable, the Python lists come from it, and the path table of the internals pa
 
 The kernels of the paths this CPU lacks run in the emulated C build
 (test_c_kernels.py::test_every_x86_path_emulated)."""
+import importlib
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 
 import pytest
 
 import pyw8a8
-from pyw8a8 import _kernels
+from pyw8a8 import _paths
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FEATURES = pyw8a8.cpu_features()
@@ -61,21 +63,24 @@ def test_the_registry_lists_each_architecture_s_paths():
 
 
 def test_the_default_is_the_first_available_path_that_is_not_test_only():
-    default = next(i for i in pyw8a8.available_isas() if not _kernels.isa_explicit_only(i))
+    default = next(i for i in pyw8a8.available_isas() if not _paths.isa_explicit_only(i))
     code = "import pyw8a8; print(pyw8a8.isa())"
     env = {k: v for k, v in os.environ.items() if k != "PYW8A8_ISA"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=env, check=True).stdout.strip()
     assert out == default
-    assert _kernels.isa_explicit_only("scalar_u8s8")
+    assert _paths.isa_explicit_only("scalar_u8s8")
 
 
 def test_each_path_s_ops_come_from_its_entry(any_isa):
-    ops = _kernels.IsaOps(any_isa)
-    assert pyw8a8.compiled_isas()[ops.index] == any_isa
+    ops = _paths.IsaOps(any_isa)
+    # The name in the tile's description is the registry entry's own.
+    noop = _paths.IsaOps("scalar", noop_kernel=True, tile_of=any_isa)
+    assert noop.name == f"scalar+noop({any_isa} tile)"
+    assert (noop.mr, noop.npanels) == (ops.mr, ops.npanels)
     assert ops.auto_encoding == ("signed" if any_isa.startswith("neon") else "biased")
     with pytest.raises(ValueError, match="unknown instruction-set path"):
-        _kernels.IsaOps("avx9000")
+        _paths.IsaOps("avx9000")
 
 
 def test_amx_tile_configuration_reads_back_whole():
@@ -83,7 +88,7 @@ def test_amx_tile_configuration_reads_back_whole():
     as 8 bytes, and a compiler that drops the other stores makes the tiles fault."""
     if "amx" not in pyw8a8.available_isas():
         pytest.skip("needs a CPU with AMX-INT8 (and the tile permission)")
-    assert _kernels.amx_config_roundtrip() is True
+    assert _paths.amx_config_roundtrip() is True
 
 
 def test_internals_path_table_names_the_registry():
@@ -94,3 +99,18 @@ def test_internals_path_table_names_the_registry():
     assert names == ARCH_PATHS["x86"] + ARCH_PATHS["arm"] + PORTABLE_PATHS
     compiled = pyw8a8.compiled_isas()
     assert [n for n in names if n in compiled] == compiled
+
+
+@pytest.mark.skipif(shutil.which("nm") is None, reason="needs nm (binutils) to read symbols")
+def test_only_the_paths_module_links_the_kernels():
+    """The registry's table, and with it every kernel, is compiled into one binary
+    (_paths); the other compiled modules reach the kernels through its IsaOps."""
+    kernel = re.compile(r" [tT] w8_\w+_ukernel(_f32)?_(biased|signed)$", re.M)
+    linking = []
+    for module in ("_paths", "_kernels", "_outputs", "_rows", "_probes"):
+        binary = importlib.import_module(f"pyw8a8.{module}").__file__
+        symbols = subprocess.run(["nm", binary], capture_output=True, text=True).stdout
+        if module == "_paths" and not symbols.strip():
+            pytest.skip("the compiled modules are stripped of their symbols")
+        linking += [module] if kernel.search(symbols) else []
+    assert linking == ["_paths"]

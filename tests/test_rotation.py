@@ -8,7 +8,7 @@ import pytest
 from scipy.linalg import hadamard
 
 import pyw8a8
-from pyw8a8 import _kernels, _rotation
+from pyw8a8 import _kernels, _paths, _rows
 from pyw8a8.quantize import quantize_rows
 
 LOG_NS = range(17)  # n = 1 .. 2^16
@@ -104,7 +104,7 @@ def test_fwht_errors():
 
 def block_rotation_matrix(k, block, seed):
     """The rotation as an explicit float64 (K, K) matrix: rotate(x) == x @ R.T."""
-    d = _rotation.sign_bits(0, k, seed)
+    d = _rows.sign_bits(0, k, seed)
     r = np.zeros((k, k))
     h = hadamard(block) / np.sqrt(block)
     for b in range(0, k, block):
@@ -187,15 +187,15 @@ SEEDS = [0, 1, 12345, 2**32 - 1]
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_sign_hash_balanced_in_every_window(seed):
-    neg = _rotation.sign_bits(0, 2**20, seed).reshape(16, 65536).sum(axis=1)
+    neg = _rows.sign_bits(0, 2**20, seed).reshape(16, 65536).sum(axis=1)
     np.testing.assert_array_equal(neg, 32768)
     # The high bits of the position are mixed in: windows far away are balanced too.
-    assert _rotation.sign_bits(0xFFFF0000, 65536, seed).sum() == 32768
+    assert _rows.sign_bits(0xFFFF0000, 65536, seed).sum() == 32768
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_sign_hash_has_no_short_period(seed):
-    s = _rotation.sign_bits(0, 2**20, seed)
+    s = _rows.sign_bits(0, 2**20, seed)
     for p in range(1, 4097):
         # A period of the whole range is a period of its prefix: check that first.
         if np.array_equal(s[:4096], s[p:p + 4096]):
@@ -203,8 +203,8 @@ def test_sign_hash_has_no_short_period(seed):
 
 
 def test_sign_hash_looks_random():
-    s0 = 1.0 - 2.0 * _rotation.sign_bits(0, 2**18, 0)
-    s1 = 1.0 - 2.0 * _rotation.sign_bits(0, 2**18, 1)
+    s0 = 1.0 - 2.0 * _rows.sign_bits(0, 2**18, 0)
+    s1 = 1.0 - 2.0 * _rows.sign_bits(0, 2**18, 1)
     # Independent seeds, no lag correlation (random: about 0.002 standard deviation).
     assert abs(np.mean(s0 * s1)) < 0.01
     for lag in (1, 2, 3, 7, 8, 16, 64, 128, 256, 4096):
@@ -216,8 +216,8 @@ def test_sign_hash_looks_random():
 
 
 def test_sign_hash_same_on_every_path(isa):
-    ref = 1.0 - 2.0 * _rotation.sign_bits(65536 - 37, 200001, 99).astype(np.float32)
-    signs = _rotation.signs(_kernels.IsaOps(isa).index, 65536 - 37, 200001, 99)
+    ref = 1.0 - 2.0 * _rows.sign_bits(65536 - 37, 200001, 99).astype(np.float32)
+    signs = _rows.signs(_paths.IsaOps(isa), 65536 - 37, 200001, 99)
     np.testing.assert_array_equal(signs, ref)
 
 
@@ -254,7 +254,7 @@ def test_fused_quantization_threads_and_errors():
     # Finite, but sqrt(64) times the largest entry exceeds float32 (all of a block's
     # energy lands in one coefficient when x is the sign pattern).
     y = x.copy()
-    y[3] = 1e38 * _rotation.signs(_kernels.IsaOps("scalar").index, 0, 256, 0)
+    y[3] = 1e38 * _rows.signs(_paths.IsaOps("scalar"), 0, 256, 0)
     with pytest.raises(ValueError, match="row 3 is finite but too large to rotate"):
         quantize_rows(y, 256, block=64)
     # A last partial block is zero-padded, so kp must hold K rounded up to the block.
@@ -330,19 +330,19 @@ def test_pack_weight_rotates_by_default():
 def test_fwht_blocks_rejects_what_it_cannot_transform():
     """The compiled entry point reads raw pointers: it checks layout itself, so a wrong call
     raises instead of writing out of bounds."""
-    isa = _kernels.IsaOps(pyw8a8.isa()).index
+    isa = _paths.IsaOps(pyw8a8.isa())
     good = np.ones((4, 128), np.float32)
     fortran = np.asfortranarray(np.ones((128, 4), np.float32))
     for bad, block in [(good.astype(np.float64), 128), (fortran, 128), (good[:, ::2], 64),
                        (good, 96), (good, 0)]:
         with pytest.raises(ValueError, match="fwht_blocks"):
-            _rotation.fwht_blocks(isa, bad, block, 1)
+            _rows.fwht_blocks(isa, bad, block, 1)
     readonly = good.copy()
     readonly.flags.writeable = False
     with pytest.raises(ValueError, match="fwht_blocks"):
-        _rotation.fwht_blocks(isa, readonly, 128, 1)
+        _rows.fwht_blocks(isa, readonly, 128, 1)
     for nthreads in (1, 2):
         x = np.arange(512, dtype=np.float32).reshape(4, 128)
-        _rotation.fwht_blocks(isa, x, 128, nthreads)
+        _rows.fwht_blocks(isa, x, 128, nthreads)
         expected = np.arange(512, dtype=np.float32).reshape(4, 128) @ hadamard(128)
         np.testing.assert_array_equal(x, expected.astype(np.float32))

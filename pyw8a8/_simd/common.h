@@ -101,7 +101,7 @@ enum { W8_CORR_NONE = 0, W8_CORR_ROW = 1, W8_CORR_COL = 2, W8_CORR_NEG = 3 };
 enum { W8_OUT_F32 = 0, W8_OUT_I32 = 1, W8_OUT_I64 = 2 };
 
 /* Weight encodings of a packed panel. */
-enum { W8_ENC_BIASED = 0, W8_ENC_SIGNED = 1 };
+enum { W8_ENC_BIASED = 0, W8_ENC_SIGNED = 1, W8_NUM_ENCODINGS = 2 };
 
 /* A microkernel computes the raw int32 dot products (before the W8_CORR_* correction) of
  * `rows` consecutive A rows with `npanels` consecutive B panels over `kq` quad rows (a
@@ -243,11 +243,12 @@ typedef struct {
     int whole_k;                  /* no K-blocking: the C tiles accumulate over the whole K
                                      and are stored once (AMX: B tiles stream from L2) */
     /* Kernels for each weight encoding; both produce exact sum_k qa * qw up to `corr`. */
-    w8_ukernel_fn ukernel[2];
-    w8_ukernel_f32_fn ukernel_f32[2]; /* the same, finishing full tiles to float (or NULL:
-                                         the loop nest runs `epilogue` after the kernel) */
-    int corr[2];                  /* W8_CORR_* needed by ukernel[encoding] */
-    uint8_t a_flip[2];            /* XOR applied to quantized activations for ukernel[enc] */
+    w8_ukernel_fn ukernel[W8_NUM_ENCODINGS];
+    /* The same, finishing full tiles to float (or NULL: the loop nest runs `epilogue` after
+     * the kernel). */
+    w8_ukernel_f32_fn ukernel_f32[W8_NUM_ENCODINGS];
+    int corr[W8_NUM_ENCODINGS];       /* W8_CORR_* needed by ukernel[encoding] */
+    uint8_t a_flip[W8_NUM_ENCODINGS]; /* XOR applied to quantized activations for ukernel[enc] */
     int auto_encoding;            /* the W8_ENC_* a weight gets when packed for this path */
     w8_epilogue_fn epilogue;
     w8_act_tile_fn act_tile;

@@ -1,5 +1,5 @@
 /* Block randomized Walsh-Hadamard rotation: the sign hash, the in-place FWHT per ISA, and
- * the row transforms shared by the fused quantizer (quant.h) and _rotation.pyx.
+ * the row transforms shared by the fused quantizer (quant.h) and _rows.pyx.
  *
  * The rotation of a row of K = nb * block values is, per block of `block` positions,
  *     y = H (c D x),   c = 1 / sqrt(block),

@@ -26,7 +26,7 @@ import tempfile
 
 import numpy as np
 
-from .. import _cpu, _kernels, _threads
+from .. import _cpu, _paths, _threads
 from ..matmul import matmul
 from ..packing import pack_weight
 from .measure import measure
@@ -186,7 +186,7 @@ def overhead_report(shapes, rounds, min_time, rotate=False, tile_of=None):
     """Per shape: (shape, real seconds, no-op-kernel seconds) on the active path, the no-op
     kernel with the register tile of path `tile_of` (default: the active path's)."""
     rng = np.random.default_rng(0)
-    noop = _kernels.IsaOps(_cpu.isa(), noop_kernel=True, tile_of=tile_of)
+    noop = _paths.IsaOps(_cpu.isa(), noop_kernel=True, tile_of=tile_of)
     rows = []
     for m, k, n in shapes:
         x = rng.standard_normal((m, k)).astype(np.float32)

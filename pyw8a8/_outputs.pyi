@@ -1,0 +1,8 @@
+# Type stub of the compiled output memory (_outputs.pyx).
+import numpy as np
+import numpy.typing as npt
+
+ALIGN_BYTES: int
+ALIGNED_FROM_BYTES: int
+PLAIN_PAGES_FROM_BYTES: int
+def empty_output(shape: tuple[int, ...]) -> npt.NDArray[np.float32]: ...

@@ -1,0 +1,19 @@
+# The instruction-set paths and the call setup (_paths.pyx), as the other compiled modules
+# cimport them: the path handle and the rules a settled call reads from C.
+from libc.stdint cimport int64_t
+
+from pyw8a8._core cimport w8_isa_ops
+
+
+cdef class IsaOps:
+    cdef w8_isa_ops table
+    cdef const w8_isa_ops *ops
+    cdef readonly str name
+    cdef readonly int mr, npanels
+    cdef readonly bint whole_k
+
+
+cpdef IsaOps call_ops(int64_t rows)
+cpdef bint fork_fallback()
+cpdef int num_threads()
+cpdef int threads_for(int64_t work)
