@@ -1,10 +1,8 @@
 """Packed int8 weights: quantized once, stored in the layout every microkernel reads.
 
-Layout (see ``_simd/common.h``): K is zero-padded to a multiple of 64 (Kp) and N to a
-multiple of 16 (Np); the bytes form Np/16 panels of Kp/4 quad rows, each quad row holding
-4 consecutive K values of 16 output channels (64 bytes: one zmm, two ymm, one AMX tile row).
-A rotated weight whose block does not divide K holds its rotated rows, K rounded up to the
-block (Kr), and Kp covers Kr.
+The layout and its packing and unpacking are ``_packed/panels.py``'s; the saved format
+(files and pickles) is ``_packed/saved.py``'s. A rotated weight whose block does not divide
+K holds its rotated rows, K rounded up to the block (Kr), and Kp covers Kr.
 
 A :class:`PackedWeight` pickles as its packed bytes, scales, sums and settings (no float
 copy) and works on every instruction-set path whatever its encoding, so it can be sent to
@@ -12,7 +10,6 @@ another process or machine (a process pool, a dask cluster: see :mod:`pyw8a8.das
 """
 from __future__ import annotations
 
-import operator
 from collections.abc import Mapping
 from typing import Any, Literal, TypeVar
 
@@ -20,17 +17,13 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _cpu, _kernels
-from ._layout import W8_KPAD, W8_NR, empty_aligned, is_aligned, packed_k, padded
+from ._layout import empty_aligned, is_aligned, packed_k, padded
+from ._packed import panels as _panels
+from ._packed import saved as _saved
+from ._packed.panels import ENCODINGS
 from ._validation import float_array, int8_matrix, positive_int
 from .quantize import quantize_rows
-from .rotation import MAX_BLOCK, MAX_SEED, MIN_BLOCK, auto_block, check_rotation, unrotate
-
-ENCODINGS = ("biased", "signed")
-# Format of to_dict() and of pickles: 1, or 2 for a rotation whose last block is
-# zero-padded (which format 1 readers cannot use). Weights are written with the lowest
-# format that holds them, so files of unpadded weights stay readable by older versions.
-_FORMAT_UNPADDED, _FORMAT_PADDED = 1, 2
-_FORMAT_VERSIONS = (_FORMAT_UNPADDED, _FORMAT_PADDED)
+from .rotation import auto_block, check_rotation, unrotate
 
 
 def resolve_encoding(encoding):
@@ -43,92 +36,7 @@ def resolve_encoding(encoding):
     return encoding
 
 
-def prefix_sums(q, kp, out):
-    """The prefix sums over 64-value chunks of int8 rows q ((rows, K), zero-padded to kp)
-    into out ((rows, kp/64 + 1) int32): the compensation of the +128 encodings over any
-    K-range (W8_CORR_* in ``_simd/common.h``; the fused quantizer computes the same in C)."""
-    rows, k = q.shape
-    full = q
-    if k != kp:
-        full = np.zeros((rows, kp), dtype=np.int8)
-        full[:, :k] = q
-    out[:, 0] = 0
-    np.cumsum(full.reshape(rows, kp // W8_KPAD, W8_KPAD).sum(
-        axis=2, dtype=np.int32), axis=1, out=out[:, 1:])
-
-
-def _layout(n, kp, encoding):
-    """(dtype, shape) of the panels, psum and scales arrays of an (N, K) weight packed
-    into Kp columns."""
-    np_ = padded(n, W8_NR)
-    return ((_U8, (np_ // W8_NR, kp // 4, 4 * W8_NR)),
-            (_I32, (np_ if encoding == "signed" else 0, kp // W8_KPAD + 1)),
-            (_F32, (n,)))
-
-
-_U8, _I32, _F32 = np.dtype(np.uint8), np.dtype(np.int32), np.dtype(np.float32)
-
-
-def _empty_arrays(n, kp, encoding):
-    """Uninitialized panels and compensation sums of an (N, K) weight packed into Kp."""
-    (_, panels_shape), (_, psum_shape), _ = _layout(n, kp, encoding)
-    return empty_aligned(panels_shape, np.uint8), np.empty(psum_shape, dtype=np.int32)
-
-
-def _fill_panels(panels, psum, row0, q, encoding):
-    """Write quantized rows q ((rows, Kp) int8, zero-padded along K) of channels row0...
-    into their panels (row0 a multiple of 16) and, for signed weights, their prefix sums
-    over 64-K chunks: the compensation of kernels that shift the activations by +128
-    against signed weights (see W8_CORR_COL)."""
-    rows, kp = q.shape
-    nr = W8_NR
-    full = q
-    if rows % nr:  # the last panel's missing channels encode 0
-        full = np.zeros((padded(rows, nr), kp), dtype=np.int8)
-        full[:rows] = q
-    raw = full.view(np.uint8)
-    if encoding == "biased":
-        raw = raw ^ np.uint8(0x80)  # q + 128 as uint8; padding becomes 128, i.e. q = 0
-    p0 = row0 // nr
-    p1 = p0 + full.shape[0] // nr
-    panels[p0:p1] = raw.reshape(p1 - p0, nr, kp // 4, 4).transpose(0, 2, 1, 3).reshape(
-        p1 - p0, kp // 4, 4 * nr)
-    if encoding == "signed":
-        prefix_sums(full, kp, psum[row0:row0 + full.shape[0]])
-
-
-def _check_rotate(value):
-    if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"packed weight rotate must be a bool, got {value!r}")
-    return bool(value)
-
-
-def _check_block(value):
-    try:
-        block = operator.index(value)
-    except TypeError:
-        raise ValueError(f"packed weight block must be an int, got {value!r}") from None
-    if not (MIN_BLOCK <= block <= MAX_BLOCK and block & (block - 1) == 0):
-        raise ValueError(f"packed weight block must be a power of two from {MIN_BLOCK} to "
-                         f"{MAX_BLOCK}, got {block}")
-    return block
-
-
-def _check_seed(value):
-    try:
-        seed = operator.index(value)
-    except TypeError:
-        raise ValueError(f"packed weight seed must be an int, got {value!r}") from None
-    if not 0 <= seed <= MAX_SEED:
-        raise ValueError(f"packed weight seed must be in [0, 2**32 - 1], got {seed}")
-    return seed
-
-
 _Packed = TypeVar("_Packed", bound="PackedWeight")  # from_dict makes the class it is called on
-
-# Rows quantized and packed at a time: bounds the temporaries of packing a large weight
-# (the 262144 x 640 embedding of a language model) to a few tens of MB.
-_PACK_ROWS = 8192
 
 
 class PackedWeight:
@@ -201,9 +109,9 @@ class PackedWeight:
         # Checked here, and fixed from here on: the packed bytes were rotated with them,
         # and the kernels trust them (a block that is not a power of two would make the
         # fused rotation write past its rows).
-        self._rotate = _check_rotate(rotate)
-        self._block = _check_block(block)
-        self._seed = _check_seed(seed)
+        self._rotate = _saved.check_rotate(rotate)
+        self._block = _saved.check_block(block)
+        self._seed = _saved.check_seed(seed)
         self._plan: _kernels.WeightPlan | None = None
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -261,38 +169,12 @@ class PackedWeight:
         has been replaced since its last check).  `rotate`, `block` and `seed` are checked
         when they are set.
         """
-        try:  # the fast path of every product: a few attribute comparisons
-            n, k = self.shape
-            (d1, s1), (d2, s2), (d3, s3) = _layout(n, self.kp, self.encoding)
-            p, c, s = self.panels, self.psum, self.scales
-            if (n >= 0 and k >= 0 and self.encoding in ENCODINGS and
-                    isinstance(p, np.ndarray) and isinstance(c, np.ndarray) and
-                    isinstance(s, np.ndarray) and p.shape == s1 and c.shape == s2 and
-                    s.shape == s3 and p.dtype == d1 and c.dtype == d2 and s.dtype == d3 and
-                    p.flags.c_contiguous and c.flags.c_contiguous and s.flags.c_contiguous
-                    and c.flags.aligned and s.flags.aligned):
-                return
-        except (TypeError, ValueError, ZeroDivisionError):
-            pass
-        if self.encoding not in ENCODINGS:
-            raise ValueError(f"packed weight encoding {self.encoding!r} is not one of "
-                             f"{ENCODINGS}")
-        if min(self.shape) < 0:
-            raise ValueError(f"packed weight shape {self.shape} is negative")
-        for name, (dtype, shape) in zip(("panels", "psum", "scales"),
-                                        _layout(self.shape[0], self.kp, self.encoding)):
-            arr = getattr(self, name)
-            if not (isinstance(arr, np.ndarray) and arr.dtype == dtype and
-                    arr.shape == shape and arr.flags.c_contiguous and arr.flags.aligned):
-                got = (f"{arr.dtype} {arr.shape}" if isinstance(arr, np.ndarray)
-                       else type(arr).__name__)
-                if isinstance(arr, np.ndarray) and not arr.flags.c_contiguous:
-                    got += " not C-contiguous"
-                if isinstance(arr, np.ndarray) and not arr.flags.aligned:
-                    got += " unaligned"
-                raise ValueError(f"packed weight array {name!r}: expected aligned "
-                                 f"C-contiguous {np.dtype(dtype)} {shape}, got {got}")
-        raise ValueError(f"packed weight shape {self.shape!r} is not two ints")
+        try:
+            kp = self.kp
+        except (TypeError, ValueError, IndexError):
+            raise ValueError(f"packed weight shape {self.shape!r} is not two ints") from None
+        _panels.check_layout(self.shape, kp, self.encoding,
+                             (self.panels, self.psum, self.scales))
 
     @property
     def kp(self) -> int:
@@ -321,7 +203,7 @@ class PackedWeight:
                             self.block, self.seed, self.panels, self.psum, self.scales))
 
     def _format_version(self) -> int:
-        return _FORMAT_PADDED if self.rotated_k != self.shape[1] else _FORMAT_UNPADDED
+        return _saved.format_version(self.shape[1], self.rotated_k)
 
     def int8(self) -> npt.NDArray[np.int8]:
         """The quantized weights.
@@ -332,13 +214,8 @@ class PackedWeight:
             In the rotated basis when `rotate` is True (then `rotated_k` columns: K, or K
             rounded up to `block` when the last block was zero-padded); else (N, K).
         """
-        n = self.shape[0]
-        panels = self.panels.shape[0]  # explicit sizes: -1 is ambiguous when K == 0
-        raw = self.panels.reshape(panels, self.kp // 4, W8_NR, 4).transpose(0, 2, 1, 3)
-        raw = raw.reshape(panels * W8_NR, self.kp)[:n, :self.rotated_k]
-        if self.encoding == "biased":
-            raw = raw ^ np.uint8(0x80)
-        return np.ascontiguousarray(raw).view(np.int8)
+        return _panels.unpack_panels(self.panels, self.shape[0], self.kp, self.rotated_k,
+                                     self.encoding)
 
     def quantized(self) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.float32]]:
         """The int8 weights and per-channel scales the kernels multiply, for reuse elsewhere.
@@ -400,15 +277,7 @@ class PackedWeight:
 
     def to_dict(self) -> dict[str, npt.NDArray[Any]]:
         """Arrays describing this weight, for ``np.savez`` (see :meth:`from_dict`)."""
-        return {
-            "format_version": np.array(self._format_version(), dtype=np.int64),
-            "shape": np.array(self.shape, dtype=np.int64),
-            "encoding": np.array(ENCODINGS.index(self.encoding), dtype=np.int64),
-            "rotation": np.array([int(self.rotate), self.block, self.seed], dtype=np.int64),
-            "panels": self.panels,
-            "psum": self.psum,
-            "scales": self.scales,
-        }
+        return _saved.as_dict(self)
 
     @classmethod
     def from_dict(cls: type[_Packed], d: Mapping[str, Any]) -> _Packed:
@@ -422,56 +291,7 @@ class PackedWeight:
             :func:`pack_weight` makes (-128, non-zero padding, inconsistent sums, negative
             or non-finite scales).
         """
-        import zipfile
-        import zlib
-        try:
-            version = int(d["format_version"])
-            n, k = (int(v) for v in d["shape"])
-            index = int(d["encoding"])
-            if not 0 <= index < len(ENCODINGS):
-                raise IndexError(f"encoding index {index}")
-            encoding = ENCODINGS[index]
-            rotate, block, seed = (int(v) for v in d["rotation"])
-            panels, psum, scales = d["panels"], d["psum"], d["scales"]
-        # The others: reading a member of a damaged np.load file.
-        except (KeyError, ValueError, IndexError, TypeError, EOFError, OSError,
-                zipfile.BadZipFile, zlib.error) as exc:
-            raise ValueError(f"not a packed weight: {exc!r}") from None
-        weight = _checked(cls, version, (n, k), encoding, rotate, block, seed, panels, psum,
-                          scales)
-        if not np.all(np.isfinite(scales)) or np.any(scales < 0):
-            raise ValueError("packed weight array 'scales' holds negative or non-finite "
-                             "values")
-        # Contents: every path must read the same weights, so the bytes must be what
-        # pack_weight makes of them (values in [-127, 127], zero padding, matching sums).
-        q = weight.int8()
-        if q.size and q.min() == -128:
-            raise ValueError("packed weight array 'panels' holds -128")
-        repacked = pack_int8(q, scales, encoding)
-        if not (np.array_equal(repacked.panels, panels) and
-                np.array_equal(repacked.psum, psum)):
-            raise ValueError("packed weight arrays 'panels'/'psum' are inconsistent "
-                             "(non-zero padding or wrong compensation sums)")
-        return weight
-
-
-def _checked(cls, version, shape, encoding, rotate, block, seed, panels, psum, scales):
-    """A weight of these settings and arrays, its version, settings and layout checked
-    (O(1); not its contents)."""
-    if version not in _FORMAT_VERSIONS:
-        raise ValueError(f"packed weight format {version} is not supported "
-                         f"(this pyw8a8 reads {', '.join(map(str, _FORMAT_VERSIONS))})")
-    if rotate:
-        try:  # format 1 predates the zero-padded last block
-            check_rotation(shape[1], block, seed, "w", pad=version >= _FORMAT_PADDED)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"packed weight rotation: {exc}") from None
-    panels, psum, scales = (np.require(a, requirements=["C", "A"])
-                            if isinstance(a, np.ndarray) else a
-                            for a in (panels, psum, scales))
-    weight = cls(shape, encoding, panels, psum, scales, bool(rotate), block, seed)
-    weight.check_layout()
-    return weight
+        return _saved.read_dict(cls, d)
 
 
 def _unpickle(version, shape, encoding, rotate, block, seed, panels, psum, scales):
@@ -481,31 +301,14 @@ def _unpickle(version, shape, encoding, rotate, block, seed, panels, psum, scale
     files): a pickle is trusted code anyway, and unpickling stays O(1) beyond the copy of
     the bytes. The encoding is kept: every path runs both encodings exactly.
     """
-    try:
-        version = int(version)
-    except (TypeError, ValueError):
-        raise ValueError(f"not a pickled packed weight: format {version!r}") from None
-    if version not in _FORMAT_VERSIONS:
-        raise ValueError(f"packed weight format {version} is not supported (pickled by a "
-                         f"newer pyw8a8? this one reads "
-                         f"{', '.join(map(str, _FORMAT_VERSIONS))})")
-    return _checked(PackedWeight, version, shape, encoding, rotate, block, seed, panels,
-                    psum, scales)
+    return _saved.checked(PackedWeight, _saved.pickled_version(version), shape, encoding,
+                          rotate, block, seed, panels, psum, scales)
 
 
 def pack_int8(q, scales, encoding="auto", rotate=False, block=128, seed=0):
     """Pack already-quantized weights (internal; q (N, K) int8 in [-127, 127])."""
     encoding = resolve_encoding(encoding)
-    n, k = q.shape
-    kp = padded(k, W8_KPAD)
-    panels, psum = _empty_arrays(n, kp, encoding)
-    for r0 in range(0, n, _PACK_ROWS):
-        block_rows = q[r0:r0 + _PACK_ROWS]
-        chunk = np.zeros((block_rows.shape[0], kp), dtype=np.int8)
-        chunk[:, :k] = block_rows
-        _fill_panels(panels, psum, r0, chunk, encoding)
-    if n == 0:
-        panels.fill(0x80 if encoding == "biased" else 0)
+    panels, psum = _panels.pack_int8_rows(q, encoding)
     return PackedWeight(q.shape, encoding, panels, psum,
                         np.ascontiguousarray(scales, dtype=np.float32), rotate, block, seed)
 
@@ -671,13 +474,13 @@ def pack_weight(w: npt.ArrayLike, *, encoding: Literal["auto", "biased", "signed
     if rotate:
         size, seed = check_rotation(k, size, seed, name="w", pad=bool(pad))
     kp = packed_k(k, rotate, size)
-    panels, psum = _empty_arrays(n, kp, encoding)
+    panels, psum = _panels.empty_arrays(n, kp, encoding)
     scales = np.empty(n, dtype=np.float32)
     # Block by block, rotation fused with quantization: no float copy of the whole weight.
-    for r0 in range(0, n, _PACK_ROWS):
-        rows = np.ascontiguousarray(arr[r0:r0 + _PACK_ROWS])
+    for r0 in range(0, n, _panels.PACK_ROWS):
+        rows = np.ascontiguousarray(arr[r0:r0 + _panels.PACK_ROWS])
         q, scales[r0:r0 + rows.shape[0]], _ = quantize_rows(
             rows, kp, name="w", shape=arr.shape, block=size if rotate and k else 0,
             seed=seed, row_offset=r0)
-        _fill_panels(panels, psum, r0, q[:rows.shape[0]].view(np.int8), encoding)
+        _panels.fill_panels(panels, psum, r0, q[:rows.shape[0]].view(np.int8), encoding)
     return PackedWeight((n, k), encoding, panels, psum, scales, rotate, size, seed)

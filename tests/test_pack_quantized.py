@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import pyw8a8
-from pyw8a8 import packing
+from pyw8a8._packed import saved as _saved
 from pyw8a8.router import Router, RouterConfig, WeightCache, load_packed, save_packed
 
 ENCODINGS = ["biased", "signed"]
@@ -212,7 +212,7 @@ def test_pickle_and_deepcopy(quantized_weight, protocol):
                                                               packed.seed)
         same_packed_arrays(loaded, packed)
         bits_equal(pyw8a8.matmul(x, loaded), y)
-    assert packed._format_version() == packing._FORMAT_UNPADDED  # readable by older pyw8a8
+    assert packed._format_version() == _saved.FORMAT_UNPADDED  # readable by older pyw8a8
 
 
 def test_saved_and_loaded(quantized_weight, tmp_path):
