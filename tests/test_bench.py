@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import pyw8a8
-from pyw8a8.tools import bench
+from pyw8a8.tools import bench, contenders, probes
 
 
 def test_format_table_reports_peaks_and_ratios():
@@ -42,7 +42,7 @@ def test_peak_loops_count_their_work():
     if features["avx2"]:
         lanes = 16 if features["avx512f"] else 8
         assert _probes.fp32_peak_macs(features["avx512f"], 10, 2) == 2 * 10 * 12 * lanes
-    assert bench.int8_peak_gops("scalar", 1, seconds=0.01) > 0
+    assert probes.int8_peak_gops("scalar", 1, seconds=0.01) > 0
 
 
 def test_bench_refuses_a_path_this_cpu_lacks(capsys):
@@ -56,8 +56,8 @@ def test_bench_refuses_a_path_this_cpu_lacks(capsys):
 
 
 def test_fwht_vs_copy_measures_both_contenders():
-    rows = bench.fwht_vs_copy(rounds=2, calls=2)
-    assert [kib for kib, _, _ in rows] == list(bench.FWHT_KIB)
+    rows = probes.fwht_vs_copy(rounds=2, calls=2)
+    assert [kib for kib, _, _ in rows] == list(probes.FWHT_KIB)
     assert all(f > 0 and c > 0 for _, f, c in rows)
 
 
@@ -105,7 +105,7 @@ def test_torch_column_is_the_fastest_engine():
 def test_rotated_contender_has_its_own_ratio_to_the_best_peer():
     """The first path also runs with rotation on; its column is not a peer, and its ratio
     to the best peer has a column of its own."""
-    names = bench.contender_names(["avx512vnni", "avx2"], with_peers=False)
+    names = contenders.contender_names(["avx512vnni", "avx2"], with_peers=False)
     assert names == ["numpy f32", "pyw8a8 avx512vnni", "pyw8a8 avx2",
                      "pyw8a8 avx512vnni rotated"]
     header = bench.table_header(names + ["onnxruntime int8"])
@@ -115,8 +115,8 @@ def test_rotated_contender_has_its_own_ratio_to_the_best_peer():
     assert lines[0].endswith("| vs numpy | vs best peer | avx512vnni rotated vs best peer |")
     cells = [c.strip() for c in lines[2].strip("|").split("|")]
     assert cells[3:] == ["10", "60", "30", "50", "40", "6.0x", "1.50x", "1.25x"]
-    rotated = bench.build_contender(f"pyw8a8 {pyw8a8.isa()} rotated", 2, 64, 16)()
-    plain = bench.build_contender(f"pyw8a8 {pyw8a8.isa()}", 2, 64, 16)()
+    rotated = contenders.build_contender(f"pyw8a8 {pyw8a8.isa()} rotated", 2, 64, 16)()
+    plain = contenders.build_contender(f"pyw8a8 {pyw8a8.isa()}", 2, 64, 16)()
     assert rotated.shape == plain.shape == (2, 16) and not np.array_equal(rotated, plain)
 
 
@@ -124,7 +124,7 @@ def test_missing_torch_is_reported_with_its_install_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
     from pyw8a8.tools import peers
     assert peers.torch_engines() is None
-    assert not any(n.startswith("torch") for n in bench.contender_names(["avx2"]))
+    assert not any(n.startswith("torch") for n in contenders.contender_names(["avx2"]))
     [line] = [line for line in peers.missing() if "torch" in line]
     assert peers.TORCH_INSTALL in line
 
@@ -133,7 +133,7 @@ def test_missing_litert_is_reported_with_its_install_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "ai_edge_litert.interpreter", None)
     from pyw8a8.tools import peers
     assert not peers.xnnpack_available()
-    assert "xnnpack int8" not in bench.contender_names(["avx2"])
+    assert "xnnpack int8" not in contenders.contender_names(["avx2"])
     [line] = [line for line in peers.missing() if "xnnpack" in line]
     assert peers.XNNPACK_INSTALL in line
 
@@ -144,9 +144,9 @@ def test_xnnpack_runs_its_own_fully_connected_layer_close_to_float():
     from pyw8a8.tools import peers
     if not peers.xnnpack_available():
         pytest.skip(f"needs LiteRT ({peers.XNNPACK_INSTALL})")
-    assert "xnnpack int8" in bench.contender_names(["avx2"])
-    x, w = bench.shape_data(3, 200, 48)
-    y = bench.build_contender("xnnpack int8", 3, 200, 48)()
+    assert "xnnpack int8" in contenders.contender_names(["avx2"])
+    x, w = contenders.shape_data(3, 200, 48)
+    y = contenders.build_contender("xnnpack int8", 3, 200, 48)()
     expected = x @ w.T
     error = np.abs(y - expected).max() / np.sqrt(np.mean(expected ** 2))
     assert y.shape == (3, 48) and 0 < error < 0.05
@@ -163,7 +163,7 @@ def test_format_isolation_gives_both_figures_and_their_ratio():
 def test_check_isolation_times_each_contender_alone_and_beside():
     """The bench's method on a small shape: every contender gets a figure from a process of
     its own and (``bench --check-isolation``) one beside the others, in the same rounds."""
-    names = bench.contender_names([pyw8a8.available_isas()[0]], with_peers=False)
+    names = contenders.contender_names([pyw8a8.available_isas()[0]], with_peers=False)
     [(shape, gops)] = bench.run_table([(2, 64, 128)], names, rounds=2, min_time=0.001,
                                       beside=True)
     assert shape == (2, 64, 128)
@@ -174,7 +174,7 @@ def test_check_isolation_times_each_contender_alone_and_beside():
 
 def test_an_isolated_contender_reports_its_failure():
     from pyw8a8.tools.measure import Isolated
-    with Isolated(bench.build_contender, 1) as worker:
+    with Isolated(contenders.build_contender, 1) as worker:
         with pytest.raises(RuntimeError, match="no-such-path"):
             worker.build("pyw8a8 no-such-path", 1, 64, 64).warm_up(0.001)
 
@@ -252,12 +252,12 @@ def test_rotation_cost_comes_with_its_spread_over_rounds(capsys):
     """The rotated product's extra time is one ratio per round (both products back to back
     within it), sorted, and the table gives the median with the lowest and highest round."""
     isa = pyw8a8.isa()
-    rows = bench.rotated_matmul_cost(isa, rounds=3, min_time=0.001)
-    assert [shape for shape, _ in rows] == bench.ROTATION_SHAPES
+    rows = probes.rotated_matmul_cost(isa, rounds=3, min_time=0.001)
+    assert [shape for shape, _ in rows] == probes.ROTATION_SHAPES
     assert any(m == 8 for (m, _, _), _ in rows)
     for _, extra in rows:
         assert len(extra) == 3 and extra == sorted(extra) and all(e > -1 for e in extra)
-    bench.print_rotation(isa, rounds=3, min_time=0.001)
+    probes.print_rotation(isa, rounds=3, min_time=0.001)
     out = capsys.readouterr().out
     assert "median of the rounds | lowest to highest round |" in out
     assert re.search(r"^\| 8 \| 2048 \| 2048 \| [+-]\d+\.\d% \| [+-]\d+\.\d% to [+-]\d+\.\d% \|$",

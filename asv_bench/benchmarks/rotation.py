@@ -13,7 +13,7 @@ BLOCK = 128
 class FWHT:
     """Unnormalized FWHT of every 128-block of an (M, 2048) float32 array, in place; a
     copy of the same array (np.copyto) is the memory-bound floor to compare with. Both
-    arrays start on a cache line (see pyw8a8.tools.bench.fwht_vs_copy for why)."""
+    arrays start on a cache line (see pyw8a8.tools.probes.fwht_vs_copy for why)."""
     params = [1, 64, 256]
     param_names = ["M"]
 

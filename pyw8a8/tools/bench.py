@@ -9,213 +9,24 @@ import argparse
 import math
 import os
 import platform
-import statistics
-import time
 
-import numpy as np
-
-from .. import _cpu, _probes, _threads
-from .._layout import empty_aligned
+from .. import _cpu, _threads
 from .._thread_policy import thread_policy
-from ..matmul import matmul
-from ..packing import pack_weight
-from ..rotation import fwht
 from . import dask_bench, ffn_bench, peers, proxies, torch_bench, toy_transformer
-from .measure import isolated, measure, measure_rounds
+from .contenders import ROTATED, build_contender, contender_names
+from .measure import isolated, measure
+from .probes import (
+    CACHE_RESIDENT_BYTES,
+    fp32_peak_gops,
+    int8_peak_gops,
+    print_rotation,
+    read_bandwidth_gbs,
+)
 
 SHAPES = [(1, 1152, 6912), (8, 1152, 6912), (64, 1152, 6912), (256, 1152, 6912),
           (1024, 2048, 640), (1, 4096, 4096), (64, 4096, 4096), (1, 640, 2048),
           (64, 2048, 640), (1, 640, 262144)]  # the last: a 168 MB LM head, DRAM-bound
 QUICK_SHAPES = [(1, 1152, 6912), (64, 1152, 6912), (256, 1152, 6912)]
-
-
-def shape_data(m, k, n):
-    """The float32 activations (M, K) and weight (N, K) of one shape: the same in every
-    process (an isolated contender builds its own), whatever shapes came before."""
-    rng = np.random.default_rng((m, k, n))
-    x = rng.standard_normal((m, k), dtype=np.float32)
-    w = rng.standard_normal((n, k), dtype=np.float32)
-    w *= np.float32(1 / np.sqrt(k))
-    return x, w
-
-
-def _numpy_f32(x, w):
-    wt = np.ascontiguousarray(w.T)
-    return lambda: x @ wt
-
-
-def _pyw8a8(x, w, isa, rotate=False):
-    """matmul of x with w packed, on path `isa`: called as a user calls it where `isa` is
-    the process's path; another path runs in a use_ops body built once (use_isa would
-    check the name and build its IsaOps on every call)."""
-    packed = pack_weight(w, rotate=rotate)
-    if isa == _cpu.isa():
-        return lambda: matmul(x, packed)
-    ops = _cpu.checked_ops(isa, "isa")
-
-    def run():
-        with _cpu.use_ops(ops, exactly=False):
-            return matmul(x, packed)
-    return run
-
-
-#: The suffix of the table's rotated pyw8a8 contender (block 128, the default).
-ROTATED = " rotated"
-
-
-def contender_names(isas, with_peers=True, rotated=True):
-    """The table's contenders: numpy float32, each pyw8a8 path of `isas`, (`rotated`) the
-    first of them with rotation on, then (`with_peers`) ONNX Runtime, XNNPACK (LiteRT)
-    and each of torch's engines where they are installed."""
-    names = ["numpy f32"] + [f"pyw8a8 {isa}" for isa in isas]
-    names += [f"pyw8a8 {isas[0]}{ROTATED}"] if rotated else []
-    if with_peers:
-        names += ["onnxruntime int8"] if peers.onnxruntime_available() else []
-        names += ["xnnpack int8"] if peers.xnnpack_available() else []
-        names += [f"torch {e}" for e in peers.torch_engines() or ()]
-    return names
-
-
-def build_contender(name, m, k, n):
-    """The function of no arguments that times contender `name` (one of
-    :func:`contender_names`) at shape (M, K, N), on :func:`shape_data`."""
-    x, w = shape_data(m, k, n)
-    kind, _, detail = name.partition(" ")
-    if kind == "pyw8a8":
-        isa, _, variant = detail.partition(" ")
-        return _pyw8a8(x, w, isa, rotate=variant == ROTATED.strip())
-    if kind == "torch":
-        return peers.torch_matmul(x, w, detail)
-    return {"numpy f32": _numpy_f32, "onnxruntime int8": peers.onnxruntime_matmul,
-            "xnnpack int8": peers.xnnpack_matmul}[name](x, w)
-
-
-def _gops_of(run, seconds):
-    """GOPS (1 MAC = 2 ops) of a peak loop `run(iters)` that returns its MACs, timed for
-    at least `seconds`."""
-    iters = 100_000
-    while True:
-        t0 = time.perf_counter()
-        macs = run(iters)
-        elapsed = time.perf_counter() - t0
-        if elapsed >= seconds:
-            return 2 * macs / elapsed / 1e9
-        iters *= 2 if elapsed > seconds / 10 else 8
-
-
-def int8_peak_gops(isa, nthreads, seconds=0.3):
-    """Instruction peak of path `isa` (which this CPU must run): its microkernel's inner
-    instruction sequence in independent register chains on every thread (GOPS)."""
-    ops = _cpu.checked_ops(isa, "isa")
-    return _gops_of(lambda iters: _probes.peak_macs(ops, iters, nthreads), seconds)
-
-
-def fp32_peak_gops(nthreads, seconds=0.3):
-    """The float32 FMA peak (the instruction numpy's BLAS multiplies with) in GOPS, with
-    the loop's vector width; None off x86."""
-    features = _cpu.cpu_features()
-    if not (features.get("avx2") and features.get("fma")):
-        return None, None
-    zmm = bool(features.get("avx512f"))
-    gops = _gops_of(lambda iters: _probes.fp32_peak_macs(zmm, iters, nthreads), seconds)
-    return gops, "avx512" if zmm else "avx2"
-
-
-# Weights up to this size are read from the last-level cache in the bench's repeated calls
-# (the CPUs measured have 32 MiB or more of L3); larger ones from DRAM.
-CACHE_RESIDENT_BYTES = 16 << 20
-
-
-def read_bandwidth_gbs(nthreads, nbytes=1 << 30, rounds=5):
-    """Read bandwidth (GB/s, median) over a buffer of `nbytes`: 1 GiB for memory, 8 MiB
-    for the last-level cache."""
-    buf = np.ones(nbytes, dtype=np.uint8)
-    _probes.read_bytes(buf, nthreads)
-    times = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        _probes.read_bytes(buf, nthreads)
-        times.append(time.perf_counter() - t0)
-    return nbytes / statistics.median(times) / 1e9
-
-
-FWHT_KIB = (384, 512)  # L2-resident transforms (per-core L2 of 512 KiB or more)
-ROTATION_SHAPES = [(1, 2048, 2048), (8, 2048, 2048), (64, 2048, 2048), (256, 2048, 2048)]
-
-
-def fwht_vs_copy(rounds, calls=16, block=128, k=2048):
-    """Throughput of the in-place FWHT of 128-blocks against np.copyto of the same array.
-
-    Each round times `calls` consecutive in-place transforms, then as many copies, of an
-    L2-resident (M, 2048) float32 array, restarting from small values so that repeated
-    transforms (each scales the norm by sqrt(128)) never overflow to Inf. Both arrays of
-    the copy start on a cache line: when source and destination sit at different offsets
-    within a line, glibc's copy (rep movsb) can run ten times slower on some CPUs (AMD
-    Zen 3 under KVM here), which would flatter the transform.
-
-    Returns
-    -------
-    list of (kib, fwht GB/s, copy GB/s), the medians over rounds.
-    """
-    rng = np.random.default_rng(0)
-    out = []
-    for kib in FWHT_KIB:
-        m = kib * 1024 // (4 * k)
-        start = (rng.standard_normal((m, k)) * 1e-30).astype(np.float32)
-        x, y = empty_aligned((m, k), np.float32), empty_aligned((m, k), np.float32)
-        blocks = x.reshape(m, k // block, block)
-        t_fwht, t_copy = [], []
-        for _ in range(rounds):
-            np.copyto(x, start)
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                fwht(blocks, out=blocks)
-            t_fwht.append((time.perf_counter() - t0) / calls)
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                np.copyto(y, x)
-            t_copy.append((time.perf_counter() - t0) / calls)
-        out.append((kib, x.nbytes / statistics.median(t_fwht) / 1e9,
-                    x.nbytes / statistics.median(t_copy) / 1e9))
-    return out
-
-
-def rotated_matmul_cost(isa, rounds, min_time):
-    """matmul against a weight packed with and without rotation (block 128), interleaved.
-
-    Returns
-    -------
-    list of ((M, K, N), the rotated product's extra time in each round, sorted): the
-    ratio of the two products' times within a round, less 1
-    """
-    rng = np.random.default_rng(1)
-    rows = []
-    for m, k, n in ROTATION_SHAPES:
-        x = rng.standard_normal((m, k)).astype(np.float32)
-        w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
-        times = measure_rounds({"plain": _pyw8a8(x, w, isa, rotate=False),
-                                "rotated": _pyw8a8(x, w, isa, rotate=True)},
-                               rounds, min_time)
-        rows.append(((m, k, n), sorted(r / p - 1 for r, p in zip(times["rotated"],
-                                                                 times["plain"]))))
-    return rows
-
-
-def print_rotation(isa, rounds, min_time):
-    print(f"\nRotation (path {isa}, {_threads.get_num_threads()} threads, medians of "
-          f"interleaved rounds)")
-    print("| in-place fwht of 128-blocks | fwht GB/s | np.copyto GB/s | fwht / copy |")
-    print("|---|---|---|---|")
-    for kib, f, c in fwht_vs_copy(max(rounds, 15)):
-        print(f"| ({kib * 256 // 2048}, 2048) float32, {kib} KiB | {f:.1f} | {c:.1f} | "
-              f"{100 * f / c:.0f}% |")
-    print("\n| M | K | N | time of the rotated product over the plain one (block 128; "
-          "+: the rotation costs), median of the rounds | lowest to highest round |")
-    print("|---|---|---|---|---|")
-    for (m, k, n), extra in rotated_matmul_cost(isa, rounds, min_time):
-        print(f"| {m} | {k} | {n} | {100 * statistics.median(extra):+.1f}% | "
-              f"{100 * extra[0]:+.1f}% to {100 * extra[-1]:+.1f}% |")
-    print("(each round times both products back to back; the spread is the machine's noise)")
 
 
 def _machine_info():

@@ -1,0 +1,141 @@
+"""What bounds a product on this CPU, measured: each path's instruction peak, the float32
+FMA peak, the read bandwidths of memory and the last-level cache, and the rotation's cost
+(its transform against a copy, and the rotated product against the plain one)."""
+import statistics
+import time
+
+import numpy as np
+
+from .. import _cpu, _probes, _threads
+from .._layout import empty_aligned
+from ..rotation import fwht
+from .contenders import pyw8a8_product
+from .measure import measure_rounds
+
+
+def _gops_of(run, seconds):
+    """GOPS (1 MAC = 2 ops) of a peak loop `run(iters)` that returns its MACs, timed for
+    at least `seconds`."""
+    iters = 100_000
+    while True:
+        t0 = time.perf_counter()
+        macs = run(iters)
+        elapsed = time.perf_counter() - t0
+        if elapsed >= seconds:
+            return 2 * macs / elapsed / 1e9
+        iters *= 2 if elapsed > seconds / 10 else 8
+
+
+def int8_peak_gops(isa, nthreads, seconds=0.3):
+    """Instruction peak of path `isa` (which this CPU must run): its microkernel's inner
+    instruction sequence in independent register chains on every thread (GOPS)."""
+    ops = _cpu.checked_ops(isa, "isa")
+    return _gops_of(lambda iters: _probes.peak_macs(ops, iters, nthreads), seconds)
+
+
+def fp32_peak_gops(nthreads, seconds=0.3):
+    """The float32 FMA peak (the instruction numpy's BLAS multiplies with) in GOPS, with
+    the loop's vector width; None off x86."""
+    features = _cpu.cpu_features()
+    if not (features.get("avx2") and features.get("fma")):
+        return None, None
+    zmm = bool(features.get("avx512f"))
+    gops = _gops_of(lambda iters: _probes.fp32_peak_macs(zmm, iters, nthreads), seconds)
+    return gops, "avx512" if zmm else "avx2"
+
+
+# Weights up to this size are read from the last-level cache in the bench's repeated calls
+# (the CPUs measured have 32 MiB or more of L3); larger ones from DRAM.
+CACHE_RESIDENT_BYTES = 16 << 20
+
+
+def read_bandwidth_gbs(nthreads, nbytes=1 << 30, rounds=5):
+    """Read bandwidth (GB/s, median) over a buffer of `nbytes`: 1 GiB for memory, 8 MiB
+    for the last-level cache."""
+    buf = np.ones(nbytes, dtype=np.uint8)
+    _probes.read_bytes(buf, nthreads)
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        _probes.read_bytes(buf, nthreads)
+        times.append(time.perf_counter() - t0)
+    return nbytes / statistics.median(times) / 1e9
+
+
+FWHT_KIB = (384, 512)  # L2-resident transforms (per-core L2 of 512 KiB or more)
+ROTATION_SHAPES = [(1, 2048, 2048), (8, 2048, 2048), (64, 2048, 2048), (256, 2048, 2048)]
+
+
+def fwht_vs_copy(rounds, calls=16, block=128, k=2048):
+    """Throughput of the in-place FWHT of 128-blocks against np.copyto of the same array.
+
+    Each round times `calls` consecutive in-place transforms, then as many copies, of an
+    L2-resident (M, 2048) float32 array, restarting from small values so that repeated
+    transforms (each scales the norm by sqrt(128)) never overflow to Inf. Both arrays of
+    the copy start on a cache line: when source and destination sit at different offsets
+    within a line, glibc's copy (rep movsb) can run ten times slower on some CPUs (AMD
+    Zen 3 under KVM here), which would flatter the transform.
+
+    Returns
+    -------
+    list of (kib, fwht GB/s, copy GB/s), the medians over rounds.
+    """
+    rng = np.random.default_rng(0)
+    out = []
+    for kib in FWHT_KIB:
+        m = kib * 1024 // (4 * k)
+        start = (rng.standard_normal((m, k)) * 1e-30).astype(np.float32)
+        x, y = empty_aligned((m, k), np.float32), empty_aligned((m, k), np.float32)
+        blocks = x.reshape(m, k // block, block)
+        t_fwht, t_copy = [], []
+        for _ in range(rounds):
+            np.copyto(x, start)
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fwht(blocks, out=blocks)
+            t_fwht.append((time.perf_counter() - t0) / calls)
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                np.copyto(y, x)
+            t_copy.append((time.perf_counter() - t0) / calls)
+        out.append((kib, x.nbytes / statistics.median(t_fwht) / 1e9,
+                    x.nbytes / statistics.median(t_copy) / 1e9))
+    return out
+
+
+def rotated_matmul_cost(isa, rounds, min_time):
+    """matmul against a weight packed with and without rotation (block 128), interleaved.
+
+    Returns
+    -------
+    list of ((M, K, N), the rotated product's extra time in each round, sorted): the
+    ratio of the two products' times within a round, less 1
+    """
+    rng = np.random.default_rng(1)
+    rows = []
+    for m, k, n in ROTATION_SHAPES:
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
+        times = measure_rounds({"plain": pyw8a8_product(x, w, isa, rotate=False),
+                                "rotated": pyw8a8_product(x, w, isa, rotate=True)},
+                               rounds, min_time)
+        rows.append(((m, k, n), sorted(r / p - 1 for r, p in zip(times["rotated"],
+                                                                 times["plain"]))))
+    return rows
+
+
+def print_rotation(isa, rounds, min_time):
+    print(f"\nRotation (path {isa}, {_threads.get_num_threads()} threads, medians of "
+          f"interleaved rounds)")
+    print("| in-place fwht of 128-blocks | fwht GB/s | np.copyto GB/s | fwht / copy |")
+    print("|---|---|---|---|")
+    for kib, f, c in fwht_vs_copy(max(rounds, 15)):
+        print(f"| ({kib * 256 // 2048}, 2048) float32, {kib} KiB | {f:.1f} | {c:.1f} | "
+              f"{100 * f / c:.0f}% |")
+    print("\n| M | K | N | time of the rotated product over the plain one (block 128; "
+          "+: the rotation costs), median of the rounds | lowest to highest round |")
+    print("|---|---|---|---|---|")
+    for (m, k, n), extra in rotated_matmul_cost(isa, rounds, min_time):
+        print(f"| {m} | {k} | {n} | {100 * statistics.median(extra):+.1f}% | "
+              f"{100 * extra[0]:+.1f}% to {100 * extra[-1]:+.1f}% |")
+    print("(each round times both products back to back; the spread is the machine's noise)")
