@@ -194,71 +194,88 @@ static void w8_finish_tiles(const w8_gemm_plan *g, int64_t m0, int64_t m1, int64
  * 1152 x 6912 took 1.12x as long (2 Xeon vCPUs). */
 #define W8_FINISH_BYTES 32768
 
+/* The loop nest of a W8_OUT_F32 or W8_OUT_I32 plan, one function per level: the blocks
+ * (nc columns, kc of K, mc rows: w8_gemm_range_i32), a row block's strips of the kernel's
+ * width (w8_row_block), a strip's tiles (w8_strip_tiles). */
+
+/* The K-range [k0, k1) of the tiles of rows [mb, mb1) in the columns [n, n + cols): one
+ * kernel call per tile (after the up projection's, for a gated pair), finished in the
+ * kernel's registers where `kernel_finishes`. */
+static void w8_strip_tiles(const w8_gemm_plan *g, int64_t mb, int64_t mb1, int tile_rows,
+                           int64_t n, int cols, int64_t k0, int64_t k1, int kernel_finishes,
+                           int32_t *tile)
+{
+    const w8_isa_ops *ops = g->ops;
+    const int first = k0 == 0, npanels = (cols + W8_NR - 1) / W8_NR;
+    const int part_cols = cols < npanels * W8_NR;
+    const int64_t kq = (k1 - k0) / 4, ps = g->Kp / 4 * W8_QUAD_BYTES;
+    for (int64_t m = mb; m < mb1; m += ops->mr) {
+        const int rows = (int)(mb1 - m < ops->mr ? mb1 - m : ops->mr);
+        const int edge = part_cols || (ops->whole_tiles && rows < tile_rows);
+        int32_t *c = (int32_t *)g->out + m * g->ldo + n; /* the output holds the sums */
+        /* A gated pair: the up projection's sums of the tile first, so they are at hand
+         * (in L1) when the gate's tile is finished. */
+        if (g->up)
+            w8_tile_sums(g->up, m, rows, n, cols, k0, kq,
+                         (int32_t *)g->up->out + m * g->up->ldo + n, g->up->ldo, first,
+                         edge, tile);
+        if (kernel_finishes) {
+            w8_corrections buf[2];
+            w8_tile_finish fin;
+            w8_finish_at(g, m, rows, n, cols, buf, &fin);
+            ops->ukernel_f32[g->enc](rows, npanels, kq, g->a + m * g->lda + k0, g->lda,
+                                     g->b + (n / W8_NR) * ps + k0 / 4 * W8_QUAD_BYTES, ps,
+                                     c, g->ldo, !first, &fin);
+            if (fin.act || fin.up) ops->act_tile((float *)c, g->ldo, rows, cols, &fin);
+        } else {
+            w8_tile_sums(g, m, rows, n, cols, k0, kq, c, g->ldo, first, edge, tile);
+        }
+    }
+}
+
+/* The K-range [k0, k1) of the row block [mb, mb1) over the columns [nb, nb1), strip by
+ * strip; in the last K-range, the tiles the kernel did not finish are finished
+ * W8_FINISH_BYTES of them at a time. */
+static void w8_row_block(const w8_gemm_plan *g, int64_t mb, int64_t mb1, int64_t nb,
+                         int64_t nb1, int64_t k0, int64_t k1, int32_t *tile)
+{
+    const w8_isa_ops *ops = g->ops;
+    const int last = k1 == g->Kp, tile_rows = w8_block_tile_rows(ops, mb1 - mb);
+    const int64_t ncols = (int64_t)W8_NR * ops->npanels;
+    /* The kernel finishes whole strips' tiles in registers: one float store instead of an
+     * int32 store and an epilogue pass over it (every row of the block, so never where the
+     * kernel stores whole tiles). */
+    const int kernel_can_finish = last && g->out_kind == W8_OUT_F32 &&
+                                  ops->ukernel_f32[g->enc] && !ops->whole_tiles;
+    int64_t unfinished = nb; /* the block's columns from here on wait */
+    for (int64_t n = nb; n < nb1; n += ncols) {
+        const int cols = (int)(nb1 - n < ncols ? nb1 - n : ncols);
+        const int kernel_finishes = kernel_can_finish && cols % W8_NR == 0;
+        w8_strip_tiles(g, mb, mb1, tile_rows, n, cols, k0, k1, kernel_finishes, tile);
+        if (!last) continue;
+        if (kernel_finishes) {
+            if (unfinished < n) w8_finish_tiles(g, mb, mb1, unfinished, n);
+            unfinished = n + cols;
+        } else if ((mb1 - mb) * (n + cols - unfinished) * 4 >= W8_FINISH_BYTES) {
+            w8_finish_tiles(g, mb, mb1, unfinished, n + cols);
+            unfinished = n + cols;
+        }
+    }
+    if (last && unfinished < nb1) w8_finish_tiles(g, mb, mb1, unfinished, nb1);
+}
+
 /* C[m0:m1, n0:n1] of a W8_OUT_F32 or W8_OUT_I32 plan; n0 is a multiple of 16. */
 static void w8_gemm_range_i32(const w8_gemm_plan *g, int64_t m0, int64_t m1, int64_t n0,
                               int64_t n1)
 {
-    const w8_isa_ops *ops = g->ops;
-    const w8_ukernel_f32_fn finish =
-        g->out_kind == W8_OUT_F32 ? ops->ukernel_f32[g->enc] : NULL;
-    const int64_t ps = g->Kp / 4 * W8_QUAD_BYTES;
-    const int64_t ncols = (int64_t)W8_NR * ops->npanels;
-    int32_t *const sums = (int32_t *)g->out;      /* the output buffer holds the sums */
     W8_ALIGN(64) int32_t tile[W8_MAX_MR * W8_TILE_LD];
     for (int64_t nb = n0; nb < n1; nb += g->nc) {
         const int64_t nb1 = nb + g->nc < n1 ? nb + g->nc : n1;
         for (int64_t k0 = 0; k0 < g->Kp; k0 += g->kc) {
             const int64_t k1 = k0 + g->kc < g->Kp ? k0 + g->kc : g->Kp;
-            const int first = k0 == 0, last = k1 == g->Kp;
-            for (int64_t mb = m0; mb < m1; mb += g->mc) {
-                const int64_t mb1 = mb + g->mc < m1 ? mb + g->mc : m1;
-                const int tile_rows = w8_block_tile_rows(ops, mb1 - mb);
-                int64_t unfinished = nb; /* the block's columns from here on wait */
-                for (int64_t n = nb; n < nb1; n += ncols) {
-                    const int cols = (int)(nb1 - n < ncols ? nb1 - n : ncols);
-                    const int npanels = (cols + W8_NR - 1) / W8_NR;
-                    const int part_cols = cols < npanels * W8_NR;
-                    /* The kernel finishes these tiles in registers: one float store instead
-                     * of an int32 store and an epilogue pass over it (every row of the
-                     * block, so never where the kernel stores whole tiles). */
-                    const int kernel_finishes =
-                        last && finish && !part_cols && !ops->whole_tiles;
-                    for (int64_t m = mb; m < mb1; m += ops->mr) {
-                        const int rows = (int)(mb1 - m < ops->mr ? mb1 - m : ops->mr);
-                        const int edge =
-                            part_cols || (ops->whole_tiles && rows < tile_rows);
-                        int32_t *c = sums + m * g->ldo + n;
-                        /* A gated pair: the up projection's sums of the tile first, so
-                         * they are at hand (in L1) when the gate's tile is finished. */
-                        if (g->up)
-                            w8_tile_sums(g->up, m, rows, n, cols, k0, (k1 - k0) / 4,
-                                         (int32_t *)g->up->out + m * g->up->ldo + n,
-                                         g->up->ldo, first, edge, tile);
-                        if (kernel_finishes) {
-                            w8_corrections buf[2];
-                            w8_tile_finish fin;
-                            w8_finish_at(g, m, rows, n, cols, buf, &fin);
-                            finish(rows, npanels, (k1 - k0) / 4, g->a + m * g->lda + k0,
-                                   g->lda, g->b + (n / W8_NR) * ps + k0 / 4 * W8_QUAD_BYTES,
-                                   ps, c, g->ldo, !first, &fin);
-                            if (fin.act || fin.up)
-                                ops->act_tile((float *)c, g->ldo, rows, cols, &fin);
-                            continue;
-                        }
-                        w8_tile_sums(g, m, rows, n, cols, k0, (k1 - k0) / 4, c, g->ldo,
-                                     first, edge, tile);
-                    }
-                    if (!last) continue;
-                    if (kernel_finishes) {
-                        if (unfinished < n) w8_finish_tiles(g, mb, mb1, unfinished, n);
-                        unfinished = n + cols;
-                    } else if ((mb1 - mb) * (n + cols - unfinished) * 4 >= W8_FINISH_BYTES) {
-                        w8_finish_tiles(g, mb, mb1, unfinished, n + cols);
-                        unfinished = n + cols;
-                    }
-                }
-                if (last && unfinished < nb1) w8_finish_tiles(g, mb, mb1, unfinished, nb1);
-            }
+            for (int64_t mb = m0; mb < m1; mb += g->mc)
+                w8_row_block(g, mb, mb + g->mc < m1 ? mb + g->mc : m1, nb, nb1, k0, k1,
+                             tile);
         }
     }
 }
