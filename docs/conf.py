@@ -1,7 +1,7 @@
 """Sphinx configuration of pyw8a8's documentation: a user guide in Markdown (MyST) and an
 API reference generated from the numpydoc docstrings.
 
-Build (CI does the same, with warnings as errors: tests/test_docs.py in the test
+Build (CI does the same, with warnings as errors: tests/api/test_docs.py in the test
 environment, and .ci/run in a fresh one that has the [docs] extra alone):
 
     pip install -e ".[docs]"

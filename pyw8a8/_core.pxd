@@ -74,7 +74,7 @@ cdef extern from "_simd/dispatch.h" nogil:
         int (*supported)(const w8_cpu_features *f)
         int explicit_only
 
-    ctypedef struct w8_gemm_plan:
+    ctypedef struct w8_gemm:
         const w8_isa_ops *ops
         int enc
         int64_t M, N, Kp
@@ -87,14 +87,14 @@ cdef extern from "_simd/dispatch.h" nogil:
         const float *b_scale
         const float *bias
         int act
-        const void *up  # a w8_gemm_plan (a struct cannot name itself here)
+        const void *up  # a w8_gemm (a struct cannot name itself here)
         int out_kind
         void *out
         int64_t ldo
         int64_t kc, mc, nc
 
     ctypedef struct w8_gemm_job:
-        w8_gemm_plan g
+        w8_gemm g
         int64_t m_step, n_step
         int64_t first_task
 
@@ -131,7 +131,7 @@ cdef extern from "_simd/dispatch.h" nogil:
         int64_t rot_stride
         w8_gemm_job jobs[W8_MAX_WEIGHTS]
         int njobs
-        w8_gemm_plan up
+        w8_gemm up
         float *wide_out[2]
         int64_t wide_ldo[W8_MAX_WEIGHTS]
     int64_t w8_run_product(w8_product *p, int nthreads)

@@ -5,6 +5,7 @@ import os
 from collections.abc import Iterator
 
 from . import _paths
+from ._validation import positive_int
 
 ENV_ISA = "PYW8A8_ISA"
 
@@ -139,23 +140,48 @@ def active_ops(rows: int | None = None) -> _paths.IsaOps:
     return _paths.call_ops(-1 if rows is None else rows)
 
 
-def isa() -> str:
-    """Name of the instruction-set path the calling thread uses.
+def isa(rows: int | None = None) -> str:
+    """Name of the instruction-set path the calling thread uses, or that a product of
+    `rows` activation rows runs.
+
+    Parameters
+    ----------
+    rows : int, optional
+        The rows (M, every leading dimension of ``x`` together) of a product. Small
+        products run a narrower path than the chosen one where that is faster: below 8 rows
+        ``amx`` runs the ``avx512vnni`` kernels, and ``avx2`` the ``avx2_gemv`` ones
+        (``PYW8A8_AMX_MIN_ROWS``, ``PYW8A8_AVX2_MIN_ROWS``), whether the path was chosen
+        by :func:`set_isa`, :func:`use_isa` or at import. Without `rows`, the chosen path.
 
     Returns
     -------
     str
         One of :func:`available_isas`: the one a :func:`use_isa` body of this thread
         chose, else the process-wide one (:func:`set_isa`, the ``PYW8A8_ISA`` environment
-        variable, or the CPU's best, chosen at import).
+        variable, or the CPU's best, chosen at import); with `rows`, the path such a call
+        runs, as ``matmul`` picks it.
+
+    Raises
+    ------
+    TypeError
+        If `rows` is not an int.
+    ValueError
+        If `rows` is negative.
 
     Examples
     --------
     >>> import pyw8a8
     >>> pyw8a8.isa() in pyw8a8.available_isas()
     True
+    >>> pyw8a8.isa(rows=1) in pyw8a8.available_isas()
+    True
+    >>> with pyw8a8.use_isa("scalar"):
+    ...     pyw8a8.isa(rows=1)
+    'scalar'
     """
-    return _paths.call_ops(-1).name
+    if rows is None:
+        return _paths.call_ops(-1).name
+    return _paths.call_ops(positive_int(rows, "rows", minimum=0)).name
 
 
 def set_isa(name: str) -> None:

@@ -17,7 +17,7 @@ from cpython.ref cimport PyObject
 cimport numpy as cnp
 import numpy as np
 
-from pyw8a8._core cimport (W8_CORR_READS_ROWS, W8_MAX_WEIGHTS, w8_gemm_plan, w8_product,
+from pyw8a8._core cimport (W8_CORR_READS_ROWS, W8_MAX_WEIGHTS, w8_gemm, w8_product,
                            w8_run_product, w8_scalar_sign_scale, w8_sign_table)
 from pyw8a8._outputs cimport _empty_output
 from pyw8a8._paths cimport IsaOps, call_ops, threads_for
@@ -285,7 +285,7 @@ cdef void _set_job(w8_product *p, int j, w8_call_weight *cw, int f, bint glu, bi
     pair): its operands, blocking and output."""
     cdef WeightPlan w = <WeightPlan>cw.plan
     cdef bint up = glu and j == 1
-    cdef w8_gemm_plan *g = &p.up if up else &p.jobs[j].g
+    cdef w8_gemm *g = &p.up if up else &p.jobs[j].g
     g.ops, g.enc, g.M, g.N, g.Kp = p.ops, w.enc, p.M, w.N, p.Kp
     g.a, g.lda = p.fmt[f].q, p.Kp
     g.a_psum = p.fmt[f].psum if p.fmt[f].row_sums else NULL

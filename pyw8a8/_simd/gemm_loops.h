@@ -22,7 +22,9 @@
 #include "common.h"
 #include "scalar.h"
 
-typedef struct w8_gemm_plan_s {
+/* One GEMM of a call (its weight's; a call holds one or two): operands, output and
+ * blocking.  (A weight's "plan" is its Python-side half, _kernels.WeightPlan.) */
+typedef struct w8_gemm_s {
     const w8_isa_ops *ops;
     int enc;                 /* W8_ENC_* of the packed weight */
     int64_t M, N, Kp;
@@ -36,16 +38,16 @@ typedef struct w8_gemm_plan_s {
     const float *b_scale;    /* N, for W8_OUT_F32 */
     const float *bias;       /* N, or NULL: added to the float result (W8_OUT_F32) */
     int act;                 /* W8_ACT_* applied after the bias (W8_OUT_F32) */
-    /* A gated pair (W8_OUT_F32, or W8_OUT_I64 beyond W8_EXACT_K): the up projection, a plan
+    /* A gated pair (W8_OUT_F32, or W8_OUT_I64 beyond W8_EXACT_K): the up projection, a GEMM
      * of the same M, N, Kp and blocking whose `out` holds its raw sums (int32, or int64
-     * for W8_OUT_I64); each tile of this plan (the gate) is finished as act(gate) * up.
+     * for W8_OUT_I64); each tile of this GEMM (the gate) is finished as act(gate) * up.
      * NULL otherwise. */
-    const struct w8_gemm_plan_s *up;
+    const struct w8_gemm_s *up;
     int out_kind;            /* W8_OUT_*; F32 and I32 need Kp <= W8_EXACT_K */
     void *out;               /* M x N, row stride ldo elements */
     int64_t ldo;
     int64_t kc, mc, nc;      /* blocking: kc multiple of 64, mc of mr, nc of 16 */
-} w8_gemm_plan;
+} w8_gemm;
 
 /* factor * (the sum over [k0, k1) of row `row` of a prefix-sum table), modulo 2^32: the
  * compensation over that K-range (128 for the +128 encodings, 1 for W8_CORR_NEG). */
@@ -57,7 +59,7 @@ static inline int32_t w8_compensation(const int32_t *psum, int64_t Kp, int64_t r
 }
 
 /* The corrections of a rows x cols tile at (m, n) over [k0, k1); NULL when none. */
-static void w8_tile_corrections(const w8_gemm_plan *g, int64_t m, int rows, int64_t n,
+static void w8_tile_corrections(const w8_gemm *g, int64_t m, int rows, int64_t n,
                                 int cols, int64_t k0, int64_t k1, int32_t *row_corr,
                                 int32_t *col_corr, const int32_t **rc, const int32_t **cc)
 {
@@ -80,7 +82,7 @@ typedef struct {
     int32_t row[W8_MAX_MR], col[W8_TILE_LD];
 } w8_corrections;
 
-static void w8_scaling_at(const w8_gemm_plan *g, int64_t m, int rows, int64_t n, int cols,
+static void w8_scaling_at(const w8_gemm *g, int64_t m, int rows, int64_t n, int cols,
                           w8_corrections *buf, w8_scaling *s)
 {
     w8_tile_corrections(g, m, rows, n, cols, 0, g->Kp, buf->row, buf->col, &s->row_corr,
@@ -90,9 +92,9 @@ static void w8_scaling_at(const w8_gemm_plan *g, int64_t m, int rows, int64_t n,
     s->bias = g->bias ? g->bias + n : NULL;
 }
 
-/* The finish of a W8_OUT_F32 plan's tile at (m, n), its corrections in buf[0] (and those
+/* The finish of a W8_OUT_F32 GEMM's tile at (m, n), its corrections in buf[0] (and those
  * of the up projection in buf[1]). */
-static void w8_finish_at(const w8_gemm_plan *g, int64_t m, int rows, int64_t n, int cols,
+static void w8_finish_at(const w8_gemm *g, int64_t m, int rows, int64_t n, int cols,
                          w8_corrections buf[2], w8_tile_finish *fin)
 {
     memset(fin, 0, sizeof(*fin));
@@ -106,7 +108,7 @@ static void w8_finish_at(const w8_gemm_plan *g, int64_t m, int rows, int64_t n, 
 }
 
 /* A tile's final int32 sums (raw, in the output buffer) -> its float or int32 result. */
-static void w8_finish_tile(const w8_gemm_plan *g, int32_t *sums, int64_t m, int rows,
+static void w8_finish_tile(const w8_gemm *g, int32_t *sums, int64_t m, int rows,
                            int64_t n, int cols)
 {
     if (g->out_kind == W8_OUT_F32) {
@@ -141,10 +143,10 @@ static void w8_merge_tile(int32_t *c, int64_t ldc, const int32_t *tile, int rows
         }
 }
 
-/* One kernel call of plan g over the tile at (m, n) and the K-range [k0, k0 + 4 kq), into
+/* One kernel call of GEMM g over the tile at (m, n) and the K-range [k0, k0 + 4 kq), into
  * its sums at c (row stride ldc): an edge tile (`edge`: fewer columns than the kernel
  * writes, or fewer rows than a whole-tile kernel stores) through the scratch tile. */
-static inline void w8_tile_sums(const w8_gemm_plan *g, int64_t m, int rows, int64_t n,
+static inline void w8_tile_sums(const w8_gemm *g, int64_t m, int rows, int64_t n,
                                 int cols, int64_t k0, int64_t kq, int32_t *c, int64_t ldc,
                                 int first, int edge, int32_t *tile)
 {
@@ -174,7 +176,7 @@ static inline int w8_block_tile_rows(const w8_isa_ops *ops, int64_t rows)
 }
 
 /* Finishes the tiles over C[m0:m1, n0:n1] whose last kernel call stored their raw sums. */
-static void w8_finish_tiles(const w8_gemm_plan *g, int64_t m0, int64_t m1, int64_t n0,
+static void w8_finish_tiles(const w8_gemm *g, int64_t m0, int64_t m1, int64_t n0,
                             int64_t n1)
 {
     const int64_t ncols = (int64_t)W8_NR * g->ops->npanels;
@@ -194,14 +196,14 @@ static void w8_finish_tiles(const w8_gemm_plan *g, int64_t m0, int64_t m1, int64
  * 1152 x 6912 took 1.12x as long (2 Xeon vCPUs). */
 #define W8_FINISH_BYTES 32768
 
-/* The loop nest of a W8_OUT_F32 or W8_OUT_I32 plan, one function per level: the blocks
+/* The loop nest of a W8_OUT_F32 or W8_OUT_I32 GEMM, one function per level: the blocks
  * (nc columns, kc of K, mc rows: w8_gemm_range_i32), a row block's strips of the kernel's
  * width (w8_row_block), a strip's tiles (w8_strip_tiles). */
 
 /* The K-range [k0, k1) of the tiles of rows [mb, mb1) in the columns [n, n + cols): one
  * kernel call per tile (after the up projection's, for a gated pair), finished in the
  * kernel's registers where `kernel_finishes`. */
-static void w8_strip_tiles(const w8_gemm_plan *g, int64_t mb, int64_t mb1, int tile_rows,
+static void w8_strip_tiles(const w8_gemm *g, int64_t mb, int64_t mb1, int tile_rows,
                            int64_t n, int cols, int64_t k0, int64_t k1, int kernel_finishes,
                            int32_t *tile)
 {
@@ -236,7 +238,7 @@ static void w8_strip_tiles(const w8_gemm_plan *g, int64_t mb, int64_t mb1, int t
 /* The K-range [k0, k1) of the row block [mb, mb1) over the columns [nb, nb1), strip by
  * strip; in the last K-range, the tiles the kernel did not finish are finished
  * W8_FINISH_BYTES of them at a time. */
-static void w8_row_block(const w8_gemm_plan *g, int64_t mb, int64_t mb1, int64_t nb,
+static void w8_row_block(const w8_gemm *g, int64_t mb, int64_t mb1, int64_t nb,
                          int64_t nb1, int64_t k0, int64_t k1, int32_t *tile)
 {
     const w8_isa_ops *ops = g->ops;
@@ -264,8 +266,8 @@ static void w8_row_block(const w8_gemm_plan *g, int64_t mb, int64_t mb1, int64_t
     if (last && unfinished < nb1) w8_finish_tiles(g, mb, mb1, unfinished, nb1);
 }
 
-/* C[m0:m1, n0:n1] of a W8_OUT_F32 or W8_OUT_I32 plan; n0 is a multiple of 16. */
-static void w8_gemm_range_i32(const w8_gemm_plan *g, int64_t m0, int64_t m1, int64_t n0,
+/* C[m0:m1, n0:n1] of a W8_OUT_F32 or W8_OUT_I32 GEMM; n0 is a multiple of 16. */
+static void w8_gemm_range_i32(const w8_gemm *g, int64_t m0, int64_t m1, int64_t n0,
                               int64_t n1)
 {
     W8_ALIGN(64) int32_t tile[W8_MAX_MR * W8_TILE_LD];
@@ -280,9 +282,9 @@ static void w8_gemm_range_i32(const w8_gemm_plan *g, int64_t m0, int64_t m1, int
     }
 }
 
-/* C[m0:m1, n0:n1] of a W8_OUT_I64 plan, any K: per W8_EXACT_K-range, one kernel call per
+/* C[m0:m1, n0:n1] of a W8_OUT_I64 GEMM, any K: per W8_EXACT_K-range, one kernel call per
  * tile sums the range into the scratch tile, compensated and added to the int64 output. */
-static void w8_gemm_range_i64(const w8_gemm_plan *g, int64_t m0, int64_t m1, int64_t n0,
+static void w8_gemm_range_i64(const w8_gemm *g, int64_t m0, int64_t m1, int64_t n0,
                               int64_t n1)
 {
     const w8_isa_ops *ops = g->ops;
@@ -321,7 +323,7 @@ static void w8_gemm_range_i64(const w8_gemm_plan *g, int64_t m0, int64_t m1, int
 
 /* C[m0:m1, n0:n1] for one task, on the calling thread; n0 is a multiple of 16.  The thread
  * has run its path's task_begin (once per call, however many tasks it takes). */
-static inline void w8_gemm_range(const w8_gemm_plan *g, int64_t m0, int64_t m1, int64_t n0,
+static inline void w8_gemm_range(const w8_gemm *g, int64_t m0, int64_t m1, int64_t n0,
                           int64_t n1)
 {
     if (m0 >= m1 || n0 >= n1) return;
@@ -337,7 +339,7 @@ static inline void w8_gemm_range(const w8_gemm_plan *g, int64_t m0, int64_t m1, 
  * and its task split: blocks of m_step rows x n_step columns (n_step a multiple of 16),
  * numbered in row-major order from first_task on. */
 typedef struct {
-    w8_gemm_plan g;
+    w8_gemm g;
     int64_t m_step, n_step;
     int64_t first_task;
 } w8_gemm_job;
@@ -382,10 +384,10 @@ static inline void w8_run_task(const w8_gemm_job *jobs, int njobs, int64_t t)
     w8_gemm_range(&jobs[j].g, m0, m1, n0, n1);
 }
 
-/* One int64 sum of a product beyond W8_EXACT_K (its plan's `out`) scaled: one conversion
+/* One int64 sum of a product beyond W8_EXACT_K (its GEMM's `out`) scaled: one conversion
  * (round to nearest, as numpy's), then w8_apply_scales and the bias, as w8_scalar_scaled
  * does for the int32 sums of every tile. */
-static inline float w8_wide_scaled(const w8_gemm_plan *g, int64_t m, int64_t n)
+static inline float w8_wide_scaled(const w8_gemm *g, int64_t m, int64_t n)
 {
     const float v = w8_apply_scales((float)((const int64_t *)g->out)[m * g->ldo + n],
                                     g->a_scale[m], g->b_scale[n]);
@@ -394,7 +396,7 @@ static inline float w8_wide_scaled(const w8_gemm_plan *g, int64_t m, int64_t n)
 
 /* The float result of a product beyond W8_EXACT_K: its scaled sums, then the activation and
  * gate in the order of every tile's finish, through the scalar reference. */
-static inline void w8_finish_wide(const w8_gemm_plan *g, float *out, int64_t ldo)
+static inline void w8_finish_wide(const w8_gemm *g, float *out, int64_t ldo)
 {
     for (int64_t m = 0; m < g->M; m++)
         for (int64_t n = 0; n < g->N; n++) {

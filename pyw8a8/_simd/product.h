@@ -55,7 +55,7 @@ typedef struct {
     int64_t rot_stride;
     w8_gemm_job jobs[W8_MAX_WEIGHTS];
     int njobs;
-    w8_gemm_plan up;         /* a gated pair: the up projection of jobs[0] (its .up) */
+    w8_gemm up;         /* a gated pair: the up projection of jobs[0] (its .up) */
     float *wide_out[W8_MAX_WEIGHTS]; /* a float product beyond W8_EXACT_K: its output */
     int64_t wide_ldo[W8_MAX_WEIGHTS];
 } w8_product;

@@ -10,7 +10,7 @@ and then the count is carried over on each call (:func:`follow_torch_threads`).
 
 **Fork.** A child forked after torch ran a parallel op cannot run torch's ops (GNU OpenMP's
 pool is gone; they hang), but pyw8a8's products in it return, bit-identical, whether
-pyw8a8 or torch started the pool (tests/test_torch_processes.py).
+pyw8a8 or torch started the pool (tests/pytorch/test_torch_processes.py).
 """
 import os
 

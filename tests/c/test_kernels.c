@@ -12,7 +12,7 @@
  *   --expect NAME  the path the dispatcher must pick on this CPU
  *   --all          every path of the registry, whatever the CPU (the emulated build)
  * Build: cc -O2 -I pyw8a8/_simd tests/c/test_kernels.c -lm
- * Emulated build (tests/test_c_kernels.py): add -DW8_EMULATE -mavx2 -mfma -I tests/c
+ * Emulated build (tests/kernels/test_c_kernels.py): add -DW8_EMULATE -mavx2 -mfma -I tests/c
  *   -I <SIMDe headers>: the AVX-512 VNNI, AVX-VNNI and AMX intrinsics become plain C. */
 #include "dispatch.h"
 
@@ -165,7 +165,7 @@ static int same_float(float x, float y) { return memcmp(&x, &y, sizeof(float)) =
  * the range. */
 static float rand_scale(void) { return ldexpf(0.5f + 0.5f * fabsf(rand_f()), (int)(rng_next() % 40) - 30); }
 
-static void run_plan(const w8_gemm_plan *g, int split, int64_t Np)
+static void run_gemm(const w8_gemm *g, int split, int64_t Np)
 {
     w8_task_begin(g->ops);
     if (split) {
@@ -213,7 +213,7 @@ static void test_gemm_case(const w8_isa_ops *ops, int kind, int64_t M, int64_t N
         for (int v = 0; v < NUM_VARIANTS; v++) {
             const gemm_variant *var = &variants[v];
             if (var->out_kind != W8_OUT_I64 && !exact) continue;
-            w8_gemm_plan g = {ops, enc, M, N, Kp, a, Kp, a_psum, b, b_psum, sa, sb, NULL,
+            w8_gemm g = {ops, enc, M, N, Kp, a, Kp, a_psum, b, b_psum, sa, sb, NULL,
                               W8_ACT_NONE, NULL, var->out_kind, NULL, ldo, Kp,
                               round_up(M, ops->mr), Np};
             if (var->fine) {
@@ -223,7 +223,7 @@ static void test_gemm_case(const w8_isa_ops *ops, int kind, int64_t M, int64_t N
             }
             g.out = var->out_kind == W8_OUT_I64 ? (void *)o64 : (void *)o32;
             for (int64_t i = 0; i < M * ldo; i++) o64[i] = o32[i] = (int32_t)SENTINEL;
-            run_plan(&g, var->split, Np);
+            run_gemm(&g, var->split, Np);
             /* Column N holds the sentinel: nothing may be written past the last column.
              * The float result must be the epilogue's formula on the exact sum, bit for bit
              * (the sum fits in int32 within W8_EXACT_K). */
@@ -306,11 +306,11 @@ static void test_fused_gemm(const w8_isa_ops *ops)
                     for (int fine = 0; fine < 2; fine++) {
                         if (gated && act == W8_ACT_NONE) continue;
                         const int encs[2] = {enc, 1 - enc};
-                        w8_gemm_plan g[2];
+                        w8_gemm g[2];
                         for (int w = 0; w < 2; w++) {
                             pack_act(ops, encs[w], qa, M, K, Kp, a[w], a_psum[w]);
                             pack_weight(qw[w], N, K, Np, Kp, encs[w], b[w], b_psum[w]);
-                            g[w] = (w8_gemm_plan){ops, encs[w], M, N, Kp, a[w], Kp, a_psum[w],
+                            g[w] = (w8_gemm){ops, encs[w], M, N, Kp, a[w], Kp, a_psum[w],
                                                   b[w], b_psum[w], sa, sb[w], bias[w],
                                                   w ? W8_ACT_NONE : act, NULL,
                                                   w ? W8_OUT_I32 : W8_OUT_F32,
@@ -323,7 +323,7 @@ static void test_fused_gemm(const w8_isa_ops *ops)
                             }
                         }
                         if (gated) g[0].up = &g[1];
-                        run_plan(&g[0], fine, Np);
+                        run_gemm(&g[0], fine, Np);
                         int64_t bad = -1;
                         for (int64_t m = 0; m < M && bad < 0; m++)
                             for (int64_t n = 0; n < N; n++) {

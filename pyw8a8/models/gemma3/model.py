@@ -16,6 +16,23 @@ from .weights import ensure_cache, load_config, load_tokenizer, load_weights
 __all__ = ["Gemma3", "load_model"]
 
 
+def _checked_tensor(weights, name, shape):
+    """weights[name], checked to be a float32 array of `shape`."""
+    if name not in weights:
+        raise KeyError(f"weights lack tensor {name!r}")
+    w = weights[name]
+    if tuple(w.shape) != tuple(shape):
+        raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(w.shape)}")
+    if w.dtype != np.float32:
+        raise ValueError(f"{name}: expected float32, got {w.dtype}")
+    return w
+
+
+def _norm(get, name, n):
+    """A norm's (n,) weights, copied into RAM (small; the file may be memory-mapped)."""
+    return np.array(get(name, (n,)), dtype=np.float32)
+
+
 class _Layer:
     __slots__ = (
         "q", "k", "v", "o", "gate_up", "down", "attn_norm", "q_norm", "k_norm",
@@ -93,53 +110,45 @@ class Gemma3:
         self.linear = linear
 
         def get(name, shape):
-            if name not in weights:
-                raise KeyError(f"weights lack tensor {name!r}")
-            w = weights[name]
-            if tuple(w.shape) != tuple(shape):
-                raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(w.shape)}")
-            if w.dtype != np.float32:
-                raise ValueError(f"{name}: expected float32, got {w.dtype}")
-            return w
+            return _checked_tensor(weights, name, shape)
 
-        def vec(name, n):
-            return np.array(get(name, (n,)), dtype=np.float32)  # small: copy into RAM
-
-        H, F, D = c.hidden_size, c.ffn_size, c.head_dim
-        QD, KD = c.n_heads * D, c.n_kv_heads * D
+        H, D = c.hidden_size, c.head_dim
         self.embedding = get(EMBEDDING_NAME, (c.vocab_size, H))
         self.embed_scale = np.float32(math.sqrt(H))
-        self.output_norm = vec("output_norm.weight", H)
+        self.output_norm = _norm(get, "output_norm.weight", H)
 
-        half = D // 2
-        exps = np.arange(half, dtype=np.float64) * 2.0 / D
-        inv_global = c.rope_base_global ** -exps
-        inv_local = c.rope_base_local ** -exps
-
-        self.layers = []
-        for i in range(c.n_layers):
-            p = f"blk.{i}."
-            L = _Layer()
-            L.attn_norm = vec(p + "attn_norm.weight", H)
-            L.q_norm = vec(p + "attn_q_norm.weight", D)
-            L.k_norm = vec(p + "attn_k_norm.weight", D)
-            L.post_attn_norm = vec(p + "post_attention_norm.weight", H)
-            L.ffn_norm = vec(p + "ffn_norm.weight", H)
-            L.post_ffn_norm = vec(p + "post_ffw_norm.weight", H)
-            L.q = linear(p + "attn_q.weight", get(p + "attn_q.weight", (QD, H)))
-            L.k = linear(p + "attn_k.weight", get(p + "attn_k.weight", (KD, H)))
-            L.v = linear(p + "attn_v.weight", get(p + "attn_v.weight", (KD, H)))
-            L.o = linear(p + "attn_output.weight", get(p + "attn_output.weight", (H, QD)))
-            L.gate_up = linear_pair(
-                p + "ffn_gate.weight", get(p + "ffn_gate.weight", (F, H)),
-                p + "ffn_up.weight", get(p + "ffn_up.weight", (F, H)),
-            )
-            L.down = linear(p + "ffn_down.weight", get(p + "ffn_down.weight", (H, F)))
-            L.is_global = c.is_global(i)
-            L.inv_freq = inv_global if L.is_global else inv_local
-            self.layers.append(L)
+        exps = np.arange(D // 2, dtype=np.float64) * 2.0 / D
+        inv_freq = {True: c.rope_base_global ** -exps, False: c.rope_base_local ** -exps}
+        self.layers = [self._layer(i, get, linear, linear_pair, inv_freq)
+                       for i in range(c.n_layers)]
         self.output = linear(OUTPUT_NAME, self.embedding)
         self._lock = threading.Lock()
+
+    def _layer(self, i, get, linear, linear_pair, inv_freq):
+        """Layer i: its norms (copied into RAM), its linear layers from the factories and
+        its RoPE frequencies (global or local)."""
+        c, p = self.config, f"blk.{i}."
+        H, F, D = c.hidden_size, c.ffn_size, c.head_dim
+        QD, KD = c.n_heads * D, c.n_kv_heads * D
+        L = _Layer()
+        L.attn_norm = _norm(get, p + "attn_norm.weight", H)
+        L.q_norm = _norm(get, p + "attn_q_norm.weight", D)
+        L.k_norm = _norm(get, p + "attn_k_norm.weight", D)
+        L.post_attn_norm = _norm(get, p + "post_attention_norm.weight", H)
+        L.ffn_norm = _norm(get, p + "ffn_norm.weight", H)
+        L.post_ffn_norm = _norm(get, p + "post_ffw_norm.weight", H)
+        L.q = linear(p + "attn_q.weight", get(p + "attn_q.weight", (QD, H)))
+        L.k = linear(p + "attn_k.weight", get(p + "attn_k.weight", (KD, H)))
+        L.v = linear(p + "attn_v.weight", get(p + "attn_v.weight", (KD, H)))
+        L.o = linear(p + "attn_output.weight", get(p + "attn_output.weight", (H, QD)))
+        L.gate_up = linear_pair(
+            p + "ffn_gate.weight", get(p + "ffn_gate.weight", (F, H)),
+            p + "ffn_up.weight", get(p + "ffn_up.weight", (F, H)),
+        )
+        L.down = linear(p + "ffn_down.weight", get(p + "ffn_down.weight", (H, F)))
+        L.is_global = c.is_global(i)
+        L.inv_freq = inv_freq[L.is_global]
+        return L
 
     # -- public API --------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """A user's script calling every public function of pyw8a8: ``mypy --strict`` must pass on it
-(tests/test_typing.py), and it runs.
+(tests/api/test_typing.py), and it runs.
 
 The annotated variables state the types the docstrings promise, so mypy checks the package's
 annotations against them, not only that the calls are well formed.

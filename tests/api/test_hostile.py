@@ -13,7 +13,7 @@ import pyw8a8
 from pyw8a8 import PackedWeight
 
 ENCODINGS = ("biased", "signed")
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(scope="module")

@@ -12,12 +12,14 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import pyw8a8
 from pyw8a8 import _paths
+from pyw8a8.tuning import TUNER
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FEATURES = pyw8a8.cpu_features()
 X86 = platform.machine().lower() in ("x86_64", "amd64")
 ARM64 = platform.machine().lower() in ("aarch64", "arm64")
@@ -114,3 +116,42 @@ def test_only_the_paths_module_links_the_kernels():
             pytest.skip("the compiled modules are stripped of their symbols")
         linking += [module] if kernel.search(symbols) else []
     assert linking == ["_paths"]
+
+
+@pytest.mark.parametrize("wide, narrow", [("amx", "avx512vnni"), ("avx2", "avx2_gemv")])
+def test_isa_of_a_call_size_names_the_path_that_runs_it(wide, narrow):
+    """isa(rows=M) is the path a product of M rows runs (the one the tuner times it on):
+    the small-M fallback below 8 rows and the chosen path from 8 rows on, set_isa's or
+    use_isa's alike; a path without a fallback at every size."""
+    if wide not in pyw8a8.available_isas():
+        pytest.skip(f"needs a CPU that runs {wide}")
+    rng = np.random.default_rng(0)
+    packed = pyw8a8.pack_weight(rng.standard_normal((32, 128), dtype=np.float32))
+
+    def path_that_ran(rows):
+        TUNER.clear()
+        pyw8a8.matmul(rng.standard_normal((rows, 128), dtype=np.float32), packed)
+        return {key[0] for key in TUNER._entries}
+
+    before = pyw8a8.isa()
+    pyw8a8.set_isa(wide)
+    try:
+        for rows, expected in [(1, narrow), (7, narrow), (8, wide), (64, wide)]:
+            assert pyw8a8.isa(rows=rows) == expected
+            assert path_that_ran(rows) == {expected}
+        assert pyw8a8.isa() == wide
+        pyw8a8.set_isa("scalar")
+        with pyw8a8.use_isa(wide):
+            assert pyw8a8.isa() == wide
+            assert pyw8a8.isa(rows=1) == narrow
+            assert path_that_ran(1) == {narrow}
+            assert path_that_ran(8) == {wide}
+        assert pyw8a8.isa(rows=1) == "scalar"
+        assert path_that_ran(1) == {"scalar"}
+    finally:
+        pyw8a8.set_isa(before)
+        TUNER.clear()
+    with pytest.raises(ValueError, match="rows must be at least 0"):
+        pyw8a8.isa(rows=-1)
+    with pytest.raises(TypeError, match="rows must be an int"):
+        pyw8a8.isa(rows=1.5)

@@ -12,7 +12,7 @@ import pytest
 
 import pyw8a8
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 X86 = platform.machine().lower() in ("x86_64", "amd64")
 SKIPPED = 77
 

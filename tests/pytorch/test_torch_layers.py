@@ -1,27 +1,17 @@
 """pyw8a8.torch's layers and `quantize`: bit for bit pyw8a8.matmul / matmul_pair on the same
-packed weights, every input form a torch model passes, saving and copying, and the errors.
+packed weights, every input form a torch model passes, and the errors (saving and copying:
+test_torch_saving.py).
 Skipped, with the reason shown, where torch is not installed (.ci/run installs it)."""
-import copy
-import gc
-import io
-import pickle
-import threading
-import weakref
-
 import numpy as np
 import pytest
 
 import pyw8a8
 
-torch = pytest.importorskip("torch", reason="needs PyTorch (pip install 'pyw8a8[torch]')")
+from torch_helpers import dense, torch
+
 pt = pytest.importorskip("pyw8a8.torch")
 
 ACTIVATIONS = [None, "relu", "gelu", "gelu_tanh", "silu"]
-
-
-def dense(k, n, bias=True, seed=0):
-    torch.manual_seed(seed)
-    return torch.nn.Linear(k, n, bias=bias)
 
 
 def reference(layer, x):
@@ -209,145 +199,6 @@ def test_dtype_casts_keep_the_int8_format_and_devices_other_than_the_cpu_are_ref
         model[0].to("meta")
     with torch.no_grad():
         assert torch.equal(model[0](x), before)  # left as it was
-
-
-# --- saving and copying ----------------------------------------------------------------
-
-
-def saved(obj):
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    buffer.seek(0)
-    return buffer
-
-
-@pytest.mark.parametrize("block", [64, 128])
-def test_state_dict_round_trips_bit_exact_through_torch_save(block):
-    layer = pt.Linear.from_float(dense(300, 40), activation="silu")
-    x = torch.randn(5, 300)
-    with torch.no_grad():
-        y = layer(x)
-    # A fresh layer of another layout (block) takes the saved one whole.
-    fresh = pt.Linear(300, 40, activation="silu", block=block)
-    result = fresh.load_state_dict(torch.load(saved(layer.state_dict()), weights_only=True))
-    assert not result.missing_keys and not result.unexpected_keys
-    with torch.no_grad():
-        assert torch.equal(fresh(x), y)
-    assert set(layer.state_dict()) == {"weight_panels", "weight_psum", "weight_scales",
-                                       "weight_header", "bias"}
-
-
-def test_the_saved_header_records_the_format_and_settings():
-    layer = pt.Linear.from_float(dense(100, 24), block=64, seed=7)
-    header = dict(zip(pt._ops.HEADER_FIELDS, layer.weight_header.tolist()))
-    assert header == {"format_version": layer.packed("weight")._format_version(),
-                      "out_features": 24, "in_features": 100, "encoding": header["encoding"],
-                      "rotate": 1, "block": 64, "seed": 7}
-
-
-def test_a_whole_model_round_trips_through_torch_save_and_load():
-    model = pt.quantize(torch.nn.Sequential(dense(64, 128), torch.nn.ReLU(), dense(128, 8)))
-    x = torch.randn(3, 64)
-    with torch.no_grad():
-        y = model(x)
-        again = torch.load(saved(model), weights_only=False)
-        assert torch.equal(again(x), y)
-
-
-def state_with(layer, **changes):
-    state = layer.state_dict()
-    for key, fn in changes.items():
-        state[key] = fn(state[key].clone())
-    return state
-
-
-@pytest.mark.parametrize("changes, match", [
-    ({"weight_header": lambda h: h.index_fill_(0, torch.tensor([0]), 99)},
-     "format 99 is not supported"),
-    ({"weight_panels": lambda p: p.index_put_((torch.tensor([0]),) * p.dim(),
-                                               torch.tensor(0, dtype=p.dtype))},
-     "-128|inconsistent"),  # biased byte 0 is -128; a signed 0 breaks the sums
-    ({"weight_scales": lambda s: s.neg_()}, "negative or non-finite"),
-    ({"weight_header": lambda h: h[:3]}, "header: expected 7 int64 values"),
-    ({"weight_panels": lambda p: p[:-1]}, "panels"),
-    ({"bias": lambda b: b.fill_(float("nan"))}, "bias holds NaN"),
-])
-def test_a_damaged_or_foreign_state_dict_is_refused_and_the_layer_kept(changes, match):
-    layer = pt.Linear.from_float(dense(64, 16))
-    x = torch.randn(2, 64)
-    with torch.no_grad():
-        y = layer(x)
-    with pytest.raises(RuntimeError, match=match):
-        layer.load_state_dict(state_with(layer, **changes))
-    with torch.no_grad():
-        assert torch.equal(layer(x), y)
-
-
-def test_a_state_dict_of_another_shape_or_with_missing_keys_is_refused():
-    layer = pt.Linear.from_float(dense(64, 16))
-    other = pt.Linear.from_float(dense(64, 24))
-    with pytest.raises(RuntimeError, match=r"shape \(24, 64\), this module's is \(16, 64\)"):
-        layer.load_state_dict(other.state_dict())
-    state = layer.state_dict()
-    del state["weight_psum"]
-    state["extra"] = torch.zeros(1)
-    result = layer.load_state_dict(state, strict=False)
-    assert result.missing_keys == ["weight_psum"] and result.unexpected_keys == ["extra"]
-    with pytest.raises(RuntimeError, match="Missing key"):
-        layer.load_state_dict(state)
-    no_bias = pt.Linear(64, 16, bias=False)
-    with pytest.raises(RuntimeError, match="Unexpected key.*bias"):
-        no_bias.load_state_dict(layer.state_dict())
-
-
-def test_deepcopy_and_pickle_give_independent_bit_exact_layers():
-    layer = pt.Linear.from_float(dense(96, 32), activation="gelu")
-    x = torch.randn(4, 96)
-    with torch.no_grad():
-        y = layer(x)
-        for again in (copy.deepcopy(layer), pickle.loads(pickle.dumps(layer))):
-            assert torch.equal(again(x), y)
-            assert again.weight_panels.data_ptr() != layer.weight_panels.data_ptr()
-    # Only the tensors travel, not the numpy-side weight kept for the kernels.
-    assert len(pickle.dumps(layer)) < 1.5 * sum(b.nbytes for b in layer.buffers())
-
-
-def test_writing_a_buffer_in_place_is_seen_by_the_next_call():
-    layer = pt.Linear.from_float(dense(64, 16))
-    other = pt.Linear.from_float(dense(64, 16, seed=3))
-    x = torch.randn(2, 64)
-    with torch.no_grad():
-        for name, buf in other.named_buffers():
-            getattr(layer, name).copy_(buf)
-        assert torch.equal(layer(x), other(x))
-
-
-def test_a_layer_is_freed_with_its_model():
-    layer = pt.Linear.from_float(dense(64, 16))
-    with torch.no_grad():
-        layer(torch.randn(2, 64))
-    panels = weakref.ref(layer.weight_panels)
-    del layer
-    gc.collect()
-    assert panels() is None
-
-
-def test_threads_share_one_layer():
-    layer = pt.Linear.from_float(dense(256, 128))
-    xs = [torch.randn(8, 256) for _ in range(4)]
-    with torch.no_grad():
-        expected = [layer(x) for x in xs]
-    results = {}
-
-    def work(i):
-        with torch.no_grad():
-            results[i] = all(torch.equal(layer(xs[i]), expected[i]) for _ in range(20))
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert results == {i: True for i in range(4)}
 
 
 # --- quantize ---------------------------------------------------------------------

@@ -13,7 +13,7 @@ import pyw8a8
 import pyw8a8.dask
 import pyw8a8.router
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md"] + sorted((ROOT / "docs").rglob("*.md"))
 # Examples that need what a test machine lacks, by a string that marks them.
 NOT_RUN = {"tcp://scheduler-host:8786": "needs a running dask scheduler"}

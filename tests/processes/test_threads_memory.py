@@ -21,7 +21,7 @@ import pytest
 import pyw8a8
 
 ENCODINGS = ("biased", "signed")
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 UNDER_ASAN = "asan" in os.environ.get("LD_PRELOAD", "")
 
 

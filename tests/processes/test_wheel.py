@@ -26,7 +26,7 @@ from pyw8a8 import _thread_policy
 pytestmark = pytest.mark.wheel
 
 WHEEL = os.environ.get("PYW8A8_WHEEL", "")
-TESTS = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 TIMEOUT = 600  # pip reaching the package index, or a hung fork
 
 # numpy pins of the two environments; the 1.26 one also gets what the subset imports.
@@ -34,9 +34,9 @@ NUMPY = {"numpy2": ["numpy>=2"],
          "numpy1": ["numpy==1.26.4", "pytest", "hypothesis", "scipy", "ml_dtypes"]}
 # The fast subset that runs under numpy 1.26: the API and its messages, the kernels'
 # exactness on this CPU's paths, pickling, and the rotation.
-NUMPY1_SUBSET = ["test_int8_matmul.py", "test_matmul.py", "test_quantize.py",
-                 "test_messages.py", "test_properties.py", "test_pickle.py",
-                 "test_rotation.py"]
+NUMPY1_SUBSET = ["kernels/test_int8_matmul.py", "api/test_matmul.py", "api/test_quantize.py",
+                 "api/test_messages.py", "api/test_properties.py", "api/test_pickle.py",
+                 "kernels/test_rotation.py"]
 
 
 def _wheel():
@@ -181,7 +181,7 @@ def test_the_thread_policy_handles_the_vendored_libgomp(env, vendored):
 
 
 def test_a_fork_after_a_parallel_product_does_not_hang(env):
-    """tests/test_processes.py's case with the vendored runtime: the child's surviving
+    """tests/processes/test_processes.py's case with the vendored runtime: the child's surviving
     thread runs on one thread, a thread it starts runs in parallel again."""
     out = env.check("""
         import os, threading, numpy as np, pyw8a8 as w8

@@ -2,7 +2,7 @@
 while, every result compared bit for bit with a single-threaded reference, and the
 process's peak memory must stay flat once every thread has warmed up.
 
-About 20 s by default; ``python -m pytest -m soak tests/test_soak.py`` runs it for
+About 20 s by default; ``python -m pytest -m soak tests/processes/test_soak.py`` runs it for
 ``SOAK_LONG_SECONDS`` (5 minutes), and ``PYW8A8_SOAK_SECONDS`` sets any duration."""
 import os
 import pickle

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import pyw8a8
 from pyw8a8.tools import bench, quality
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def run_cli(args, **variables):

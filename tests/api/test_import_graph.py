@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "pyw8a8"
+PACKAGE = Path(__file__).resolve().parents[2] / "pyw8a8"
 MAX_ROOT_MODULES = 12
 
 

@@ -21,7 +21,7 @@ from pyw8a8.evaluate.samples import _answer_index, _split_options, load_samples,
 
 from evaluate_helpers import LETTER_OPTIONS
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = Path(os.path.join(REPO_ROOT, "..", "shared", "data", "mmlu_gemmacpp.json"))
 
 needs_fixture = pytest.mark.skipif(

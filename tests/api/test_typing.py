@@ -1,5 +1,5 @@
 """The type information users get: ``mypy --strict`` on a script that calls every public
-function (tests/typing/user_script.py), the compiled modules' stubs against the modules
+function (tests/api/typing/user_script.py), the compiled modules' stubs against the modules
 (mypy's stubtest), and the marker that makes an installed pyw8a8 typed at all."""
 import os
 import subprocess
@@ -12,8 +12,8 @@ import pyw8a8
 
 pytest.importorskip("mypy", reason="mypy is not installed (it is in the [test] extra)")
 
-ROOT = Path(__file__).resolve().parents[1]
-USER_SCRIPT = ROOT / "tests" / "typing" / "user_script.py"
+ROOT = Path(__file__).resolve().parents[2]
+USER_SCRIPT = ROOT / "tests" / "api" / "typing" / "user_script.py"
 # As a user's mypy sees an installed typed package: its annotations are read, the errors
 # inside it are not the user's (an installed package is always followed silently).
 MYPY = [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",
@@ -76,7 +76,7 @@ def test_user_script_runs():
 def test_compiled_module_stubs_match_the_modules(mypy_cache):
     result = run([sys.executable, "-m", "mypy.stubtest", "--mypy-config-file",
                   str(ROOT / "pyproject.toml"), "--allowlist",
-                  str(ROOT / "tests" / "typing" / "stubtest_allowlist.txt"),
+                  str(ROOT / "tests" / "api" / "typing" / "stubtest_allowlist.txt"),
                   "pyw8a8._paths", "pyw8a8._kernels", "pyw8a8._outputs", "pyw8a8._rows",
                   "pyw8a8._probes"])
     assert result.returncode == 0, result.stdout + result.stderr

