@@ -1,23 +1,8 @@
 # Declarations of the C core (pyw8a8/_simd) for the compiled modules. The constants that
-# Python reads are _kernels.pxd's (cpdef enum); they are declared here for C only.
+# Python reads are declared once, in _kernels.pxd (cpdef enum), and cimported from there.
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 cdef extern from "_simd/dispatch.h" nogil:
-    enum:
-        W8_NR
-        W8_KPAD
-        W8_A_ROW_PAD
-        W8_EXACT_K
-        W8_ENC_BIASED
-        W8_ENC_SIGNED
-        W8_OUT_F32
-        W8_OUT_I32
-        W8_OUT_I64
-        W8_ACT_NONE
-        W8_ACT_RELU
-        W8_ACT_GELU
-        W8_ACT_GELU_TANH
-        W8_ACT_SILU
     enum:
         W8_CORR_NONE, W8_CORR_ROW, W8_CORR_COL, W8_CORR_NEG
     bint W8_CORR_READS_ROWS(int corr)

@@ -14,7 +14,8 @@ from cpython.contextvars cimport get_value
 from cpython.pythread cimport PyThread_get_thread_ident
 import contextvars
 
-from pyw8a8._core cimport (W8_CORR_READS_ROWS, W8_ENC_SIGNED, W8_NUM_ISAS,
+from pyw8a8._kernels cimport W8_ENC_SIGNED
+from pyw8a8._core cimport (W8_CORR_READS_ROWS, W8_NUM_ISAS,
                            w8_amx_config_roundtrip, w8_cache_bytes, w8_cpu_detect,
                            w8_cpu_features, w8_isa_best, w8_isa_lookup, w8_isa_ops, w8_isas,
                            w8_leave_master_cpu, w8_master_here, w8_master_place,
