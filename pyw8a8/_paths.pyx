@@ -4,9 +4,10 @@
 The registry (``_simd/dispatch.h``) is read here, so this is the one binary that links the
 kernels; the other compiled modules reach them through an ``IsaOps`` handle. Its state is
 set by ``_cpu`` (set_isa, use_isa, PYW8A8_ISA, the small-M fallbacks) and ``_threads``
-(set_num_threads, fork), whose functions own the rules and the checks, and read from C by
-``_kernels.settled_product`` (``call_ops``, ``threads_for``), so that a matmul's setup
-runs no Python code.
+(set_num_threads, fork), which validate the settings and read the environment; the rules
+every call applies to that state (``call_ops``, ``threads_for``, the fork fallback) are
+here, read from C by ``_kernels.settled_product`` so that a matmul's setup runs no Python
+code.
 """
 from openmp cimport omp_get_max_threads, omp_set_num_threads
 from libc.stdint cimport int64_t
