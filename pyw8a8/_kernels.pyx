@@ -41,7 +41,7 @@ cdef enum:
     W8_CALL_GLU = 2
     W8_CALL_KINDS = 3
 CALL_ONE, CALL_PAIR, CALL_GLU = W8_CALL_ONE, W8_CALL_PAIR, W8_CALL_GLU
-# The fused activations by name (common.h W8_ACT_*; the arithmetic is activation.h's).
+# The fused activations by name (common.h W8_ACT_*; the arithmetic is _simd/epilogue.h's).
 ACTIVATIONS = {"relu": W8_ACT_RELU, "gelu": W8_ACT_GELU, "gelu_tanh": W8_ACT_GELU_TANH,
                "silu": W8_ACT_SILU}
 

@@ -27,7 +27,6 @@ from .tuning import TUNER
 
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 _SCRATCH = threading.local()  # .buffer: the thread's reused _kernels.Scratch
-# The fused activations by name (common.h W8_ACT_*; the arithmetic is activation.h's).
 ACTIVATIONS = _kernels.ACTIVATIONS
 # The settled call a blocking is remembered for, by (weights in the call, weight streams of
 # its tiles): _kernels.settled_product runs that call from C the next time.

@@ -24,83 +24,40 @@
 
 #include "fwht.h"
 #include "scalar.h"
+#include "vec_avx2.h"
 #if defined(W8_X86)
 
-#define W8_AVX2 W8_TARGET("avx2,fma")
+#define W8_V(name) w8_avx2_##name
+#define W8_V_TARGET W8_AVX2
+#include "epilogue.h"
 
-/* A B vector as signed bytes: biased weights (q + 128) turn back into q with one XOR. */
-W8_AVX2 W8_INLINE __m256i w8_avx2_load_b(const uint8_t *p, int biased)
+/* The 4 activation bytes at p in every 32-bit lane. */
+W8_AVX2 W8_INLINE __m256i w8_avx2_bcast(const uint8_t *p)
 {
-    const __m256i v = _mm256_loadu_si256((const __m256i *)p);
-    return biased ? _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80)) : v;
+    return _mm256_set1_epi32(w8_load_i32(p));
+}
+
+/* A B vector of the sign trick: the weights as signed bytes (biased ones, q + 128, turn back
+ * into q with one XOR), whose signs go to the activations, and their magnitudes, which every
+ * row of the tile shares. */
+typedef struct {
+    __m256i w, mag;
+} w8_avx2_b;
+
+W8_AVX2 W8_INLINE w8_avx2_b w8_avx2_load_b(const uint8_t *p, int biased)
+{
+    __m256i w = _mm256_loadu_si256((const __m256i *)p);
+    if (biased) w = _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80));
+    const w8_avx2_b b = {w, _mm256_abs_epi8(w)};
+    return b;
 }
 
 /* a * b summed over each group of four bytes, through |b| * sign(a, b). */
-W8_AVX2 W8_INLINE __m256i w8_avx2_dot(__m256i acc, __m256i a, __m256i b, __m256i abs_b)
+W8_AVX2 W8_INLINE __m256i w8_avx2_dot(__m256i acc, __m256i a, w8_avx2_b b, int biased)
 {
-    const __m256i pairs = _mm256_maddubs_epi16(abs_b, _mm256_sign_epi8(a, b));
+    (void)biased;
+    const __m256i pairs = _mm256_maddubs_epi16(b.mag, _mm256_sign_epi8(a, b.w));
     return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
-}
-
-/* The epilogue's scaling and the activations (activation.h) on 8 lanes, 2 x 4 doubles where
- * they need double. */
-W8_AVX2 W8_INLINE __m256i w8_avx2_low32(__m256d lo, __m256d hi)
-{
-    const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
-    return _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm256_castsi256_si128(
-            _mm256_permutevar8x32_epi32(_mm256_castpd_si256(lo), even))),
-        _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(hi), even)), 1);
-}
-
-#define W8_AF(name) w8_avx2_##name
-#define W8_AF_TARGET W8_AVX2
-#define W8_AF_LANES 8
-#define W8_AF_F __m256
-#define W8_AF_D __m256d
-#define W8_AF_I __m256i
-#define W8_AF_FSET(c) _mm256_set1_ps(c)
-#define W8_AF_FADD(a, b) _mm256_add_ps(a, b)
-#define W8_AF_FSUB(a, b) _mm256_sub_ps(a, b)
-#define W8_AF_FMUL(a, b) _mm256_mul_ps(a, b)
-#define W8_AF_FDIV(a, b) _mm256_div_ps(a, b)
-#define W8_AF_FMAX(a, b) _mm256_max_ps(a, b)
-#define W8_AF_FMIN(a, b) _mm256_min_ps(a, b)
-#define W8_AF_FSEL_NEG(c, x, y) \
-    _mm256_blendv_ps(y, x, _mm256_cmp_ps(c, _mm256_setzero_ps(), _CMP_LT_OQ))
-#define W8_AF_ISEL_NEG(c, i, j) \
-    _mm256_blendv_epi8(j, i,                                                             \
-                       _mm256_castps_si256(_mm256_cmp_ps(c, _mm256_setzero_ps(), _CMP_LT_OQ)))
-#define W8_AF_DSET(c) _mm256_set1_pd(c)
-#define W8_AF_DADD(a, b) _mm256_add_pd(a, b)
-#define W8_AF_DSUB(a, b) _mm256_sub_pd(a, b)
-#define W8_AF_DMUL(a, b) _mm256_mul_pd(a, b)
-#define W8_AF_DDIV(a, b) _mm256_div_pd(a, b)
-#define W8_AF_DMAX(a, b) _mm256_max_pd(a, b)
-#define W8_AF_DNEGABS(a) _mm256_or_pd(a, _mm256_set1_pd(-0.0))
-#define W8_AF_DLO(f) _mm256_cvtps_pd(_mm256_castps256_ps128(f))
-#define W8_AF_DHI(f) _mm256_cvtps_pd(_mm256_extractf128_ps(f, 1))
-#define W8_AF_DTOF(lo, hi) \
-    _mm256_insertf128_ps(_mm256_castps128_ps256(_mm256_cvtpd_ps(lo)), _mm256_cvtpd_ps(hi), 1)
-#define W8_AF_DLOW32(lo, hi) w8_avx2_low32(lo, hi)
-#define W8_AF_ISET(c) _mm256_set1_epi32(c)
-#define W8_AF_IMAX(a, b) _mm256_max_epi32(a, b)
-#define W8_AF_ISRA1(i) _mm256_srai_epi32(i, 1)
-#define W8_AF_ISUB(a, b) _mm256_sub_epi32(a, b)
-#define W8_AF_ICVT(i) _mm256_cvtepi32_ps(i)
-#define W8_AF_IPOW2(i) \
-    _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(i, _mm256_set1_epi32(127)), 23))
-#define W8_AF_FLOAD(p) _mm256_loadu_ps(p)
-#define W8_AF_FSTORE(p, v) _mm256_storeu_ps(p, v)
-#define W8_AF_ILOAD(p) _mm256_loadu_si256((const __m256i *)(p))
-#include "activation.h"
-
-/* The product's scaling (fin->g) of 8 sums, stored as floats at p: the one vector store of
- * both the fused kernels and the per-tile epilogue (ukernel.h) of the ymm paths. */
-W8_AVX2 W8_INLINE void w8_avx2_store_float(float *p, __m256i sums, const w8_tile_finish *fin,
-                                           int r, int col)
-{
-    _mm256_storeu_ps(p, w8_avx2_scaled(sums, &fin->g, r, col));
 }
 
 /* avx2: 4 rows x 2 ymm (one panel): 8 accumulators, 2 B vectors and their absolute values, the
@@ -111,12 +68,11 @@ W8_AVX2 W8_INLINE void w8_avx2_store_float(float *p, __m256i sums, const w8_tile
 #define W8_UK_TARGET W8_AVX2
 #define W8_UK_MR W8_AVX2_MR
 #define W8_UK_NVEC 2
-#define W8_UK_AVEC __m256i
-#define W8_UK_BCAST(p) _mm256_set1_epi32(w8_load_i32(p))
-#define W8_UK_LOAD_B(p, BIASED) w8_avx2_load_b(p, BIASED)
-#define W8_UK_PREP_B(b) _mm256_abs_epi8(b)
-#define W8_UK_DOT(acc, a, b, prep, BIASED) w8_avx2_dot(acc, a, b, prep)
-#include "ymm_traits.h"
+#define W8_UK_A __m256i
+#define W8_UK_B w8_avx2_b
+#define W8_UK_BCAST w8_avx2_bcast
+#define W8_UK_LOAD_B w8_avx2_load_b
+#define W8_UK_DOT w8_avx2_dot
 #include "ukernel.h"
 
 /* One A row's broadcast quad as w8_avx2gemv_dot reads it: its magnitudes, and the mask of its
@@ -124,19 +80,26 @@ W8_AVX2 W8_INLINE void w8_avx2_store_float(float *p, __m256i sums, const w8_tile
  * also turns them signed).  Each kernel uses one of the two masks; the other is dead code. */
 typedef struct {
     __m256i mag, neg, neg_biased;
-} w8_avx2gemv_arow;
+} w8_avx2gemv_a;
 
-W8_AVX2 W8_INLINE w8_avx2gemv_arow w8_avx2gemv_bcast(const uint8_t *p)
+W8_AVX2 W8_INLINE w8_avx2gemv_a w8_avx2gemv_bcast(const uint8_t *p)
 {
-    const __m256i a = _mm256_set1_epi32(w8_load_i32(p));
+    const __m256i a = w8_avx2_bcast(p);
     const __m256i neg = _mm256_cmpgt_epi8(_mm256_setzero_si256(), a);
-    const w8_avx2gemv_arow row = {_mm256_abs_epi8(a), neg,
-                              _mm256_xor_si256(neg, _mm256_set1_epi8((char)0x80))};
+    const w8_avx2gemv_a row = {_mm256_abs_epi8(a), neg,
+                               _mm256_xor_si256(neg, _mm256_set1_epi8((char)0x80))};
     return row;
 }
 
+/* A B vector as stored (either encoding: the flip's XOR mask turns biased ones signed). */
+W8_AVX2 W8_INLINE __m256i w8_avx2_load_quads(const uint8_t *p, int biased)
+{
+    (void)biased;
+    return _mm256_loadu_si256((const __m256i *)p);
+}
+
 /* acc + (a . b + sum(min(a, 0))) over each group of four bytes (the flip trick). */
-W8_AVX2 W8_INLINE __m256i w8_avx2gemv_dot(__m256i acc, w8_avx2gemv_arow a, __m256i b,
+W8_AVX2 W8_INLINE __m256i w8_avx2gemv_dot(__m256i acc, w8_avx2gemv_a a, __m256i b,
                                           int biased)
 {
     const __m256i flipped = _mm256_xor_si256(b, biased ? a.neg_biased : a.neg);
@@ -154,12 +117,11 @@ W8_AVX2 W8_INLINE __m256i w8_avx2gemv_dot(__m256i acc, w8_avx2gemv_arow a, __m25
 #define W8_UK_TARGET W8_AVX2
 #define W8_UK_MR W8_AVX2GEMV_MR
 #define W8_UK_NVEC 4
-#define W8_UK_AVEC w8_avx2gemv_arow
-#define W8_UK_BCAST(p) w8_avx2gemv_bcast(p)
-#define W8_UK_LOAD_B(p, BIASED) _mm256_loadu_si256((const __m256i *)(p))
-#define W8_UK_PREP_B(b) (b)
-#define W8_UK_DOT(acc, a, b, prep, BIASED) w8_avx2gemv_dot(acc, a, b, BIASED)
-#include "ymm_traits.h"
+#define W8_UK_A w8_avx2gemv_a
+#define W8_UK_B __m256i
+#define W8_UK_BCAST w8_avx2gemv_bcast
+#define W8_UK_LOAD_B w8_avx2_load_quads
+#define W8_UK_DOT w8_avx2gemv_dot
 #include "ukernel.h"
 
 /* ---- FWHT (the network of fwht.h, template fwht_driver.h): 8 floats per ymm. ---- */
@@ -177,17 +139,8 @@ W8_AVX2 W8_INLINE __m256 w8_avx2_fwht8(__m256 v)
     return v;
 }
 
-#define W8_FW(name) w8_avx2_##name
-#define W8_FW_TARGET W8_AVX2
-#define W8_FW_VEC __m256
-#define W8_FW_LANES 8
-#define W8_FW_LOAD(p) _mm256_loadu_ps(p)
-#define W8_FW_STORE(p, v) _mm256_storeu_ps(p, v)
-#define W8_FW_ADD(x, y) _mm256_add_ps(x, y)
-#define W8_FW_SUB(x, y) _mm256_sub_ps(x, y)
-#define W8_FW_MUL(x, y) _mm256_mul_ps(x, y)
-#define W8_FW_IN_REG(v) w8_avx2_fwht8(v)
-#define W8_FW_NARROW(x, n) w8_scalar_fwht(x, n)
+#define W8_FW_IN_REG w8_avx2_fwht8
+#define W8_FW_NARROW w8_scalar_fwht
 #include "fwht_driver.h"
 
 /* w8_prefix_sums_fn: each 64-byte chunk's signed sum from vpsadbw, which adds unsigned
@@ -333,7 +286,8 @@ W8_AVX2 static void w8_avx2_quantize(const float *x, int64_t n, float inv, uint8
  * vpaddd). */
 W8_AVX2 W8_INLINE __m256i w8_avx2_peak_step(__m256i x, __m256i abs_b, __m256i b)
 {
-    return w8_avx2_dot(x, x, b, abs_b);
+    const w8_avx2_b step = {b, abs_b};
+    return w8_avx2_dot(x, x, step, 0);
 }
 
 W8_PEAK_FN(w8_avx2_peak, W8_AVX2, __m256i, _mm256_abs_epi8(_mm256_set1_epi8((char)(*sink | 3))),
@@ -352,5 +306,7 @@ W8_AVX2 W8_INLINE __m256i w8_avx2gemv_peak_step(__m256i x, __m256i mag, __m256i 
 W8_PEAK_FN(w8_avx2gemv_peak, W8_AVX2, __m256i, _mm256_set1_epi8((char)((*sink | 3) & 0x7F)),
            _mm256_set1_epi8((char)(*sink | 3)), _mm256_set1_epi32, w8_avx2gemv_peak_step,
            _mm256_add_epi32, _mm256_cvtsi256_si32, 32)
+#undef W8_V
+#undef W8_V_TARGET
 #endif
 #endif

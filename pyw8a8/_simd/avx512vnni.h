@@ -6,72 +6,29 @@
 #define PYW8A8_SIMD_AVX512VNNI_H
 
 #include "avx2.h"
+#include "vec_avx512.h"
 #if defined(W8_X86)
 
-#define W8_AVX512 W8_TARGET("avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")
+#define W8_V(name) w8_avx512_##name
+#define W8_V_TARGET W8_AVX512
+#include "epilogue.h"
+
+/* The 4 activation bytes at p in every 32-bit lane. */
+W8_AVX512 W8_INLINE __m512i w8_avx512_bcast(const uint8_t *p)
+{
+    return _mm512_set1_epi32(w8_load_i32(p));
+}
+
+/* A B vector as stored: vpdpbusd takes either encoding as it is. */
+W8_AVX512 W8_INLINE __m512i w8_avx512_load_quads(const uint8_t *p, int biased)
+{
+    (void)biased;
+    return _mm512_loadu_si512((const void *)p);
+}
 
 W8_AVX512 W8_INLINE __m512i w8_avx512_dot(__m512i acc, __m512i a, __m512i b, int biased)
 {
     return biased ? _mm512_dpbusd_epi32(acc, b, a) : _mm512_dpbusd_epi32(acc, a, b);
-}
-
-/* The epilogue's scaling and the activations (activation.h) on 16 lanes, 2 x 8 doubles where
- * they need double (AVX-512F only: no DQ conversion). */
-#define W8_AF(name) w8_avx512_##name
-#define W8_AF_TARGET W8_AVX512
-#define W8_AF_LANES 16
-#define W8_AF_F __m512
-#define W8_AF_D __m512d
-#define W8_AF_I __m512i
-#define W8_AF_FSET(c) _mm512_set1_ps(c)
-#define W8_AF_FADD(a, b) _mm512_add_ps(a, b)
-#define W8_AF_FSUB(a, b) _mm512_sub_ps(a, b)
-#define W8_AF_FMUL(a, b) _mm512_mul_ps(a, b)
-#define W8_AF_FDIV(a, b) _mm512_div_ps(a, b)
-#define W8_AF_FMAX(a, b) _mm512_max_ps(a, b)
-#define W8_AF_FMIN(a, b) _mm512_min_ps(a, b)
-#define W8_AF_FSEL_NEG(c, x, y) \
-    _mm512_mask_blend_ps(_mm512_cmp_ps_mask(c, _mm512_setzero_ps(), _CMP_LT_OQ), y, x)
-#define W8_AF_ISEL_NEG(c, i, j) \
-    _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(c, _mm512_setzero_ps(), _CMP_LT_OQ), j, i)
-#define W8_AF_DSET(c) _mm512_set1_pd(c)
-#define W8_AF_DADD(a, b) _mm512_add_pd(a, b)
-#define W8_AF_DSUB(a, b) _mm512_sub_pd(a, b)
-#define W8_AF_DMUL(a, b) _mm512_mul_pd(a, b)
-#define W8_AF_DDIV(a, b) _mm512_div_pd(a, b)
-#define W8_AF_DMAX(a, b) _mm512_max_pd(a, b)
-#define W8_AF_DNEGABS(a) \
-    _mm512_castsi512_pd(_mm512_or_si512(_mm512_castpd_si512(a), \
-                                        _mm512_set1_epi64((long long)0x8000000000000000ull)))
-#define W8_AF_DLO(f) _mm512_cvtps_pd(_mm512_castps512_ps256(f))
-#define W8_AF_DHI(f) \
-    _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)))
-#define W8_AF_DTOF(lo, hi)                                                               \
-    _mm512_castpd_ps(_mm512_insertf64x4(                                                 \
-        _mm512_castpd256_pd512(_mm256_castps_pd(_mm512_cvtpd_ps(lo))),                   \
-        _mm256_castps_pd(_mm512_cvtpd_ps(hi)), 1))
-#define W8_AF_DLOW32(lo, hi)                                                             \
-    _mm512_inserti64x4(                                                                  \
-        _mm512_castsi256_si512(_mm512_cvtepi64_epi32(_mm512_castpd_si512(lo))),          \
-        _mm512_cvtepi64_epi32(_mm512_castpd_si512(hi)), 1)
-#define W8_AF_ISET(c) _mm512_set1_epi32(c)
-#define W8_AF_IMAX(a, b) _mm512_max_epi32(a, b)
-#define W8_AF_ISRA1(i) _mm512_srai_epi32(i, 1)
-#define W8_AF_ISUB(a, b) _mm512_sub_epi32(a, b)
-#define W8_AF_ICVT(i) _mm512_cvtepi32_ps(i)
-#define W8_AF_IPOW2(i) \
-    _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(i, _mm512_set1_epi32(127)), 23))
-#define W8_AF_FLOAD(p) _mm512_loadu_ps(p)
-#define W8_AF_FSTORE(p, v) _mm512_storeu_ps(p, v)
-#define W8_AF_ILOAD(p) _mm512_loadu_si512((const void *)(p))
-#include "activation.h"
-
-/* The product's scaling (fin->g) of 16 sums, stored as floats at p: the one vector store of
- * the fused kernels and the per-tile epilogue (ukernel.h) of the zmm paths. */
-W8_AVX512 W8_INLINE void w8_avx512_store_float(float *p, __m512i sums,
-                                               const w8_tile_finish *fin, int r, int col)
-{
-    _mm512_storeu_ps(p, w8_avx512_scaled(sums, &fin->g, r, col));
 }
 
 /* 6 rows x 4 zmm (4 panels, 64 channels): 24 accumulators, 4 B vectors and the broadcast
@@ -82,21 +39,12 @@ W8_AVX512 W8_INLINE void w8_avx512_store_float(float *p, __m512i sums,
 #define W8_UK(name) w8_avx512_##name
 #define W8_UK_TARGET W8_AVX512
 #define W8_UK_MR W8_AVX512_MR
-#define W8_UK_VPP 1
 #define W8_UK_NVEC 4
-#define W8_UK_VEC __m512i
-#define W8_UK_BVEC __m512i
-#define W8_UK_BZERO() _mm512_setzero_si512()
-#define W8_UK_AVEC __m512i
-#define W8_UK_ZERO() _mm512_setzero_si512()
-#define W8_UK_LOAD(p) _mm512_loadu_si512((const void *)(p))
-#define W8_UK_STORE(p, v) _mm512_storeu_si512((void *)(p), v)
-#define W8_UK_ADD(x, y) _mm512_add_epi32(x, y)
-#define W8_UK_BCAST(p) _mm512_set1_epi32(w8_load_i32(p))
-#define W8_UK_LOAD_B(p, BIASED) _mm512_loadu_si512((const void *)(p))
-#define W8_UK_PREP_B(b) (b)
-#define W8_UK_DOT(acc, a, b, prep, BIASED) w8_avx512_dot(acc, a, b, BIASED)
-#define W8_UK_STORE_FLOAT(p, sums, fin, r, col) w8_avx512_store_float(p, sums, fin, r, col)
+#define W8_UK_A __m512i
+#define W8_UK_B __m512i
+#define W8_UK_BCAST w8_avx512_bcast
+#define W8_UK_LOAD_B w8_avx512_load_quads
+#define W8_UK_DOT w8_avx512_dot
 #include "ukernel.h"
 
 /* Max |x| of 16 floats at a time; the maximum is one of the inputs whatever the order, so
@@ -158,17 +106,8 @@ W8_AVX512 W8_INLINE __m512 w8_avx512_fwht16(__m512 v)
     return v;
 }
 
-#define W8_FW(name) w8_avx512_##name
-#define W8_FW_TARGET W8_AVX512
-#define W8_FW_VEC __m512
-#define W8_FW_LANES 16
-#define W8_FW_LOAD(p) _mm512_loadu_ps(p)
-#define W8_FW_STORE(p, v) _mm512_storeu_ps(p, v)
-#define W8_FW_ADD(x, y) _mm512_add_ps(x, y)
-#define W8_FW_SUB(x, y) _mm512_sub_ps(x, y)
-#define W8_FW_MUL(x, y) _mm512_mul_ps(x, y)
-#define W8_FW_IN_REG(v) w8_avx512_fwht16(v)
-#define W8_FW_NARROW(x, n) w8_avx2_fwht(x, n)
+#define W8_FW_IN_REG w8_avx512_fwht16
+#define W8_FW_NARROW w8_avx2_fwht
 #include "fwht_driver.h"
 
 W8_AVX512 W8_INLINE int32_t w8_avx512_first_lane(__m512i v)
@@ -180,5 +119,7 @@ W8_PEAK_FN(w8_avx512_peak, W8_AVX512, __m512i, _mm512_set1_epi8((char)(*sink | 3
            _mm512_set1_epi8(5), _mm512_set1_epi32, _mm512_dpbusd_epi32, _mm512_add_epi32,
            w8_avx512_first_lane, 64)
 
+#undef W8_V
+#undef W8_V_TARGET
 #endif
 #endif

@@ -18,20 +18,22 @@ W8_AVXVNNI W8_INLINE __m256i w8_avxvnni_dot(__m256i acc, __m256i a, __m256i b, i
 }
 
 /* 6 rows x 2 ymm (one panel): 12 accumulators, 2 B vectors and the broadcast row fill 15
- * of the 16 ymm registers. */
+ * of the 16 ymm registers.  The vocabulary, and so the epilogue, FWHT and quantizer, are
+ * avx2's. */
 #define W8_AVXVNNI_MR 6
 #define W8_AVXVNNI_NPANELS 1
 #define W8_UK(name) w8_avxvnni_##name
 #define W8_UK_TARGET W8_AVXVNNI
 #define W8_UK_MR W8_AVXVNNI_MR
 #define W8_UK_NVEC 2
-#define W8_UK_AVEC __m256i
-#define W8_UK_BCAST(p) _mm256_set1_epi32(w8_load_i32(p))
-#define W8_UK_LOAD_B(p, BIASED) _mm256_loadu_si256((const __m256i *)(p))
-#define W8_UK_PREP_B(b) (b)
-#define W8_UK_DOT(acc, a, b, prep, BIASED) w8_avxvnni_dot(acc, a, b, BIASED)
-#include "ymm_traits.h"
+#define W8_UK_A __m256i
+#define W8_UK_B __m256i
+#define W8_UK_BCAST w8_avx2_bcast
+#define W8_UK_LOAD_B w8_avx2_load_quads
+#define W8_UK_DOT w8_avxvnni_dot
+#define W8_V(name) w8_avx2_##name
 #include "ukernel.h"
+#undef W8_V
 
 W8_PEAK_FN(w8_avxvnni_peak, W8_AVXVNNI, __m256i, _mm256_set1_epi8((char)(*sink | 3)),
            _mm256_set1_epi8(5), _mm256_set1_epi32, _mm256_dpbusd_avx_epi32, _mm256_add_epi32,

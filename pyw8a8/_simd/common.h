@@ -114,7 +114,7 @@ typedef void (*w8_ukernel_fn)(int rows, int npanels, int64_t kq, const uint8_t *
 /* The activations a product's float result can go through (applied after the bias):
  * relu max(x, 0); gelu x * Phi(x) (erf form); gelu_tanh x * sigmoid(2 u), u =
  * sqrt(2 / pi) * (x + 0.044715 x^3), which is 0.5 x (1 + tanh u); silu x * sigmoid(x).
- * One float sequence in every path (activation.h), so every path gives the same bits. */
+ * One float sequence in every path (epilogue.h), so every path gives the same bits. */
 enum { W8_ACT_NONE = 0, W8_ACT_RELU = 1, W8_ACT_GELU = 2, W8_ACT_GELU_TANH = 3,
        W8_ACT_SILU = 4 };
 

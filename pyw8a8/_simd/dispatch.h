@@ -68,6 +68,13 @@ static int w8_neondot_supported(const w8_cpu_features *f) { return f->asimd && f
 static int w8_neon_supported(const w8_cpu_features *f) { return f->asimd; }
 #endif
 
+/* The passes a path takes from its vector vocabulary (vec_<v>.h and the templates on it):
+ * the float epilogue and activations, the row quantizer and the FWHT. */
+#define W8_VOCABULARY_PASSES(v)                                                     \
+    .epilogue = w8_##v##_epilogue, .act_tile = w8_##v##_act_tile,                   \
+    .absmax = w8_##v##_absmax, .quantize = w8_##v##_quantize, .fwht = w8_##v##_fwht, \
+    .fwht_signed = w8_##v##_fwht_signed
+
 /* ---- the table, most preferred path first ---- */
 
 static const w8_isa_ops w8_isas[] = {
@@ -76,61 +83,43 @@ static const w8_isa_ops w8_isas[] = {
      .whole_k = 1,
      .ukernel = {w8_amx_ukernel_biased, w8_amx_ukernel_signed},
      .corr = {W8_CORR_ROW, W8_CORR_NONE}, .a_flip = {0, 0}, .auto_encoding = W8_ENC_BIASED,
-     .epilogue = w8_avx512_epilogue, .act_tile = w8_avx512_act_tile,
-     .absmax = w8_avx512_absmax, .quantize = w8_avx512_quantize,
-     .prefix_sums = w8_avx2_prefix_sums, .fwht = w8_avx512_fwht,
-     .fwht_signed = w8_avx512_fwht_signed,
-     .sign_scale = w8_avx2_sign_scale, .task_begin = w8_amx_task_begin,
-     .tile_rows = w8_amx_tile_rows, .task_end = w8_amx_task_end, .peak = w8_amx_peak,
-     .supported = w8_amx_supported},
+     W8_VOCABULARY_PASSES(avx512),
+     .prefix_sums = w8_avx2_prefix_sums, .sign_scale = w8_avx2_sign_scale,
+     .task_begin = w8_amx_task_begin, .tile_rows = w8_amx_tile_rows,
+     .task_end = w8_amx_task_end, .peak = w8_amx_peak, .supported = w8_amx_supported},
 #endif
 #if defined(W8_X86)
     {.name = "avx512vnni", .mr = W8_AVX512_MR, .npanels = W8_AVX512_NPANELS,
      .ukernel = {w8_avx512_ukernel_biased, w8_avx512_ukernel_signed},
      .ukernel_f32 = {w8_avx512_ukernel_f32_biased, w8_avx512_ukernel_f32_signed},
      .corr = {W8_CORR_ROW, W8_CORR_COL}, .a_flip = {0, 0x80},
-     .auto_encoding = W8_ENC_BIASED, .epilogue = w8_avx512_epilogue,
-     .act_tile = w8_avx512_act_tile,
-     .absmax = w8_avx512_absmax, .quantize = w8_avx512_quantize,
-     .prefix_sums = w8_avx2_prefix_sums, .fwht = w8_avx512_fwht,
-     .fwht_signed = w8_avx512_fwht_signed,
-     .sign_scale = w8_avx2_sign_scale, .peak = w8_avx512_peak,
-     .supported = w8_avx512_supported},
+     .auto_encoding = W8_ENC_BIASED, W8_VOCABULARY_PASSES(avx512),
+     .prefix_sums = w8_avx2_prefix_sums, .sign_scale = w8_avx2_sign_scale,
+     .peak = w8_avx512_peak, .supported = w8_avx512_supported},
     {.name = "avxvnni", .mr = W8_AVXVNNI_MR, .npanels = W8_AVXVNNI_NPANELS,
      .ukernel = {w8_avxvnni_ukernel_biased, w8_avxvnni_ukernel_signed},
      .ukernel_f32 = {w8_avxvnni_ukernel_f32_biased, w8_avxvnni_ukernel_f32_signed},
      .corr = {W8_CORR_ROW, W8_CORR_COL}, .a_flip = {0, 0x80},
-     .auto_encoding = W8_ENC_BIASED, .epilogue = w8_avxvnni_epilogue,
-     .act_tile = w8_avx2_act_tile,
-     .absmax = w8_avx2_absmax, .quantize = w8_avx2_quantize,
-     .prefix_sums = w8_avx2_prefix_sums, .fwht = w8_avx2_fwht,
-     .fwht_signed = w8_avx2_fwht_signed,
-     .sign_scale = w8_avx2_sign_scale, .peak = w8_avxvnni_peak,
-     .supported = w8_avxvnni_supported},
+     .auto_encoding = W8_ENC_BIASED, W8_VOCABULARY_PASSES(avx2),
+     .prefix_sums = w8_avx2_prefix_sums, .sign_scale = w8_avx2_sign_scale,
+     .peak = w8_avxvnni_peak, .supported = w8_avxvnni_supported},
     /* Signed by signed through the sign trick: no compensation for either encoding. */
     {.name = "avx2", .mr = W8_AVX2_MR, .npanels = W8_AVX2_NPANELS,
      .ukernel = {w8_avx2_ukernel_biased, w8_avx2_ukernel_signed},
      .ukernel_f32 = {w8_avx2_ukernel_f32_biased, w8_avx2_ukernel_f32_signed},
      .corr = {W8_CORR_NONE, W8_CORR_NONE}, .a_flip = {0, 0},
-     .auto_encoding = W8_ENC_BIASED, .epilogue = w8_avx2_epilogue,
-     .act_tile = w8_avx2_act_tile,
-     .absmax = w8_avx2_absmax, .quantize = w8_avx2_quantize,
-     .prefix_sums = w8_avx2_prefix_sums, .fwht = w8_avx2_fwht,
-     .fwht_signed = w8_avx2_fwht_signed,
-     .sign_scale = w8_avx2_sign_scale, .peak = w8_avx2_peak, .supported = w8_avx2_supported},
+     .auto_encoding = W8_ENC_BIASED, W8_VOCABULARY_PASSES(avx2),
+     .prefix_sums = w8_avx2_prefix_sums, .sign_scale = w8_avx2_sign_scale,
+     .peak = w8_avx2_peak, .supported = w8_avx2_supported},
     /* |a| by the weight flipped where a < 0, for few rows (avx2's small-M fallback, _cpu.py):
      * the negatives' correction for either encoding. */
     {.name = "avx2_gemv", .mr = W8_AVX2GEMV_MR, .npanels = W8_AVX2GEMV_NPANELS,
      .ukernel = {w8_avx2gemv_ukernel_biased, w8_avx2gemv_ukernel_signed},
      .ukernel_f32 = {w8_avx2gemv_ukernel_f32_biased, w8_avx2gemv_ukernel_f32_signed},
      .corr = {W8_CORR_NEG, W8_CORR_NEG}, .a_flip = {0, 0},
-     .auto_encoding = W8_ENC_BIASED, .epilogue = w8_avx2gemv_epilogue,
-     .act_tile = w8_avx2_act_tile,
-     .absmax = w8_avx2_absmax, .quantize = w8_avx2_quantize,
-     .prefix_sums = w8_avx2_negative_prefix_sums, .fwht = w8_avx2_fwht,
-     .fwht_signed = w8_avx2_fwht_signed,
-     .sign_scale = w8_avx2_sign_scale, .peak = w8_avx2gemv_peak,
-     .supported = w8_avx2_supported},
+     .auto_encoding = W8_ENC_BIASED, W8_VOCABULARY_PASSES(avx2),
+     .prefix_sums = w8_avx2_negative_prefix_sums, .sign_scale = w8_avx2_sign_scale,
+     .peak = w8_avx2gemv_peak, .supported = w8_avx2_supported},
 #endif
 #if defined(W8_ARM64)
     /* sdot is signed by signed: no compensation, and signed weights need no XOR. */
@@ -138,23 +127,15 @@ static const w8_isa_ops w8_isas[] = {
      .ukernel = {w8_neondot_ukernel_biased, w8_neondot_ukernel_signed},
      .ukernel_f32 = {w8_neondot_ukernel_f32_biased, w8_neondot_ukernel_f32_signed},
      .corr = {W8_CORR_NONE, W8_CORR_NONE}, .a_flip = {0, 0},
-     .auto_encoding = W8_ENC_SIGNED, .epilogue = w8_neondot_epilogue,
-     .act_tile = w8_neon_act_tile,
-     .absmax = w8_neon_absmax, .quantize = w8_neon_quantize,
-     .prefix_sums = w8_prefix_sums, .fwht = w8_neon_fwht,
-     .fwht_signed = w8_neon_fwht_signed,
-     .sign_scale = w8_scalar_sign_scale, .peak = w8_scalar_peak,
+     .auto_encoding = W8_ENC_SIGNED, W8_VOCABULARY_PASSES(neon),
+     .prefix_sums = w8_prefix_sums, .sign_scale = w8_scalar_sign_scale, .peak = w8_scalar_peak,
      .supported = w8_neondot_supported},
     {.name = "neon", .mr = W8_NEON_MR, .npanels = W8_NEON_NPANELS,
      .ukernel = {w8_neon_ukernel_biased, w8_neon_ukernel_signed},
      .ukernel_f32 = {w8_neon_ukernel_f32_biased, w8_neon_ukernel_f32_signed},
      .corr = {W8_CORR_NONE, W8_CORR_NONE}, .a_flip = {0, 0},
-     .auto_encoding = W8_ENC_SIGNED, .epilogue = w8_neon_epilogue,
-     .act_tile = w8_neon_act_tile,
-     .absmax = w8_neon_absmax, .quantize = w8_neon_quantize,
-     .prefix_sums = w8_prefix_sums, .fwht = w8_neon_fwht,
-     .fwht_signed = w8_neon_fwht_signed,
-     .sign_scale = w8_scalar_sign_scale, .peak = w8_scalar_peak,
+     .auto_encoding = W8_ENC_SIGNED, W8_VOCABULARY_PASSES(neon),
+     .prefix_sums = w8_prefix_sums, .sign_scale = w8_scalar_sign_scale, .peak = w8_scalar_peak,
      .supported = w8_neon_supported},
 #endif
     /* The portable reference every path must match bit for bit. */
@@ -166,23 +147,16 @@ static const w8_isa_ops w8_isas[] = {
 #else
      .auto_encoding = W8_ENC_BIASED,
 #endif
-     .epilogue = w8_scalar_epilogue, .act_tile = w8_scalar_act_tile,
-     .absmax = w8_scalar_absmax,
-     .quantize = w8_scalar_quantize, .prefix_sums = w8_prefix_sums, .fwht = w8_scalar_fwht,
-     .fwht_signed = w8_scalar_fwht_signed,
-     .sign_scale = w8_scalar_sign_scale, .peak = w8_scalar_peak,
+     W8_VOCABULARY_PASSES(scalar),
+     .prefix_sums = w8_prefix_sums, .sign_scale = w8_scalar_sign_scale, .peak = w8_scalar_peak,
      .supported = w8_scalar_supported},
     /* The u8 x s8 arithmetic of the VNNI/AMX paths in plain C, so their compensation is
      * tested on every CPU; as slow as scalar, hence never chosen unless asked for. */
     {.name = "scalar_u8s8", .mr = W8_SCALAR_MR, .npanels = W8_SCALAR_NPANELS,
      .ukernel = {w8_scalar_u8s8_ukernel_biased, w8_scalar_u8s8_ukernel_signed},
      .corr = {W8_CORR_ROW, W8_CORR_COL}, .a_flip = {0, 0x80},
-     .auto_encoding = W8_ENC_BIASED, .epilogue = w8_scalar_epilogue,
-     .act_tile = w8_scalar_act_tile,
-     .absmax = w8_scalar_absmax, .quantize = w8_scalar_quantize,
-     .prefix_sums = w8_prefix_sums, .fwht = w8_scalar_fwht,
-     .fwht_signed = w8_scalar_fwht_signed,
-     .sign_scale = w8_scalar_sign_scale, .peak = w8_scalar_peak,
+     .auto_encoding = W8_ENC_BIASED, W8_VOCABULARY_PASSES(scalar),
+     .prefix_sums = w8_prefix_sums, .sign_scale = w8_scalar_sign_scale, .peak = w8_scalar_peak,
      .supported = w8_scalar_supported, .explicit_only = 1},
 };
 

@@ -10,15 +10,19 @@
  * accumulators hold the 16 channels of one row.  Both paths multiply signed by signed:
  * biased weights (q + 128) become q again with one XOR, so neither encoding needs the +128
  * compensation (W8_CORR_NONE) nor shifted activations (a_flip 0).  Both kernels (and their
- * epilogues) are the template of ukernel.h with the traits of neon_traits.h; the row
- * quantizer and the FWHT use baseline NEON only and serve both paths. */
+ * epilogue) are the template of ukernel.h on the vocabulary of vec_neon.h, as is the FWHT
+ * (fwht_driver.h); it and the row quantizer use baseline NEON only and serve both paths. */
 #ifndef PYW8A8_SIMD_NEON_H
 #define PYW8A8_SIMD_NEON_H
 
 #include "fwht.h"
 #include "scalar.h"
+#include "vec_neon.h"
 #if defined(W8_ARM64)
-#include <arm_neon.h>
+
+#define W8_V(name) w8_neon_##name
+#define W8_V_TARGET
+#include "epilogue.h"
 
 #define W8_NEONDOT W8_TARGET("arch=armv8.2-a+dotprod")
 
@@ -41,61 +45,12 @@ W8_INLINE int8x16_t w8_neon_bcast(const uint8_t *p)
  * adds K pairs (|a0 w0 + a1 w1| <= 2 * 127 * 128 = 32512 < 32767: activations are clamped
  * to [-127, 127] by the quantizer) into 4 channels x 2 halves, and vpadalq_s16 adds the
  * halves into the int32 accumulator of those 4 channels. */
-W8_INLINE int32x4_t w8_neon_dot(int32x4_t acc, int8x16_t a, int8x16_t b)
+W8_INLINE int32x4_t w8_neon_dot(int32x4_t acc, int8x16_t a, int8x16_t b, int biased)
 {
+    (void)biased;
     const int16x8_t lo = vmull_s8(vget_low_s8(b), vget_low_s8(a));
     const int16x8_t hi = vmull_high_s8(b, a);
     return vpadalq_s16(acc, vpaddq_s16(lo, hi));
-}
-
-/* The epilogue's scaling and the activations (activation.h) on 4 lanes, 2 x 2 doubles where
- * they need double; vcvtq_f32_s32 rounds to nearest even, like the scalar conversion; the
- * comparisons and selections spelled out as x86's maxps orders them (vmaxq would prefer
- * +0 to -0, and NaN to either operand). */
-#define W8_AF(name) w8_neon_##name
-#define W8_AF_TARGET
-#define W8_AF_LANES 4
-#define W8_AF_F float32x4_t
-#define W8_AF_D float64x2_t
-#define W8_AF_I int32x4_t
-#define W8_AF_FSET(c) vdupq_n_f32(c)
-#define W8_AF_FADD(a, b) vaddq_f32(a, b)
-#define W8_AF_FSUB(a, b) vsubq_f32(a, b)
-#define W8_AF_FMUL(a, b) vmulq_f32(a, b)
-#define W8_AF_FDIV(a, b) vdivq_f32(a, b)
-#define W8_AF_FMAX(a, b) vbslq_f32(vcgtq_f32(a, b), a, b)
-#define W8_AF_FMIN(a, b) vbslq_f32(vcltq_f32(a, b), a, b)
-#define W8_AF_FSEL_NEG(c, x, y) vbslq_f32(vcltq_f32(c, vdupq_n_f32(0.0f)), x, y)
-#define W8_AF_ISEL_NEG(c, i, j) vbslq_s32(vcltq_f32(c, vdupq_n_f32(0.0f)), i, j)
-#define W8_AF_DSET(c) vdupq_n_f64(c)
-#define W8_AF_DADD(a, b) vaddq_f64(a, b)
-#define W8_AF_DSUB(a, b) vsubq_f64(a, b)
-#define W8_AF_DMUL(a, b) vmulq_f64(a, b)
-#define W8_AF_DDIV(a, b) vdivq_f64(a, b)
-#define W8_AF_DMAX(a, b) vbslq_f64(vcgtq_f64(a, b), a, b)
-#define W8_AF_DNEGABS(a) vnegq_f64(vabsq_f64(a))
-#define W8_AF_DLO(f) vcvt_f64_f32(vget_low_f32(f))
-#define W8_AF_DHI(f) vcvt_high_f64_f32(f)
-#define W8_AF_DTOF(lo, hi) vcvt_high_f32_f64(vcvt_f32_f64(lo), hi)
-#define W8_AF_DLOW32(lo, hi) \
-    vcombine_s32(vmovn_s64(vreinterpretq_s64_f64(lo)), vmovn_s64(vreinterpretq_s64_f64(hi)))
-#define W8_AF_ISET(c) vdupq_n_s32(c)
-#define W8_AF_IMAX(a, b) vmaxq_s32(a, b)
-#define W8_AF_ISRA1(i) vshrq_n_s32(i, 1)
-#define W8_AF_ISUB(a, b) vsubq_s32(a, b)
-#define W8_AF_ICVT(i) vcvtq_f32_s32(i)
-#define W8_AF_IPOW2(i) vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(i, vdupq_n_s32(127)), 23))
-#define W8_AF_FLOAD(p) vld1q_f32(p)
-#define W8_AF_FSTORE(p, v) vst1q_f32(p, v)
-#define W8_AF_ILOAD(p) vld1q_s32(p)
-#include "activation.h"
-
-/* The product's scaling (fin->g) of 4 sums, stored as floats at p: the one vector store of
- * the fused kernels and the per-tile epilogue (ukernel.h) of both Arm paths. */
-W8_INLINE void w8_neon_store_float(float *p, int32x4_t sums, const w8_tile_finish *fin,
-                                   int r, int col)
-{
-    vst1q_f32(p, w8_neon_scaled(sums, &fin->g, r, col));
 }
 
 /* Both Arm paths: 4 rows x 4 int32x4 (one panel, 16 channels) = 16 accumulators; with the 4
@@ -105,16 +60,33 @@ W8_INLINE void w8_neon_store_float(float *p, int32x4_t sums, const w8_tile_finis
 #define W8_NEON_NPANELS 1
 #define W8_UK(name) w8_neon_##name
 #define W8_UK_TARGET
-#define W8_UK_DOT(acc, a, b, prep, BIASED) w8_neon_dot(acc, a, b)
-#include "neon_traits.h"
+#define W8_UK_MR W8_NEON_MR
+#define W8_UK_NVEC 4
+#define W8_UK_A int8x16_t
+#define W8_UK_B int8x16_t
+#define W8_UK_BCAST w8_neon_bcast
+#define W8_UK_LOAD_B w8_neon_load_b
+#define W8_UK_DOT w8_neon_dot
 #include "ukernel.h"
 
 /* sdot (vdotq_s32, Armv8.2-A dotprod): each int32 lane gains the sum of four s8 x s8
  * products, exact. */
+W8_NEONDOT W8_INLINE int32x4_t w8_neondot_dot(int32x4_t acc, int8x16_t a, int8x16_t b,
+                                              int biased)
+{
+    (void)biased;
+    return vdotq_s32(acc, b, a);
+}
+
 #define W8_UK(name) w8_neondot_##name
 #define W8_UK_TARGET W8_NEONDOT
-#define W8_UK_DOT(acc, a, b, prep, BIASED) vdotq_s32(acc, b, a)
-#include "neon_traits.h"
+#define W8_UK_MR W8_NEON_MR
+#define W8_UK_NVEC 4
+#define W8_UK_A int8x16_t
+#define W8_UK_B int8x16_t
+#define W8_UK_BCAST w8_neon_bcast
+#define W8_UK_LOAD_B w8_neon_load_b
+#define W8_UK_DOT w8_neondot_dot
 #include "ukernel.h"
 
 /* The maximum is one of the inputs whatever the order of comparison, so the result is
@@ -160,38 +132,22 @@ static void w8_neon_quantize(const float *x, int64_t n, float inv, uint8_t flip,
     w8_scalar_quantize(x + i, n - i, inv, flip, q + i);
 }
 
-/* In-place unnormalized Walsh-Hadamard transform in natural (Sylvester) order; n is a power
- * of two.  Stages run h = 1, 2, 4, ... with the butterfly (u + v, u - v), and every element
- * goes through the same float operations in the same order as in the plain radix-2 loop,
- * so the result is bit-identical to it; only the grouping into vectors differs. */
-static void w8_neon_fwht(float *x, int64_t n)
+/* ---- FWHT (the network of fwht.h, template fwht_driver.h): 4 floats per register. ---- */
+
+/* The two stages inside one register (h = 1, 2). */
+W8_INLINE float32x4_t w8_neon_fwht4(float32x4_t v)
 {
-    if (n < 4) {
-        if (n == 2) {
-            const float u = x[0], v = x[1];
-            x[0] = u + v;
-            x[1] = u - v;
-        }
-        return;
-    }
-    /* Stages h = 1 and h = 2 stay inside each group of four. */
-    for (int64_t i = 0; i < n; i += 4) {
-        float32x4_t v = vld1q_f32(x + i);
-        const float32x4_t r = vrev64q_f32(v);             /* x1 x0 x3 x2 */
-        v = vtrn1q_f32(vaddq_f32(v, r), vsubq_f32(v, r)); /* x0+x1 x0-x1 x2+x3 x2-x3 */
-        const float32x2_t lo = vget_low_f32(v), hi = vget_high_f32(v);
-        vst1q_f32(x + i, vcombine_f32(vadd_f32(lo, hi), vsub_f32(lo, hi)));
-    }
-    for (int64_t h = 4; h < n; h *= 2)
-        for (int64_t i = 0; i < n; i += 2 * h)
-            for (int64_t j = i; j < i + h; j += 4) {
-                const float32x4_t u = vld1q_f32(x + j), v = vld1q_f32(x + j + h);
-                vst1q_f32(x + j, vaddq_f32(u, v));
-                vst1q_f32(x + j + h, vsubq_f32(u, v));
-            }
+    const float32x4_t r = vrev64q_f32(v);             /* x1 x0 x3 x2 */
+    v = vtrn1q_f32(vaddq_f32(v, r), vsubq_f32(v, r)); /* x0+x1 x0-x1 x2+x3 x2-x3 */
+    const float32x2_t lo = vget_low_f32(v), hi = vget_high_f32(v);
+    return vcombine_f32(vadd_f32(lo, hi), vsub_f32(lo, hi));
 }
 
-W8_FWHT_SIGNED_BY(w8_neon_fwht_signed, w8_neon_fwht)
+#define W8_FW_IN_REG w8_neon_fwht4
+#define W8_FW_NARROW w8_scalar_fwht
+#include "fwht_driver.h"
 
+#undef W8_V
+#undef W8_V_TARGET
 #endif
 #endif

@@ -4,6 +4,7 @@
 #define PYW8A8_SIMD_SCALAR_H
 
 #include "common.h"
+#include "vec_scalar.h"
 
 #define W8_SCALAR_MR 4
 #define W8_SCALAR_NPANELS 1
@@ -97,73 +98,18 @@ static inline w8_tile_finish w8_finish_from_column(const w8_tile_finish *fin, in
     return f;
 }
 
+/* The epilogue template's scalar instance is the reference of every other: its tails past
+ * the last whole vector call these, which here are the instance itself (one lane: no tail). */
+static void w8_scalar_epilogue(const int32_t *acc, int64_t ldacc, int rows, int cols,
+                               const w8_tile_finish *fin, float *out, int64_t ldo);
 static void w8_scalar_act_tile(float *out, int64_t ldo, int rows, int cols,
                                const w8_tile_finish *fin);
 
-/* The activation template's reference instance (w8_scalar_scaled, the epilogue's
- * arithmetic on one sum, and w8_scalar_activate): one lane, the double "halves" both the
- * value itself (the second is never used, and the compiler drops it). */
-W8_INLINE int32_t w8_scalar_low32(double d)
-{
-    uint64_t u;
-    memcpy(&u, &d, 8);
-    return (int32_t)(uint32_t)u;
-}
-
-W8_INLINE float w8_scalar_pow2(int32_t i)
-{
-    const uint32_t bits = ((uint32_t)i + 127u) << 23;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-#define W8_AF(name) w8_scalar_##name
-#define W8_AF_TARGET
-#define W8_AF_LANES 1
-#define W8_AF_F float
-#define W8_AF_D double
-#define W8_AF_I int32_t
-#define W8_AF_FSET(c) (c)
-#define W8_AF_FADD(a, b) ((a) + (b))
-#define W8_AF_FSUB(a, b) ((a) - (b))
-#define W8_AF_FMUL(a, b) ((a) * (b))
-#define W8_AF_FDIV(a, b) ((a) / (b))
-#define W8_AF_FMAX(a, b) ((a) > (b) ? (a) : (b))
-#define W8_AF_FMIN(a, b) ((a) < (b) ? (a) : (b))
-#define W8_AF_FSEL_NEG(c, x, y) ((c) < 0.0f ? (x) : (y))
-#define W8_AF_ISEL_NEG(c, i, j) ((c) < 0.0f ? (i) : (j))
-#define W8_AF_DSET(c) (c)
-#define W8_AF_DADD(a, b) ((a) + (b))
-#define W8_AF_DSUB(a, b) ((a) - (b))
-#define W8_AF_DMUL(a, b) ((a) * (b))
-#define W8_AF_DDIV(a, b) ((a) / (b))
-#define W8_AF_DMAX(a, b) ((a) > (b) ? (a) : (b))
-#define W8_AF_DNEGABS(a) (-fabs(a))
-#define W8_AF_DLO(f) ((double)(f))
-#define W8_AF_DHI(f) ((double)(f))
-#define W8_AF_DTOF(lo, hi) ((void)(hi), (float)(lo))
-#define W8_AF_DLOW32(lo, hi) ((void)(hi), w8_scalar_low32(lo))
-#define W8_AF_ISET(c) (c)
-#define W8_AF_IMAX(a, b) ((a) > (b) ? (a) : (b))
-#define W8_AF_ISRA1(i) ((i) >> 1)
-#define W8_AF_ISUB(a, b) ((int32_t)((uint32_t)(a) - (uint32_t)(b)))
-#define W8_AF_ICVT(i) ((float)(i))
-#define W8_AF_IPOW2(i) w8_scalar_pow2(i)
-#define W8_AF_FLOAD(p) (*(p))
-#define W8_AF_FSTORE(p, v) (*(p) = (v))
-#define W8_AF_ILOAD(p) (*(p))
-#include "activation.h"
-
-/* The float epilogue of common.h: the reference of every SIMD one, and their tail past the
- * last whole vector (ukernel.h). */
-static void w8_scalar_epilogue(const int32_t *acc, int64_t ldacc, int rows, int cols,
-                               const w8_tile_finish *fin, float *out, int64_t ldo)
-{
-    for (int r = 0; r < rows; r++)
-        for (int j = 0; j < cols; j++)
-            out[r * ldo + j] = w8_scalar_scaled(acc[r * ldacc + j], &fin->g, r, j);
-}
+#define W8_V(name) w8_scalar_##name
+#define W8_V_TARGET
+#include "epilogue.h"
+#undef W8_V
+#undef W8_V_TARGET
 
 static int w8_scalar_absmax(const float *x, int64_t n, float *amax)
 {

@@ -2,7 +2,7 @@
 
 Exactness: every path gives the same bits as the scalar path (the reference), and the fused
 forms give exactly the bits of their unfused composition (the product, plus the bias in
-float32, then the activation pass of activation.h; for glu, act(y1) * y2), so the fusion
+float32, then the activation pass of _simd/epilogue.h; for glu, act(y1) * y2), so the fusion
 changes where the arithmetic runs, never its result.  Accuracy: each activation against a
 float64 evaluation of the same function on the same float32 input."""
 import numpy as np
