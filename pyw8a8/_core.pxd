@@ -58,6 +58,7 @@ cdef extern from "_simd/dispatch.h" nogil:
         w8_peak_fn peak
         int (*supported)(const w8_cpu_features *f)
         int explicit_only
+    int W8_A_BYTES(const w8_isa_ops *ops)
 
     ctypedef struct w8_gemm:
         const w8_isa_ops *ops

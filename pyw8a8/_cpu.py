@@ -107,19 +107,10 @@ _paths.set_process_ops(_initial_ops())
 # - amx: the avx512vnni kernels (which every AMX CPU has); measured 8 on a Sapphire Rapids
 #   Xeon (2 vCPUs, K = N = 2048: avx512vnni 0.8x the time of amx at M <= 4, amx 1.12x
 #   faster at M = 8 and 1.4-2.4x from M = 16).
-# - avx2: avx2_gemv, whose 2 x 4 tile and flip trick (_simd/avx2.h) keep the multiplying
-#   pipes freer; measured 8 on a Zen 3 EPYC (2 vCPUs, K = N = 2048: avx2_gemv 1.36x faster
-#   at M = 1, 1.25x at M = 2, even at M = 4; avx2 1.07-1.18x faster from M = 8).
-AVX2_MIN_ROWS_MEASURED = 8
+# (avx2 has none: its 2-row tile serves every M.)
 SMALL_M_FALLBACKS = (
     ("amx", "avx512vnni", "PYW8A8_AMX_MIN_ROWS", 8),
-    ("avx2", "avx2_gemv", "PYW8A8_AVX2_MIN_ROWS", AVX2_MIN_ROWS_MEASURED),
 )
-
-
-# Paths that run as another path's small-M fallback only (or when forced): the bench
-# shows them in that path's column rather than in one of their own.
-FALLBACK_ONLY_PATHS = ("avx2_gemv",)
 
 
 def _min_rows(variable, measured):
@@ -149,9 +140,9 @@ def isa(rows: int | None = None) -> str:
     rows : int, optional
         The rows (M, every leading dimension of ``x`` together) of a product. Small
         products run a narrower path than the chosen one where that is faster: below 8 rows
-        ``amx`` runs the ``avx512vnni`` kernels, and ``avx2`` the ``avx2_gemv`` ones
-        (``PYW8A8_AMX_MIN_ROWS``, ``PYW8A8_AVX2_MIN_ROWS``), whether the path was chosen
-        by :func:`set_isa`, :func:`use_isa` or at import. Without `rows`, the chosen path.
+        ``amx`` runs the ``avx512vnni`` kernels (``PYW8A8_AMX_MIN_ROWS``), whether the path
+        was chosen by :func:`set_isa`, :func:`use_isa` or at import. Without `rows`, the
+        chosen path.
 
     Returns
     -------

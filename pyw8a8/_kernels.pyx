@@ -17,8 +17,8 @@ from cpython.ref cimport PyObject
 cimport numpy as cnp
 import numpy as np
 
-from pyw8a8._core cimport (W8_CORR_READS_ROWS, W8_MAX_WEIGHTS, w8_gemm, w8_product,
-                           w8_run_product, w8_scalar_sign_scale, w8_sign_table)
+from pyw8a8._core cimport (W8_A_BYTES, W8_CORR_READS_ROWS, W8_MAX_WEIGHTS, w8_gemm,
+                           w8_product, w8_run_product, w8_scalar_sign_scale, w8_sign_table)
 from pyw8a8._outputs cimport _empty_output
 from pyw8a8._paths cimport IsaOps, call_ops, threads_for
 
@@ -247,7 +247,8 @@ cdef int _reserve_scratch(w8_product *p, w8_call_weight *weights, int nw, bint g
     pair; else NULL), one rotation row per thread."""
     cdef int64_t Mp = (p.M + W8_A_ROW_PAD - 1) // W8_A_ROW_PAD * W8_A_ROW_PAD
     cdef int64_t np1 = p.Kp // W8_KPAD + 1, n
-    cdef size_t q_bytes = _aligned(Mp * p.Kp), off = 0, off_scale, off_st, off_rot
+    cdef size_t q_bytes = _aligned(Mp * p.Kp * W8_A_BYTES(p.ops)), off = 0, off_scale, off_st
+    cdef size_t off_rot
     cdef size_t fmt_off[W8_MAX_WEIGHTS]
     cdef size_t sums_off[W8_MAX_WEIGHTS]
     cdef int f, j
@@ -287,7 +288,7 @@ cdef void _set_job(w8_product *p, int j, w8_call_weight *cw, int f, bint glu, bi
     cdef bint up = glu and j == 1
     cdef w8_gemm *g = &p.up if up else &p.jobs[j].g
     g.ops, g.enc, g.M, g.N, g.Kp = p.ops, w.enc, p.M, w.N, p.Kp
-    g.a, g.lda = p.fmt[f].q, p.Kp
+    g.a, g.lda = p.fmt[f].q, p.Kp * W8_A_BYTES(p.ops)
     g.a_psum = p.fmt[f].psum if p.fmt[f].row_sums else NULL
     g.b, g.b_psum, g.a_scale, g.b_scale = w.b, w.b_psum, p.a_scale, w.b_scale
     g.bias = cw.bias

@@ -1,24 +1,24 @@
-/* AVX2 paths for CPUs without VNNI: "avx2", and "avx2_gemv" for products of few rows.
+/* The AVX2 path, "avx2", for CPUs without VNNI: the flip trick on expanded rows.
  *
  * vpmaddubsw multiplies u8 by s8 and adds adjacent pairs with int16 saturation: with biased
- * weights (up to 255) times activations (up to 127) a pair reaches 64770 and saturates.
- * Both paths therefore keep each factor's magnitude at most 128:
+ * weights (up to 255) times activations (up to 127) a pair reaches 64770 and saturates (ONNX
+ * Runtime's AVX2 kernel multiplies so, inexactly).  This path keeps each factor's magnitude
+ * at most 128: |a| times the weight with its bits flipped where a < 0 (~w = -w - 1), which
+ * is a * w less |a| there; ~w lies in [-128, 126], so a pair is at most 2 * 127 * 128 =
+ * 32512: exact.  The sums are a . w + sum(min(a, 0)), corrected per row from the
+ * activations' prefix sums of their negative values (W8_CORR_NEG).
  *
- *   avx2, the sign trick: |w| * sign(a, w) equals a * w, both factors at most 127, so a
- *   pair is at most 2 * 127 * 127 = 32258 < 32767: exact with no correction.  Biased
- *   weights turn back into signed ones with one XOR.  vpsignb, vpmaddubsw and vpmaddwd all
- *   run on the two vector pipes that multiply on Zen 2/3 (3 of the 4 instructions per 32
- *   multiply-accumulates).
- *
- *   avx2_gemv, the flip trick: |a| times w with its bits flipped where a < 0 (~w = -w - 1),
- *   which is a * w less |a| there; ~w lies in [-128, 126], so a pair is at most
- *   2 * 127 * 128 = 32512: exact.  Its sums are a . w + sum(min(a, 0)), corrected per row
- *   from the activations' prefix sums of their negative values (W8_CORR_NEG).  The flip is
- *   a vpxor, which any vector pipe runs: 2 of 4 instructions on the multiplying pipes.
- *   The row's vpabsb and vpcmpgtb are shared by its 4 B vectors, so this pays where the
- *   B panels stream and the rows are few: measured on Zen 3 (2 threads, K x N = 1152 x
- *   6912, 4096 x 4096, 640 x 2048) 1.3-2.0x "avx2" at M = 1, but 0.8x from M = 8, where
- *   "avx2"'s 4 x 2 tile reads each B vector for 4 rows (_cpu.py's small-M fallback). */
+ * The flip is a vpxor, which any of Zen 3's four vector pipes runs: per 32 multiply-
+ * accumulates vpxor, vpmaddubsw, vpmaddwd (by ones) and vpaddd, two of them on the two
+ * pipes that multiply, the bound of ONNX Runtime's three-instruction sequence too.  Each row
+ * is expanded once per call (w8_avx2_flip_expand_row: per quad its magnitudes, then the mask
+ * of its negative values), so a row's quad costs the kernel two broadcast loads and no
+ * arithmetic.  Measured on Zen 3 (one core, L1-resident panels): 88-91 GMAC/s with the
+ * 2 x 4 tile, against 67 for the sign trick |w| * sign(a, w) this path ran before (vpsignb
+ * runs on the multiplying pipes: 3 of its 4 instructions), 81 for the flip computing |a|
+ * and the mask in the kernel (vpabsb multiplies too), and 92-100 for ONNX Runtime's inexact
+ * sequence; in the product, 1.05-1.2x the sign trick from M = 8 and 1.0-1.14x the in-kernel
+ * flip below (docs/guide/performance.md). */
 #ifndef PYW8A8_SIMD_AVX2_H
 #define PYW8A8_SIMD_AVX2_H
 
@@ -31,97 +31,57 @@
 #define W8_V_TARGET W8_AVX2
 #include "epilogue.h"
 
-/* The 4 activation bytes at p in every 32-bit lane. */
-W8_AVX2 W8_INLINE __m256i w8_avx2_bcast(const uint8_t *p)
+/* Quad q of an activation row (its 4 bytes) in every 32-bit lane. */
+W8_AVX2 W8_INLINE __m256i w8_avx2_bcast(const uint8_t *row, int64_t q)
 {
-    return _mm256_set1_epi32(w8_load_i32(p));
+    return _mm256_set1_epi32(w8_load_i32(row + 4 * q));
 }
 
-/* A B vector of the sign trick: the weights as signed bytes (biased ones, q + 128, turn back
- * into q with one XOR), whose signs go to the activations, and their magnitudes, which every
- * row of the tile shares. */
-typedef struct {
-    __m256i w, mag;
-} w8_avx2_b;
-
-W8_AVX2 W8_INLINE w8_avx2_b w8_avx2_load_b(const uint8_t *p, int biased)
-{
-    __m256i w = _mm256_loadu_si256((const __m256i *)p);
-    if (biased) w = _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80));
-    const w8_avx2_b b = {w, _mm256_abs_epi8(w)};
-    return b;
-}
-
-/* a * b summed over each group of four bytes, through |b| * sign(a, b). */
-W8_AVX2 W8_INLINE __m256i w8_avx2_dot(__m256i acc, __m256i a, w8_avx2_b b, int biased)
-{
-    (void)biased;
-    const __m256i pairs = _mm256_maddubs_epi16(b.mag, _mm256_sign_epi8(a, b.w));
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
-}
-
-/* avx2: 4 rows x 2 ymm (one panel): 8 accumulators, 2 B vectors and their absolute values, the
- * broadcast row and a product fill 14 of the 16 ymm registers. */
-#define W8_AVX2_MR 4
-#define W8_AVX2_NPANELS 1
-#define W8_UK(name) w8_avx2_##name
-#define W8_UK_TARGET W8_AVX2
-#define W8_UK_MR W8_AVX2_MR
-#define W8_UK_NVEC 2
-#define W8_UK_A __m256i
-#define W8_UK_B w8_avx2_b
-#define W8_UK_BCAST w8_avx2_bcast
-#define W8_UK_LOAD_B w8_avx2_load_b
-#define W8_UK_DOT w8_avx2_dot
-#include "ukernel.h"
-
-/* One A row's broadcast quad as w8_avx2gemv_dot reads it: its magnitudes, and the mask of its
- * negative bytes (for signed weights) or that mask XOR 0x80 (for biased ones: the XOR that
- * also turns them signed).  Each kernel uses one of the two masks; the other is dead code. */
-typedef struct {
-    __m256i mag, neg, neg_biased;
-} w8_avx2gemv_a;
-
-W8_AVX2 W8_INLINE w8_avx2gemv_a w8_avx2gemv_bcast(const uint8_t *p)
-{
-    const __m256i a = w8_avx2_bcast(p);
-    const __m256i neg = _mm256_cmpgt_epi8(_mm256_setzero_si256(), a);
-    const w8_avx2gemv_a row = {_mm256_abs_epi8(a), neg,
-                               _mm256_xor_si256(neg, _mm256_set1_epi8((char)0x80))};
-    return row;
-}
-
-/* A B vector as stored (either encoding: the flip's XOR mask turns biased ones signed). */
+/* A B vector as stored (either encoding: the flip's mask turns biased ones signed). */
 W8_AVX2 W8_INLINE __m256i w8_avx2_load_quads(const uint8_t *p, int biased)
 {
     (void)biased;
     return _mm256_loadu_si256((const __m256i *)p);
 }
 
-/* acc + (a . b + sum(min(a, 0))) over each group of four bytes (the flip trick). */
-W8_AVX2 W8_INLINE __m256i w8_avx2gemv_dot(__m256i acc, w8_avx2gemv_a a, __m256i b,
-                                          int biased)
+/* One A row's quad as the flip trick reads it from an expanded row: its magnitudes and its
+ * mask, two broadcast loads. */
+typedef struct {
+    __m256i mag, mask;
+} w8_avx2_quad;
+
+W8_AVX2 W8_INLINE w8_avx2_quad w8_avx2_flip_bcast(const uint8_t *row, int64_t q)
 {
-    const __m256i flipped = _mm256_xor_si256(b, biased ? a.neg_biased : a.neg);
-    const __m256i pairs = _mm256_maddubs_epi16(a.mag, flipped);
+    const w8_avx2_quad a = {_mm256_set1_epi32(w8_load_i32(row + 8 * q)),
+                            _mm256_set1_epi32(w8_load_i32(row + 8 * q + 4))};
+    return a;
+}
+
+/* acc + (a . w + sum(min(a, 0))) over each group of four bytes: the mask turns the stored
+ * weight, in either encoding, into w flipped where a < 0. */
+W8_AVX2 W8_INLINE __m256i w8_avx2_flip_dot(__m256i acc, w8_avx2_quad a, __m256i b, int biased)
+{
+    (void)biased;
+    const __m256i pairs = _mm256_maddubs_epi16(a.mag, _mm256_xor_si256(b, a.mask));
     return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
 }
 
-/* avx2_gemv: 2 rows x 4 ymm (two panels): 8 accumulators, 4 B vectors, the row's
- * magnitudes and mask and a product fill 15 of the 16 ymm registers.  Each row's
- * broadcast, vpabsb and vpcmpgtb serve 4 multiplies (at M = 1 this tile ran 1.3x a 4 x 2
- * one with the same arithmetic, and 3 x 4 was no faster). */
-#define W8_AVX2GEMV_MR 2
-#define W8_AVX2GEMV_NPANELS 2
-#define W8_UK(name) w8_avx2gemv_##name
+/* 2 rows x 4 ymm (two panels): 8 accumulators, the row's magnitudes and mask, the ones of
+ * vpmaddwd and a product per B vector (GCC folds the B loads into the vpxor).  Each row's
+ * two broadcasts serve 4 multiplies.  On Zen 3 (one core, L1-resident panels) this tile ran
+ * at 88-91 GMAC/s, 4 x 2 (whose B vectors serve 4 rows but whose broadcasts serve 2) at
+ * 81-85, 3 x 4 at 75-78 and 6 x 2 at 69-70 (spills). */
+#define W8_AVX2_MR 2
+#define W8_AVX2_NPANELS 2
+#define W8_UK(name) w8_avx2_##name
 #define W8_UK_TARGET W8_AVX2
-#define W8_UK_MR W8_AVX2GEMV_MR
+#define W8_UK_MR W8_AVX2_MR
 #define W8_UK_NVEC 4
-#define W8_UK_A w8_avx2gemv_a
+#define W8_UK_A w8_avx2_quad
 #define W8_UK_B __m256i
-#define W8_UK_BCAST w8_avx2gemv_bcast
+#define W8_UK_BCAST w8_avx2_flip_bcast
 #define W8_UK_LOAD_B w8_avx2_load_quads
-#define W8_UK_DOT w8_avx2gemv_dot
+#define W8_UK_DOT w8_avx2_flip_dot
 #include "ukernel.h"
 
 /* ---- FWHT (the network of fwht.h, template fwht_driver.h): 8 floats per ymm. ---- */
@@ -190,6 +150,30 @@ W8_AVX2 static void w8_avx2_negative_prefix_sums(const uint8_t *q, int64_t Kp, u
                                          _mm256_extracti128_si256(s, 1));
         total -= (int32_t)(_mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1));
         psum[c + 1] = total;
+    }
+}
+
+/* w8_expand_row_fn of the flip trick: each quad of values v (the bytes XOR flip) becomes
+ * its magnitudes |v| and then its mask: 0xFF where v < 0, XOR 0x80 ^ flip, which also
+ * turns weights stored biased (the encoding whose rows have flip 0) signed.  In place, 8
+ * quads at a time: the 64 bytes written for quads j to j + 7 end where the quantized bytes
+ * of quad j + 8 start at the earliest, since 4 (j + 8) <= Kp. */
+W8_AVX2 static void w8_avx2_flip_expand_row(uint8_t *row, int64_t Kp, uint8_t flip)
+{
+    const __m256i unflip = _mm256_set1_epi8((char)flip);
+    const __m256i to_signed = _mm256_set1_epi8((char)(flip ^ 0x80));
+    for (int64_t j = 0; j < Kp / 4; j += 8) {
+        const __m256i v =
+            _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(row + Kp + 4 * j)), unflip);
+        const __m256i mag = _mm256_abs_epi8(v);
+        const __m256i mask =
+            _mm256_xor_si256(_mm256_cmpgt_epi8(_mm256_setzero_si256(), v), to_signed);
+        /* Per 128-bit half: quads 0, 1 (lo) and 2, 3 (hi) of its 4, each beside its mask. */
+        const __m256i lo = _mm256_unpacklo_epi32(mag, mask);
+        const __m256i hi = _mm256_unpackhi_epi32(mag, mask);
+        _mm256_storeu_si256((__m256i *)(row + 8 * j), _mm256_permute2x128_si256(lo, hi, 0x20));
+        _mm256_storeu_si256((__m256i *)(row + 8 * j + 32),
+                            _mm256_permute2x128_si256(lo, hi, 0x31));
     }
 }
 
@@ -280,32 +264,23 @@ W8_AVX2 static void w8_avx2_quantize(const float *x, int64_t n, float inv, uint8
     w8_scalar_quantize(x + i, n - i, inv, flip, q + i);
 }
 
-/* The instruction peak of avx2's inner step: vpsignb + vpmaddubsw + vpmaddwd + vpaddd
- * (32 MACs).  Each chain's accumulator is also its activation operand, so none of the four
- * instructions is loop-invariant (with constant operands the compiler hoists all but the
- * vpaddd). */
-W8_AVX2 W8_INLINE __m256i w8_avx2_peak_step(__m256i x, __m256i abs_b, __m256i b)
-{
-    const w8_avx2_b step = {b, abs_b};
-    return w8_avx2_dot(x, x, step, 0);
-}
-
-W8_PEAK_FN(w8_avx2_peak, W8_AVX2, __m256i, _mm256_abs_epi8(_mm256_set1_epi8((char)(*sink | 3))),
-           _mm256_set1_epi8((char)(*sink | 3)), _mm256_set1_epi32, w8_avx2_peak_step,
-           _mm256_add_epi32, _mm256_cvtsi256_si32, 32)
-/* The instruction peak of avx2_gemv's inner step: vpxor + vpmaddubsw + vpmaddwd + vpaddd
+/* The instruction peak of avx2's inner step: vpxor + vpmaddubsw + vpmaddwd + vpaddd
  * (32 MACs).  Each chain's accumulator is also its mask operand, so none of the four
  * instructions is loop-invariant (with constant operands the compiler hoists all but the
- * vpaddd). */
-W8_AVX2 W8_INLINE __m256i w8_avx2gemv_peak_step(__m256i x, __m256i mag, __m256i b)
+ * vpaddd).  The values do not change the speed, so the magnitudes are the weights and
+ * vpmaddwd multiplies its pairs by themselves rather than by ones, and GCC's PRE is off:
+ * the 12 chains and their products then fit the 16 registers (otherwise GCC kept
+ * accumulators on the stack: 53 GMAC/s a Zen 3 core, where the kernel ran 88). */
+W8_AVX2 W8_INLINE __m256i w8_avx2_peak_step(__m256i x, __m256i b, __m256i unused)
 {
-    const __m256i pairs = _mm256_maddubs_epi16(mag, _mm256_xor_si256(b, x));
-    return _mm256_add_epi32(x, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+    (void)unused;
+    const __m256i pairs = _mm256_maddubs_epi16(b, _mm256_xor_si256(b, x));
+    return _mm256_add_epi32(x, _mm256_madd_epi16(pairs, pairs));
 }
 
-W8_PEAK_FN(w8_avx2gemv_peak, W8_AVX2, __m256i, _mm256_set1_epi8((char)((*sink | 3) & 0x7F)),
-           _mm256_set1_epi8((char)(*sink | 3)), _mm256_set1_epi32, w8_avx2gemv_peak_step,
-           _mm256_add_epi32, _mm256_cvtsi256_si32, 32)
+W8_PEAK_FN(w8_avx2_peak, W8_AVX2 W8_NO_TREE_PRE, __m256i, _mm256_set1_epi8((char)(*sink | 3)),
+           _mm256_setzero_si256(), _mm256_set1_epi32, w8_avx2_peak_step, _mm256_add_epi32,
+           _mm256_cvtsi256_si32, 32)
 #undef W8_V
 #undef W8_V_TARGET
 #endif

@@ -13,10 +13,10 @@
 #define W8_V_TARGET W8_AVX512
 #include "epilogue.h"
 
-/* The 4 activation bytes at p in every 32-bit lane. */
-W8_AVX512 W8_INLINE __m512i w8_avx512_bcast(const uint8_t *p)
+/* Quad q of an activation row (its 4 bytes) in every 32-bit lane. */
+W8_AVX512 W8_INLINE __m512i w8_avx512_bcast(const uint8_t *row, int64_t q)
 {
-    return _mm512_set1_epi32(w8_load_i32(p));
+    return _mm512_set1_epi32(w8_load_i32(row + 4 * q));
 }
 
 /* A B vector as stored: vpdpbusd takes either encoding as it is. */

@@ -4,7 +4,8 @@
  * Layout contract (shared by every kernel, so one packed weight serves every path):
  *   - K is padded with zeros to a multiple of W8_KPAD (64 bytes: one AMX tile row, one
  *     zmm of int8, and the granularity of the compensation prefix sums).
- *   - A (quantized activations) is row-major, M rows of Kp bytes.
+ *   - A (quantized activations) is row-major, M rows of Kp bytes (2 Kp where a path's
+ *     kernels read them expanded: w8_expand_row_fn).
  *   - B (packed weights) is a sequence of panels of W8_NR = 16 output channels; a panel is
  *     Kp/4 "quad rows" of 64 bytes: 16 channels x 4 consecutive K values.  One quad row is
  *     one zmm operand of vpdpbusd, two ymm operands of the AVX2 kernels, and one row of an
@@ -75,6 +76,15 @@
 #else
 #define W8_INLINE static __forceinline
 #define W8_ALIGN(n) __declspec(align(n))
+#endif
+
+/* GCC's partial-redundancy elimination, off for one function: in a loop of many
+ * independent chains of several instructions it keeps extra values live, and GCC 12 then
+ * spills accumulators to the stack (avx2.h's peak probe). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define W8_NO_TREE_PRE __attribute__((optimize("no-tree-pre")))
+#else
+#define W8_NO_TREE_PRE
 #endif
 
 /* The 4 bytes at p, as one int32 (unaligned). */
@@ -186,6 +196,13 @@ typedef void (*w8_quantize_fn)(const float *x, int64_t n, float inv, uint8_t fli
  * W8_CORR_NEG (w8_negative_prefix_sums). */
 typedef void (*w8_prefix_sums_fn)(const uint8_t *q, int64_t Kp, uint8_t flip, int32_t *psum);
 
+/* The activation rows in the wider form some kernels read (avx2's flip trick, avx2.h: each
+ * quad of values becomes its 4 magnitudes and then its 4-byte mask, 8 bytes), made in place
+ * from the Kp quantized bytes (signed values XOR flip) that the caller left in the row's
+ * last Kp bytes; the row is 2 Kp bytes.  The prefix sums are taken from the quantized bytes
+ * before. */
+typedef void (*w8_expand_row_fn)(uint8_t *row, int64_t Kp, uint8_t flip);
+
 /* FWHT: x <- H x in place, n a power of two (n = 1 leaves x unchanged). */
 typedef void (*w8_fwht_fn)(float *x, int64_t n);
 
@@ -255,6 +272,7 @@ typedef struct {
     w8_absmax_fn absmax;
     w8_quantize_fn quantize;
     w8_prefix_sums_fn prefix_sums;
+    w8_expand_row_fn expand_row;  /* NULL: the kernels read the quantized bytes (W8_A_BYTES) */
     w8_fwht_fn fwht;
     w8_fwht_signed_fn fwht_signed;
     w8_sign_scale_fn sign_scale;
@@ -267,5 +285,9 @@ typedef struct {
     int (*supported)(const struct w8_cpu_features_s *f);
     int explicit_only;            /* a test path, never chosen by default */
 } w8_isa_ops;
+
+/* Bytes per K value in the activation rows a path's kernels read: 1, or 2 where the rows are
+ * expanded (w8_expand_row_fn). */
+#define W8_A_BYTES(ops) ((ops)->expand_row ? 2 : 1)
 
 #endif

@@ -1,8 +1,8 @@
 /* The registry of instruction-set paths (numpy-style run-time dispatch): every path is
  * compiled into the one binary with target attributes, and this table is the only place
  * that lists them.  Each entry holds the path's kernels, corrections, quantizer, prefix
- * sums, FWHT, sign application, epilogue, activation pass, peak probe and support
- * predicate; the lookup by name, the support checks and the Python lists (_kernels.pyx)
+ * sums, row expansion, FWHT, sign application, epilogue, activation pass, peak probe and
+ * support predicate; the lookup by name, the support checks and the Python lists (_kernels.pyx)
  * all read the table. */
 #ifndef PYW8A8_SIMD_DISPATCH_H
 #define PYW8A8_SIMD_DISPATCH_H
@@ -103,23 +103,15 @@ static const w8_isa_ops w8_isas[] = {
      .auto_encoding = W8_ENC_BIASED, W8_VOCABULARY_PASSES(avx2),
      .prefix_sums = w8_avx2_prefix_sums, .sign_scale = w8_avx2_sign_scale,
      .peak = w8_avxvnni_peak, .supported = w8_avxvnni_supported},
-    /* Signed by signed through the sign trick: no compensation for either encoding. */
+    /* |a| by the weight flipped where a < 0, from rows expanded once per call: the
+     * negatives' correction for either encoding (avx2.h). */
     {.name = "avx2", .mr = W8_AVX2_MR, .npanels = W8_AVX2_NPANELS,
      .ukernel = {w8_avx2_ukernel_biased, w8_avx2_ukernel_signed},
      .ukernel_f32 = {w8_avx2_ukernel_f32_biased, w8_avx2_ukernel_f32_signed},
-     .corr = {W8_CORR_NONE, W8_CORR_NONE}, .a_flip = {0, 0},
+     .corr = {W8_CORR_NEG, W8_CORR_NEG}, .a_flip = {0, 0x80},
      .auto_encoding = W8_ENC_BIASED, W8_VOCABULARY_PASSES(avx2),
-     .prefix_sums = w8_avx2_prefix_sums, .sign_scale = w8_avx2_sign_scale,
-     .peak = w8_avx2_peak, .supported = w8_avx2_supported},
-    /* |a| by the weight flipped where a < 0, for few rows (avx2's small-M fallback, _cpu.py):
-     * the negatives' correction for either encoding. */
-    {.name = "avx2_gemv", .mr = W8_AVX2GEMV_MR, .npanels = W8_AVX2GEMV_NPANELS,
-     .ukernel = {w8_avx2gemv_ukernel_biased, w8_avx2gemv_ukernel_signed},
-     .ukernel_f32 = {w8_avx2gemv_ukernel_f32_biased, w8_avx2gemv_ukernel_f32_signed},
-     .corr = {W8_CORR_NEG, W8_CORR_NEG}, .a_flip = {0, 0},
-     .auto_encoding = W8_ENC_BIASED, W8_VOCABULARY_PASSES(avx2),
-     .prefix_sums = w8_avx2_negative_prefix_sums, .sign_scale = w8_avx2_sign_scale,
-     .peak = w8_avx2gemv_peak, .supported = w8_avx2_supported},
+     .prefix_sums = w8_avx2_negative_prefix_sums, .expand_row = w8_avx2_flip_expand_row,
+     .sign_scale = w8_avx2_sign_scale, .peak = w8_avx2_peak, .supported = w8_avx2_supported},
 #endif
 #if defined(W8_ARM64)
     /* sdot is signed by signed: no compensation, and signed weights need no XOR. */

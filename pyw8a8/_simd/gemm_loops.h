@@ -28,7 +28,8 @@ typedef struct w8_gemm_s {
     const w8_isa_ops *ops;
     int enc;                 /* W8_ENC_* of the packed weight */
     int64_t M, N, Kp;
-    const uint8_t *a;        /* quantized activations, M rows of Kp bytes (stride lda), in
+    const uint8_t *a;        /* quantized activations, M rows of Kp values (stride lda bytes,
+                                W8_A_BYTES a value), in
                                 a buffer of M rounded up to W8_A_ROW_PAD rows */
     int64_t lda;
     const int32_t *a_psum;   /* M x (Kp/64 + 1) prefix sums, for W8_CORR_ROW / NEG */
@@ -48,6 +49,12 @@ typedef struct w8_gemm_s {
     int64_t ldo;
     int64_t kc, mc, nc;      /* blocking: kc multiple of 64, mc of mr, nc of 16 */
 } w8_gemm;
+
+/* Row m of the activations from K value k0 on, as the path's kernels read it. */
+static inline const uint8_t *w8_a_at(const w8_gemm *g, int64_t m, int64_t k0)
+{
+    return g->a + m * g->lda + k0 * W8_A_BYTES(g->ops);
+}
 
 /* factor * (the sum over [k0, k1) of row `row` of a prefix-sum table), modulo 2^32: the
  * compensation over that K-range (128 for the +128 encodings, 1 for W8_CORR_NEG). */
@@ -153,7 +160,7 @@ static inline void w8_tile_sums(const w8_gemm *g, int64_t m, int rows, int64_t n
     const int64_t ps = g->Kp / 4 * W8_QUAD_BYTES; /* bytes of one panel */
     const int npanels = (cols + W8_NR - 1) / W8_NR;
     const uint8_t *bp = g->b + (n / W8_NR) * ps + k0 / 4 * W8_QUAD_BYTES;
-    const uint8_t *am = g->a + m * g->lda + k0;
+    const uint8_t *am = w8_a_at(g, m, k0);
     const w8_ukernel_fn kernel = g->ops->ukernel[g->enc];
     if (edge) {
         kernel(rows, npanels, kq, am, g->lda, bp, ps, tile, W8_TILE_LD, 0);
@@ -225,7 +232,7 @@ static void w8_strip_tiles(const w8_gemm *g, int64_t mb, int64_t mb1, int tile_r
             w8_corrections buf[2];
             w8_tile_finish fin;
             w8_finish_at(g, m, rows, n, cols, buf, &fin);
-            ops->ukernel_f32[g->enc](rows, npanels, kq, g->a + m * g->lda + k0, g->lda,
+            ops->ukernel_f32[g->enc](rows, npanels, kq, w8_a_at(g, m, k0), g->lda,
                                      g->b + (n / W8_NR) * ps + k0 / 4 * W8_QUAD_BYTES, ps,
                                      c, g->ldo, !first, &fin);
             if (fin.act || fin.up) ops->act_tile((float *)c, g->ldo, rows, cols, &fin);
@@ -304,7 +311,7 @@ static void w8_gemm_range_i64(const w8_gemm *g, int64_t m0, int64_t m1, int64_t 
             for (int64_t m = m0; m < m1; m += ops->mr) {
                 const int rows = (int)(m1 - m < ops->mr ? m1 - m : ops->mr);
                 const int32_t *rc, *cc;
-                kernel(rows, npanels, (k1 - k0) / 4, g->a + m * g->lda + k0, g->lda, bp, ps,
+                kernel(rows, npanels, (k1 - k0) / 4, w8_a_at(g, m, k0), g->lda, bp, ps,
                        tile, W8_TILE_LD, 0);
                 w8_tile_corrections(g, m, rows, n, cols, k0, k1, row_corr, col_corr, &rc,
                                     &cc);

@@ -35,10 +35,10 @@ W8_INLINE int8x16_t w8_neon_load_b(const uint8_t *p, int biased)
     return vreinterpretq_s8_u8(v);
 }
 
-/* The 4 activation bytes at p in every 32-bit lane. */
-W8_INLINE int8x16_t w8_neon_bcast(const uint8_t *p)
+/* Quad q of an activation row (its 4 bytes) in every 32-bit lane. */
+W8_INLINE int8x16_t w8_neon_bcast(const uint8_t *row, int64_t q)
 {
-    return vreinterpretq_s8_s32(vdupq_n_s32(w8_load_i32(p)));
+    return vreinterpretq_s8_s32(vdupq_n_s32(w8_load_i32(row + 4 * q)));
 }
 
 /* Without sdot: vmull_s8 gives exact int16 products of 2 channels x 4 K values; vpaddq_s16

@@ -36,7 +36,7 @@
 typedef struct {
     uint8_t flip;  /* XOR applied to the signed bytes (the +128 shift of W8_CORR_COL) */
     int row_sums;  /* whether its kernels need the rows' prefix sums (W8_CORR_ROW / NEG) */
-    uint8_t *q;    /* Mp x Kp bytes */
+    uint8_t *q;    /* Mp rows of Kp values, W8_A_BYTES each */
     int32_t *psum; /* M x (Kp / 64 + 1), when row_sums */
 } w8_row_format;
 
@@ -60,12 +60,16 @@ typedef struct {
     int64_t wide_ldo[W8_MAX_WEIGHTS];
 } w8_product;
 
-/* Row i in every format; 0, or 1 when it holds NaN/Inf or its rotation overflows. */
+/* Row i in every format: its quantized bytes (signed values XOR the format's flip) and
+ * prefix sums, then, where the path's kernels read wider rows, the row expanded from those
+ * bytes, which go to its last Kp bytes for that (w8_expand_row_fn).  Returns 0, or 1 when
+ * the row holds NaN/Inf or its rotation overflows. */
 static inline uint8_t w8_prepare_row(const w8_product *p, int64_t i, float *rot)
 {
     const w8_row_format *f0 = &p->fmt[0];
-    const int64_t np1 = p->Kp / W8_KPAD + 1;
-    uint8_t *q = f0->q + i * p->Kp;
+    const int64_t np1 = p->Kp / W8_KPAD + 1, row_bytes = p->Kp * W8_A_BYTES(p->ops);
+    const int64_t at = i * row_bytes + row_bytes - p->Kp; /* the row's quantized bytes */
+    uint8_t *q = f0->q + at;
     int32_t *psum = f0->row_sums ? f0->psum + i * np1 : NULL;
     if (p->int8_input) {
         w8_load_int8_row(p->ops, (const int8_t *)p->x + i * p->K, p->K, p->Kp, f0->flip, q, psum);
@@ -82,10 +86,13 @@ static inline uint8_t w8_prepare_row(const w8_product *p, int64_t i, float *rot)
     for (int f = 1; f < p->nformats; f++) {
         const w8_row_format *fo = &p->fmt[f];
         const uint8_t delta = fo->flip ^ f0->flip;
-        uint8_t *qo = fo->q + i * p->Kp;
+        uint8_t *qo = fo->q + at;
         for (int64_t k = 0; k < p->Kp; k++) qo[k] = q[k] ^ delta;
         if (fo->row_sums) p->ops->prefix_sums(qo, p->Kp, fo->flip, fo->psum + i * np1);
     }
+    if (p->ops->expand_row)
+        for (int f = 0; f < p->nformats; f++)
+            p->ops->expand_row(p->fmt[f].q + i * row_bytes, p->Kp, p->fmt[f].flip);
     return 0;
 }
 

@@ -19,7 +19,8 @@
  *   W8_UK_NVEC             vectors per tile row, at most 4: W8_UK_NVEC / W8_UK_VPP panels of
  *                          16 channels, each W8_UK_VPP = 16 / lanes vectors of int32 sums
  *   W8_UK_A, W8_UK_B       the types of a broadcast A quad and of a B vector
- *   W8_UK_BCAST(p)         the 4 bytes at p in every 32-bit lane, as a W8_UK_A
+ *   W8_UK_BCAST(row, q)    quad q of an A row (its 4 values) in every 32-bit lane, as a
+ *                          W8_UK_A
  *   W8_UK_LOAD_B(p, BIASED)  a B vector (64 / W8_UK_VPP bytes of a quad row)
  *   W8_UK_DOT(acc, a, b, BIASED)  acc plus the four-product dots of a and b
  *
@@ -53,7 +54,7 @@
     if (v < NVEC) c##r##v = W8_UK_DOT(c##r##v, ar, b##v, BIASED);
 #define W8_UK_DOT_ROW(r)                                                                 \
     if (r < ROWS) {                                                                      \
-        const W8_UK_A ar = W8_UK_BCAST(a##r + 4 * q);                                 \
+        const W8_UK_A ar = W8_UK_BCAST(a##r, q);                                         \
         W8_UK_EACH_V(W8_UK_DOT_ONE, r)                                                   \
     }
 #define W8_UK_STORE_ONE(r, v)                                                            \
@@ -98,7 +99,7 @@ W8_UK_TARGET W8_INLINE void W8_UK(tile)(const int ROWS, const int NVEC, int64_t 
 
 /* The row count of a call as a constant: one inlined tile per count up to W8_UK_MR (the
  * `if`s drop the counts beyond it, which no call asks for: a 4-row tile of the 2-row
- * avx2_gemv kernel would only spill). */
+ * avx2 kernel would only spill). */
 W8_UK_TARGET W8_INLINE void W8_UK(tile_rows)(int rows, const int NVEC, int64_t kq,
                                              const uint8_t *a, int64_t lda, const uint8_t *b,
                                              int64_t ps, int32_t *c, int64_t ldc,

@@ -388,7 +388,7 @@ def _default_isas():
     """The table's paths unless --isa names some: every SIMD path this CPU runs (a small-M
     fallback in the column of the path it serves)."""
     return [i for i in _cpu.available_isas()
-            if not i.startswith("scalar") and i not in _cpu.FALLBACK_ONLY_PATHS] or ["scalar"]
+            if not i.startswith("scalar")] or ["scalar"]
 
 
 def _print_machine(with_peers):

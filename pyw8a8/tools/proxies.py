@@ -36,14 +36,10 @@ from .measure import measure
 _DOT_STEPS = {
     "avx512vnni": lambda i: [f"vpdpbusd %zmm30, %zmm31, %zmm{i}"],
     "avxvnni": lambda i: [f"{{vex}} vpdpbusd %ymm14, %ymm15, %ymm{i}"],
-    "avx2": lambda i: [f"vpsignb %ymm15, %ymm14, %ymm{8 + i % 4}",
+    "avx2": lambda i: [f"vpxor %ymm15, %ymm14, %ymm{8 + i % 4}",
                        f"vpmaddubsw %ymm{8 + i % 4}, %ymm13, %ymm{8 + i % 4}",
                        f"vpmaddwd %ymm12, %ymm{8 + i % 4}, %ymm{8 + i % 4}",
                        f"vpaddd %ymm{8 + i % 4}, %ymm{i % 8}, %ymm{i % 8}"],
-    "avx2_gemv": lambda i: [f"vpxor %ymm15, %ymm14, %ymm{8 + i % 4}",
-                            f"vpmaddubsw %ymm{8 + i % 4}, %ymm13, %ymm{8 + i % 4}",
-                            f"vpmaddwd %ymm12, %ymm{8 + i % 4}, %ymm{8 + i % 4}",
-                            f"vpaddd %ymm{8 + i % 4}, %ymm{i % 8}, %ymm{i % 8}"],
 }
 
 # Paths whose inner loops llvm-mca can model: (registry name, C prefix, dot mnemonic,
@@ -54,9 +50,7 @@ _DOT_STEPS = {
 MCA_PATHS = [("avx512vnni", "w8_avx512", "vpdpbusd", "icelake-server"),
              ("avxvnni", "w8_avxvnni", "vpdpbusd", "alderlake"),
              ("avx2", "w8_avx2", "vpmaddubsw", "znver3"),
-             ("avx2", "w8_avx2", "vpmaddubsw", "skylake"),
-             ("avx2_gemv", "w8_avx2gemv", "vpmaddubsw", "znver3"),
-             ("avx2_gemv", "w8_avx2gemv", "vpmaddubsw", "skylake")]
+             ("avx2", "w8_avx2", "vpmaddubsw", "skylake")]
 
 
 def _simd_dir():

@@ -125,19 +125,34 @@ static w8_prefix_sums_fn reference_row_sums(const w8_isa_ops *ops, int enc)
     return ops->corr[enc] == W8_CORR_NEG ? w8_negative_prefix_sums : w8_prefix_sums;
 }
 
-/* Quantized activations as w8_quantize_row leaves them for encoding enc: Kp bytes a row,
- * XOR a_flip, and their prefix sums (the buffer's rows past M, up to whole W8_A_ROW_PAD
- * tiles, are the caller's). */
+/* The reference of w8_expand_row_fn (avx2.h's flip trick): each quad of values v (the
+ * bytes XOR flip) as its magnitudes, then its mask, 0xFF where v < 0, XOR 0x80 ^ flip. */
+static void reference_expand_row(const uint8_t *q, int64_t Kp, uint8_t flip, uint8_t *row)
+{
+    for (int64_t k = 0; k < Kp; k++) {
+        const int8_t v = (int8_t)(q[k] ^ flip);
+        row[k / 4 * 8 + k % 4] = (uint8_t)(v < 0 ? -v : v);
+        row[k / 4 * 8 + 4 + k % 4] = (uint8_t)((v < 0 ? 0xFF : 0) ^ 0x80 ^ flip);
+    }
+}
+
+/* Quantized activations as w8_prepare_row leaves them for encoding enc: rows of Kp values
+ * (W8_A_BYTES each: expanded by the reference where the path expands them), XOR a_flip,
+ * and their prefix sums (the buffer's rows past M, up to whole W8_A_ROW_PAD tiles, are the
+ * caller's). */
 static void pack_act(const w8_isa_ops *ops, int enc, const int8_t *qa, int64_t M, int64_t K,
                      int64_t Kp, uint8_t *a, int32_t *psum)
 {
-    const int64_t nch = Kp / W8_KPAD + 1;
+    const int64_t nch = Kp / W8_KPAD + 1, lda = Kp * W8_A_BYTES(ops);
     const uint8_t flip = ops->a_flip[enc];
+    uint8_t *q = xmalloc((size_t)Kp);
     for (int64_t m = 0; m < M; m++) {
-        for (int64_t k = 0; k < Kp; k++)
-            a[m * Kp + k] = (uint8_t)(k < K ? qa[m * K + k] : 0) ^ flip;
-        reference_row_sums(ops, enc)(a + m * Kp, Kp, flip, psum + m * nch);
+        for (int64_t k = 0; k < Kp; k++) q[k] = (uint8_t)(k < K ? qa[m * K + k] : 0) ^ flip;
+        reference_row_sums(ops, enc)(q, Kp, flip, psum + m * nch);
+        if (ops->expand_row) reference_expand_row(q, Kp, flip, a + m * lda);
+        else memcpy(a + m * lda, q, (size_t)Kp);
     }
+    free(q);
 }
 
 typedef struct {
@@ -186,7 +201,7 @@ static void test_gemm_case(const w8_isa_ops *ops, int kind, int64_t M, int64_t N
     const int64_t Mp = round_up(M, W8_A_ROW_PAD);
     const int64_t nch = Kp / W8_KPAD + 1, ldo = N + 1; /* one sentinel column per row */
     int8_t *qa = xmalloc((size_t)(M * K)), *qw = xmalloc((size_t)(N * K));
-    uint8_t *a = xmalloc((size_t)(Mp * Kp)), *b = xmalloc((size_t)(Np * Kp));
+    uint8_t *a = xmalloc((size_t)(Mp * Kp * 2)), *b = xmalloc((size_t)(Np * Kp));
     int32_t *a_psum = xmalloc(sizeof(int32_t) * (size_t)(M * nch));
     int32_t *b_psum = xmalloc(sizeof(int32_t) * (size_t)(Np * nch));
     int64_t *ref = xmalloc(sizeof(int64_t) * (size_t)(M * N));
@@ -205,7 +220,8 @@ static void test_gemm_case(const w8_isa_ops *ops, int kind, int64_t M, int64_t N
     for (int64_t m = 0; m < M; m++) sa[m] = rand_scale();
     for (int64_t n = 0; n < N; n++) sb[n] = rand_scale();
     /* Rows past M hold garbage: a kernel may read them (AMX), never use them. */
-    for (int64_t i = M * Kp; i < Mp * Kp; i++) a[i] = (uint8_t)rng_next();
+    const int64_t lda = Kp * W8_A_BYTES(ops);
+    for (int64_t i = M * lda; i < Mp * lda; i++) a[i] = (uint8_t)rng_next();
 
     for (int enc = 0; enc < 2; enc++) {
         pack_act(ops, enc, qa, M, K, Kp, a, a_psum);
@@ -213,7 +229,7 @@ static void test_gemm_case(const w8_isa_ops *ops, int kind, int64_t M, int64_t N
         for (int v = 0; v < NUM_VARIANTS; v++) {
             const gemm_variant *var = &variants[v];
             if (var->out_kind != W8_OUT_I64 && !exact) continue;
-            w8_gemm g = {ops, enc, M, N, Kp, a, Kp, a_psum, b, b_psum, sa, sb, NULL,
+            w8_gemm g = {ops, enc, M, N, Kp, a, lda, a_psum, b, b_psum, sa, sb, NULL,
                               W8_ACT_NONE, NULL, var->out_kind, NULL, ldo, Kp,
                               round_up(M, ops->mr), Np};
             if (var->fine) {
@@ -270,6 +286,7 @@ static void test_fused_gemm(const w8_isa_ops *ops)
         const int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
         const int64_t Kp = round_up(K, W8_KPAD), Np = round_up(N, W8_NR);
         const int64_t Mp = round_up(M, W8_A_ROW_PAD), nch = Kp / W8_KPAD + 1;
+        const int64_t lda = Kp * W8_A_BYTES(ops);
         int8_t *qa = xmalloc((size_t)(M * K)), *qw[2];
         uint8_t *a[2], *b[2];
         int32_t *a_psum[2], *b_psum[2], *up_sums = xmalloc(sizeof(int32_t) * (size_t)(M * N));
@@ -280,7 +297,7 @@ static void test_fused_gemm(const w8_isa_ops *ops)
         for (int64_t m = 0; m < M; m++) sa[m] = rand_scale();
         for (int w = 0; w < 2; w++) {
             qw[w] = xmalloc((size_t)(N * K));
-            a[w] = xmalloc((size_t)(Mp * Kp));
+            a[w] = xmalloc((size_t)(Mp * Kp * 2));
             b[w] = xmalloc((size_t)(Np * Kp));
             a_psum[w] = xmalloc(sizeof(int32_t) * (size_t)(M * nch));
             b_psum[w] = xmalloc(sizeof(int32_t) * (size_t)(Np * nch));
@@ -292,7 +309,7 @@ static void test_fused_gemm(const w8_isa_ops *ops)
                 sb[w][n] = ldexpf(0.5f + 0.5f * fabsf(rand_f()), -8);
                 bias[w][n] = rand_f();
             }
-            for (int64_t i = M * Kp; i < Mp * Kp; i++) a[w][i] = (uint8_t)rng_next();
+            for (int64_t i = M * lda; i < Mp * lda; i++) a[w][i] = (uint8_t)rng_next();
             for (int64_t m = 0; m < M; m++)
                 for (int64_t n = 0; n < N; n++) {
                     int64_t t = 0;
@@ -310,7 +327,7 @@ static void test_fused_gemm(const w8_isa_ops *ops)
                         for (int w = 0; w < 2; w++) {
                             pack_act(ops, encs[w], qa, M, K, Kp, a[w], a_psum[w]);
                             pack_weight(qw[w], N, K, Np, Kp, encs[w], b[w], b_psum[w]);
-                            g[w] = (w8_gemm){ops, encs[w], M, N, Kp, a[w], Kp, a_psum[w],
+                            g[w] = (w8_gemm){ops, encs[w], M, N, Kp, a[w], lda, a_psum[w],
                                                   b[w], b_psum[w], sa, sb[w], bias[w],
                                                   w ? W8_ACT_NONE : act, NULL,
                                                   w ? W8_OUT_I32 : W8_OUT_F32,
@@ -422,6 +439,7 @@ static void compare_quantize_row(const w8_isa_ops *ops, const float *x, int64_t 
 {
     const int64_t Kp = round_up(K, W8_KPAD), nch = Kp / W8_KPAD + 1;
     uint8_t *q0 = xmalloc((size_t)Kp), *q1 = xmalloc((size_t)Kp);
+    uint8_t *e0 = xmalloc((size_t)(2 * Kp)), *e1 = xmalloc((size_t)(2 * Kp));
     const size_t psize = sizeof(int32_t) * (size_t)nch;
     int32_t *p0 = xmalloc(psize), *p1 = xmalloc(psize);
     const w8_prefix_sums_fn ref_sums = reference_row_sums(ops, W8_ENC_BIASED);
@@ -436,8 +454,16 @@ static void compare_quantize_row(const w8_isa_ops *ops, const float *x, int64_t 
         check(r0 == r1 && same_float(s0, s1) && memcmp(q0, q1, (size_t)Kp) == 0 &&
                   (r0 || memcmp(p0, p1, psize) == 0),
               "%s quantize_row %s K=%lld flip=%d", ops->name, what, (long long)K, flip);
+        if (ops->expand_row && !r0) {
+            /* The expansion in place, from the quantized bytes in the row's last Kp. */
+            memcpy(e1 + Kp, q1, (size_t)Kp);
+            ops->expand_row(e1, Kp, flip);
+            reference_expand_row(q0, Kp, flip, e0);
+            check(memcmp(e0, e1, (size_t)(2 * Kp)) == 0, "%s expand_row %s K=%lld flip=%d",
+                  ops->name, what, (long long)K, flip);
+        }
     }
-    free(q0), free(q1), free(p0), free(p1);
+    free(q0), free(q1), free(p0), free(p1), free(e0), free(e1);
 }
 
 static void test_quantizer(const w8_isa_ops *ops)

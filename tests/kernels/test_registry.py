@@ -25,7 +25,7 @@ X86 = platform.machine().lower() in ("x86_64", "amd64")
 ARM64 = platform.machine().lower() in ("aarch64", "arm64")
 # The registry's paths per architecture, most preferred first: the expectation that
 # dispatch.h and the internals page's table are both checked against.
-ARCH_PATHS = {"x86": ["amx", "avx512vnni", "avxvnni", "avx2", "avx2_gemv"],
+ARCH_PATHS = {"x86": ["amx", "avx512vnni", "avxvnni", "avx2"],
               "arm": ["neondot", "neon"]}
 PORTABLE_PATHS = ["scalar", "scalar_u8s8"]
 
@@ -41,7 +41,6 @@ def _cpu_supports(name):
         "avx512vnni": avx512,
         "avxvnni": avx2 and f["avx_vnni"],
         "avx2": avx2,
-        "avx2_gemv": avx2,
         "neondot": f["asimd"] and f["asimddp"],
         "neon": f["asimd"],
         "scalar": True,
@@ -118,7 +117,8 @@ def test_only_the_paths_module_links_the_kernels():
     assert linking == ["_paths"]
 
 
-@pytest.mark.parametrize("wide, narrow", [("amx", "avx512vnni"), ("avx2", "avx2_gemv")])
+# avx2 has no small-M fallback: its own kernels run every size.
+@pytest.mark.parametrize("wide, narrow", [("amx", "avx512vnni"), ("avx2", "avx2")])
 def test_isa_of_a_call_size_names_the_path_that_runs_it(wide, narrow):
     """isa(rows=M) is the path a product of M rows runs (the one the tuner times it on):
     the small-M fallback below 8 rows and the chosen path from 8 rows on, set_isa's or

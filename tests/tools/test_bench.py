@@ -32,7 +32,7 @@ def test_peak_loops_count_their_work():
     """Each path reaches its own loop (the registry's): the work per iteration is chains x
     lanes (12 chains) or the scalar loop's 16."""
     from pyw8a8 import _cpu, _probes
-    per_iter = {"scalar": 16, "avx2": 12 * 32, "avx2_gemv": 12 * 32, "avxvnni": 12 * 32,
+    per_iter = {"scalar": 16, "avx2": 12 * 32, "avxvnni": 12 * 32,
                 "avx512vnni": 12 * 64,
                 "amx": 4 * 16 * 16 * 64}
     for name in pyw8a8.available_isas():
@@ -76,7 +76,7 @@ def test_crossover_finds_where_the_wide_path_wins_for_good():
         proxies.crossover("no-such-path", "scalar", 128, 64, 1, 0.001)
 
 
-@pytest.mark.parametrize("variable", ["PYW8A8_AMX_MIN_ROWS", "PYW8A8_AVX2_MIN_ROWS"])
+@pytest.mark.parametrize("variable", ["PYW8A8_AMX_MIN_ROWS"])
 def test_small_m_thresholds_come_from_the_environment(monkeypatch, variable):
     from pyw8a8 import _cpu
     assert variable in [v for _, _, v, _ in _cpu.SMALL_M_FALLBACKS]
