@@ -13,10 +13,10 @@
  * pipes that multiply, the bound of ONNX Runtime's three-instruction sequence too.  Each row
  * is expanded once per call (w8_avx2_flip_expand_row: per quad its magnitudes, then the mask
  * of its negative values), so a row's quad costs the kernel two broadcast loads and no
- * arithmetic.  Measured on Zen 3 (one core, L1-resident panels): 88-91 GMAC/s with the
+ * arithmetic.  Measured on Zen 3 (one core, L1-resident panels): 84-91 GMAC/s with the
  * 2 x 4 tile, against 67 for the sign trick |w| * sign(a, w) this path ran before (vpsignb
  * runs on the multiplying pipes: 3 of its 4 instructions), 81 for the flip computing |a|
- * and the mask in the kernel (vpabsb multiplies too), and 92-100 for ONNX Runtime's inexact
+ * and the mask in the kernel (vpabsb multiplies too), and 91-100 for ONNX Runtime's inexact
  * sequence; in the product, 1.05-1.2x the sign trick from M = 8 and 1.0-1.14x the in-kernel
  * flip below (docs/guide/performance.md). */
 #ifndef PYW8A8_SIMD_AVX2_H
@@ -69,7 +69,7 @@ W8_AVX2 W8_INLINE __m256i w8_avx2_flip_dot(__m256i acc, w8_avx2_quad a, __m256i 
 /* 2 rows x 4 ymm (two panels): 8 accumulators, the row's magnitudes and mask, the ones of
  * vpmaddwd and a product per B vector (GCC folds the B loads into the vpxor).  Each row's
  * two broadcasts serve 4 multiplies.  On Zen 3 (one core, L1-resident panels) this tile ran
- * at 88-91 GMAC/s, 4 x 2 (whose B vectors serve 4 rows but whose broadcasts serve 2) at
+ * at 84-91 GMAC/s, 4 x 2 (whose B vectors serve 4 rows but whose broadcasts serve 2) at
  * 81-85, 3 x 4 at 75-78 and 6 x 2 at 69-70 (spills). */
 #define W8_AVX2_MR 2
 #define W8_AVX2_NPANELS 2

@@ -10,8 +10,8 @@
 /* The float32 reference: 256-bit (or 512-bit) FMAs in independent chains, the instruction
  * numpy's BLAS multiplies float32 with.  It bounds what int8 can gain over float32: the
  * exact AVX2 int8 sequence (avx2.h) spends four instructions, two of them multiplies, on 32
- * multiply-accumulates where an FMA does 8 in one, and on some CPUs (the Zen 3 this was
- * measured on: 125 against 102 GOPS per core) that leaves int8 only 1.2x ahead.
+ * multiply-accumulates where an FMA does 8 in one, and on some CPUs that leaves int8 less
+ * than 2x ahead (a Zen 3: 171 against 101 GOPS per core).
  * a is 1 at run time but unknown to the compiler, and the sums grow slowly: no denormals,
  * no overflow, nothing to fold. */
 W8_PEAK_FN(w8_avx2_peak_fp32, W8_TARGET("avx2,fma"), __m256,
