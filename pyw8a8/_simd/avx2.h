@@ -31,19 +31,6 @@
 #define W8_V_TARGET W8_AVX2
 #include "epilogue.h"
 
-/* Quad q of an activation row (its 4 bytes) in every 32-bit lane. */
-W8_AVX2 W8_INLINE __m256i w8_avx2_bcast(const uint8_t *row, int64_t q)
-{
-    return _mm256_set1_epi32(w8_load_i32(row + 4 * q));
-}
-
-/* A B vector as stored (either encoding: the flip's mask turns biased ones signed). */
-W8_AVX2 W8_INLINE __m256i w8_avx2_load_quads(const uint8_t *p, int biased)
-{
-    (void)biased;
-    return _mm256_loadu_si256((const __m256i *)p);
-}
-
 /* One A row's quad as the flip trick reads it from an expanded row: its magnitudes and its
  * mask, two broadcast loads. */
 typedef struct {
@@ -80,7 +67,7 @@ W8_AVX2 W8_INLINE __m256i w8_avx2_flip_dot(__m256i acc, w8_avx2_quad a, __m256i 
 #define W8_UK_A w8_avx2_quad
 #define W8_UK_B __m256i
 #define W8_UK_BCAST w8_avx2_flip_bcast
-#define W8_UK_LOAD_B w8_avx2_load_quads
+#define W8_UK_LOAD_B w8_avx2_load_quads /* either encoding: the mask turns biased ones signed */
 #define W8_UK_DOT w8_avx2_flip_dot
 #include "ukernel.h"
 

@@ -13,19 +13,6 @@
 #define W8_V_TARGET W8_AVX512
 #include "epilogue.h"
 
-/* Quad q of an activation row (its 4 bytes) in every 32-bit lane. */
-W8_AVX512 W8_INLINE __m512i w8_avx512_bcast(const uint8_t *row, int64_t q)
-{
-    return _mm512_set1_epi32(w8_load_i32(row + 4 * q));
-}
-
-/* A B vector as stored: vpdpbusd takes either encoding as it is. */
-W8_AVX512 W8_INLINE __m512i w8_avx512_load_quads(const uint8_t *p, int biased)
-{
-    (void)biased;
-    return _mm512_loadu_si512((const void *)p);
-}
-
 W8_AVX512 W8_INLINE __m512i w8_avx512_dot(__m512i acc, __m512i a, __m512i b, int biased)
 {
     return biased ? _mm512_dpbusd_epi32(acc, b, a) : _mm512_dpbusd_epi32(acc, a, b);
@@ -42,8 +29,8 @@ W8_AVX512 W8_INLINE __m512i w8_avx512_dot(__m512i acc, __m512i a, __m512i b, int
 #define W8_UK_NVEC 4
 #define W8_UK_A __m512i
 #define W8_UK_B __m512i
-#define W8_UK_BCAST w8_avx512_bcast
-#define W8_UK_LOAD_B w8_avx512_load_quads
+#define W8_UK_BCAST w8_avx512_bcast_quad
+#define W8_UK_LOAD_B w8_avx512_load_quads /* vpdpbusd takes either encoding as it is */
 #define W8_UK_DOT w8_avx512_dot
 #include "ukernel.h"
 

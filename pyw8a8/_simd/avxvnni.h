@@ -28,7 +28,7 @@ W8_AVXVNNI W8_INLINE __m256i w8_avxvnni_dot(__m256i acc, __m256i a, __m256i b, i
 #define W8_UK_NVEC 2
 #define W8_UK_A __m256i
 #define W8_UK_B __m256i
-#define W8_UK_BCAST w8_avx2_bcast
+#define W8_UK_BCAST w8_avx2_bcast_quad
 #define W8_UK_LOAD_B w8_avx2_load_quads
 #define W8_UK_DOT w8_avxvnni_dot
 #define W8_V(name) w8_avx2_##name

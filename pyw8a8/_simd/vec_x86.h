@@ -8,7 +8,8 @@
  *
  * and the types W8_VX(f32), W8_VX(f64), W8_VX(i32); they add the operations whose
  * intrinsics differ (the selections, the double halves).  The names and their meaning are
- * vec_scalar.h's.  At its end this file undefines the three and its own macros. */
+ * vec_scalar.h's, but for the two operand loads of the x86 microkernels at the end (their
+ * traits in ukernel.h).  At its end this file undefines the three and its own macros. */
 
 /* a and b pasted after their expansion; W8_VX_MM(op) is _mm<bits>_<op>. */
 #define W8_VX_PASTE(a, b) a##b
@@ -67,6 +68,19 @@ W8_VX_TARGET W8_INLINE W8_VX(f32) W8_VX(pow2_i32)(W8_VX(i32) i)
 {
     const W8_VX(i32) bits = W8_VX_MM(slli_epi32)(W8_VX(add_i32)(i, W8_VX(set_i32)(127)), 23);
     return W8_VX_MM(W8_VX_CAT(W8_VX_CAT(castsi, W8_VX_BITS), _ps))(bits);
+}
+
+/* The x86 microkernels' operands: quad q of an activation row (its 4 bytes) in every
+ * 32-bit lane, and a B vector of quads as stored (the kernels that read it so take either
+ * encoding as it is). */
+W8_VX_TARGET W8_INLINE W8_VX(i32) W8_VX(bcast_quad)(const uint8_t *row, int64_t q)
+{
+    return W8_VX_MM(set1_epi32)(w8_load_i32(row + 4 * q));
+}
+W8_VX_TARGET W8_INLINE W8_VX(i32) W8_VX(load_quads)(const uint8_t *p, int biased)
+{
+    (void)biased;
+    return W8_VX(load_i32)((const int32_t *)p);
 }
 
 #undef W8_VX_PASTE
