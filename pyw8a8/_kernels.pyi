@@ -31,7 +31,6 @@ class WeightPlan:
     shape: Final[tuple[int, int]]
     encoding: Final[str]
     signs: Final[npt.NDArray[np.float32] | None]
-    blocking: Final[dict[Any, tuple[int, int, int, int, int]]]
     N: Final[int]
     K: Final[int]
     Kp: Final[int]
@@ -44,6 +43,8 @@ class WeightPlan:
                 kp: int, rotate: bool, block: int, seed: int) -> WeightPlan: ...
     def remember_blocking(self, kind: int, ops: IsaOps, m: int, nthreads: int,
                           blocking: tuple[int, int, int, int, int]) -> None: ...
+    def settled_blocking(self, kind: int, ops: IsaOps, m: int,
+                         nthreads: int) -> tuple[int, int, int, int, int] | None: ...
 
 class Scratch: ...
 

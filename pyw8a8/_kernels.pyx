@@ -61,10 +61,10 @@ cdef class WeightPlan:
     pointers of its arrays (which it keeps alive), its sizes, encoding and rotation (with
     the rotation's sign table, which every activation row of its products multiplies by)."""
     cdef readonly object panels, psum, scales, shape, encoding, signs
-    cdef readonly dict blocking  # settled tuner choices, (path, M, threads) -> blocking
-    # Per call kind (CALL_*), the settled blocking of this weight's last call of that kind
-    # (remember_blocking): what settled_product runs with when the path (by name), the
-    # rows and the threads are the same again.
+    # Per call kind (CALL_*), the blocking the tuner settled for this weight's last call of
+    # that kind (remember_blocking): what the next call runs with, from C in
+    # settled_product, when the path (by name), the rows and the threads are the same
+    # again. The tuner (tuning.TUNER) keeps the tuning; this is the weight's one record of it.
     cdef list last_path
     cdef int64_t last_m[W8_CALL_KINDS]
     cdef int last_threads[W8_CALL_KINDS]
@@ -90,7 +90,6 @@ cdef class WeightPlan:
         self.N, self.K, self.Kp = shape[0], shape[1], kp
         self.enc = W8_ENC_SIGNED if encoding == "signed" else W8_ENC_BIASED
         self.rotate, self.block, self.seed = rotate, block, seed
-        self.blocking = {}
         self.last_path = [None] * W8_CALL_KINDS
         self.signs, self.sign_table = None, NULL
         if rotate and self.K:
@@ -110,6 +109,16 @@ cdef class WeightPlan:
         b[0], b[1], b[2], b[3], b[4] = blocking
         self.last_path[kind] = ops.name
         self.last_m[kind], self.last_threads[kind] = m, nthreads
+
+    def settled_blocking(self, int kind, IsaOps ops, int64_t m, int nthreads):
+        """The blocking remembered for a call of kind `kind` (CALL_*) of `m` rows on path
+        `ops` with `nthreads` threads, as (kc, mc, nc, m_step, n_step); None if another."""
+        cdef w8_call_weight cw
+        if not 0 <= kind < W8_CALL_KINDS:
+            raise ValueError(f"unknown call kind {kind}")
+        if not self.settled(kind, ops, m, nthreads, &cw):
+            return None
+        return (cw.kc, cw.mc, cw.nc, cw.m_step, cw.n_step)
 
     cdef bint settled(self, int kind, IsaOps ops, int64_t m, int nthreads,
                       w8_call_weight *cw):

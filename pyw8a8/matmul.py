@@ -31,9 +31,6 @@ ACTIVATIONS = _kernels.ACTIVATIONS
 # The settled call a blocking is remembered for, by (weights in the call, weight streams of
 # its tiles): _kernels.settled_product runs that call from C the next time.
 _CALL_KIND = {(1, 1): _kernels.CALL_ONE, (2, 1): _kernels.CALL_PAIR, (1, 2): _kernels.CALL_GLU}
-# Settled blockings a weight remembers (one per path, weight count, M and thread count it
-# met): spares a call the tuner's lock and lookups.
-_SETTLED_PER_WEIGHT = 256
 
 
 def _plan(packed, name):
@@ -112,16 +109,14 @@ def _blocking(ops, plan, group, m, nthreads, streams=1):
     """(kc, mc, nc, m_step, n_step) of this weight in a call of `group` weights (whose tiles
     read `streams` weights: two for a gated pair), and the tuner's slot to report the call's
     time to (None once settled)."""
-    settled = (ops.name, group, streams, m, nthreads)
-    blocking = plan.blocking.get(settled)
+    kind = _CALL_KIND[group, streams]
+    blocking = plan.settled_blocking(kind, ops, m, nthreads)
     if blocking is not None:
-        plan.remember_blocking(_CALL_KIND[group, streams], ops, m, nthreads, blocking)
         return blocking, None
     key, index, blocking = TUNER.choose(ops, plan.enc, group, m, plan.N, plan.Kp, nthreads,
                                         streams)
     if index is None:
-        if len(plan.blocking) < _SETTLED_PER_WEIGHT:
-            plan.blocking[settled] = blocking
+        plan.remember_blocking(kind, ops, m, nthreads, blocking)
         return blocking, None
     return blocking, (None if index < 0 else (key, index))
 

@@ -1,5 +1,5 @@
 """The blocking tuner: which candidate it settles on, and what it never judges."""
-from pyw8a8 import _paths
+from pyw8a8 import _kernels, _paths
 from pyw8a8.tuning import ROUNDS, Tuner, _fit, candidates, kc_for
 
 SHAPE = dict(m=64, n=512, kp=640, nthreads=2)
@@ -45,7 +45,9 @@ def test_two_weights_of_one_shape_in_one_call_settle():
                     for _ in range(2))
         for _ in range(4 * ROUNDS * 8):
             pyw8a8.matmul_pair(x, gate, up)
-        assert gate.plan().blocking and up.plan().blocking, m
+        ops, nthreads = pyw8a8._cpu.active_ops(m), pyw8a8._threads.threads_for(m * 160 * 96)
+        for plan in (gate.plan(), up.plan()):
+            assert plan.settled_blocking(_kernels.CALL_PAIR, ops, m, nthreads) is not None, m
 
 
 def test_gated_pairs_have_their_own_entry_sized_for_two_weights():
