@@ -1,7 +1,7 @@
 """Build the compiled core of pyw8a8.
 
 One Cython extension per responsibility, all compiled for the baseline of the target
-architecture: every instruction-set path is compiled with per-function target attributes
+architecture: every ISA is compiled with per-function target attributes
 inside the C headers of ``pyw8a8/_simd`` and chosen at run time, so the binary is
 portable: no flag ties it to the build machine's CPU.
 
@@ -52,7 +52,7 @@ extensions = [
         extra_compile_args=compile_args,
         extra_link_args=link_args,
     )
-    for name in ("pyw8a8._paths", "pyw8a8._kernels", "pyw8a8._outputs", "pyw8a8._rows",
+    for name in ("pyw8a8._dispatch", "pyw8a8._kernels", "pyw8a8._outputs", "pyw8a8._rows",
                  "pyw8a8._probes")
 ]
 

@@ -12,7 +12,7 @@ from . import _thread_policy
 
 try:  # the PYW8A8_* settings are read here; a bad one raises ValueError (or RuntimeError)
     with _thread_policy.openmp_wait_policy():
-        from . import _paths  # noqa: F401  (loads libgomp, which reads its spin count now)
+        from . import _dispatch  # noqa: F401  (loads libgomp, which reads its spin count now)
     from . import _cpu, _threads  # noqa: F401  (PYW8A8_ISA, PYW8A8_*_MIN_ROWS, OMP_NUM_THREADS)
 except (ValueError, RuntimeError) as error:
     # `python -m pyw8a8 ...` imports the package before its __main__ (sys.argv[0] is "-m"

@@ -9,7 +9,7 @@ package is imported before this module runs).
 import sys
 
 COMMANDS = {
-    "info": "a quick speed table: pyw8a8's paths against numpy float32 (the default)",
+    "info": "a quick speed table: pyw8a8's ISAs against numpy float32 (the default)",
     "bench": "side-by-side GOPS of pyw8a8, numpy float32 and the int8 peers",
     "eval": "accuracy, KL and speed of W8A8 configurations of Gemma 3 270M",
     "quality": "SQNR of plain, rotated and scaled W8A8 on synthetic FFN data",

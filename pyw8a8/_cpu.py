@@ -1,10 +1,10 @@
-"""Which instruction-set path runs the kernels: CPU features, the PYW8A8_ISA override and
-run-time switching (numpy-style dispatch over paths compiled into one portable binary)."""
+"""Which ISA runs the kernels: CPU features, the PYW8A8_ISA override and
+run-time switching (numpy-style dispatch over ISAs compiled into one portable binary)."""
 import contextlib
 import os
 from collections.abc import Iterator
 
-from . import _paths
+from . import _dispatch
 from ._validation import positive_int
 
 ENV_ISA = "PYW8A8_ISA"
@@ -28,11 +28,11 @@ def cpu_features() -> dict[str, bool]:
     >>> all(isinstance(v, bool) for v in features.values())
     True
     """
-    return _paths.cpu_features()
+    return _dispatch.cpu_features()
 
 
 def compiled_isas() -> list[str]:
-    """Every path compiled into this build (the C registry), most preferred first.
+    """Every ISA compiled into this build (the C registry), most preferred first.
 
     Returns
     -------
@@ -41,19 +41,19 @@ def compiled_isas() -> list[str]:
     Examples
     --------
     >>> import pyw8a8
-    >>> pyw8a8.compiled_isas()[-2:]  # the portable paths close the list
+    >>> pyw8a8.compiled_isas()[-2:]  # the portable ISAs close the list
     ['scalar', 'scalar_u8s8']
     >>> set(pyw8a8.available_isas()) <= set(pyw8a8.compiled_isas())
     True
     """
-    return _paths.isa_names()
+    return _dispatch.isa_names()
 
 
 def available_isas() -> list[str]:
-    """Paths this CPU can run, most preferred first.
+    """ISAs this CPU can run, most preferred first.
 
     ``scalar`` comes last but one; last is ``scalar_u8s8``, plain C computing the u8 x s8
-    products and +128 compensation of the VNNI/AMX paths, which is never chosen by default
+    products and +128 compensation of the VNNI/AMX ISAs, which is never chosen by default
     and lets the tests check that arithmetic on any CPU.  ``amx`` counts only once Linux
     has granted the process the tile state (asked for here, the first time).
 
@@ -68,41 +68,41 @@ def available_isas() -> list[str]:
     >>> pyw8a8.available_isas()  # on an AVX2 CPU: ['avx2', 'scalar', 'scalar_u8s8']
     [...'scalar', 'scalar_u8s8']
     """
-    return [name for name in _paths.isa_names() if _paths.isa_supported(name)]
+    return [name for name in _dispatch.isa_names() if _dispatch.isa_supported(name)]
 
 
-def checked_ops(name: object, source: str) -> _paths.IsaOps:
-    """The IsaOps of path `name`, or a clear error naming `source` when it is unknown or
+def checked_ops(name: object, source: str) -> _dispatch.IsaOps:
+    """The IsaOps of ISA `name`, or a clear error naming `source` when it is unknown or
     this CPU cannot run it (internal)."""
-    known = _paths.isa_names()
+    known = _dispatch.isa_names()
     if not isinstance(name, str) or name not in known:
-        raise ValueError(f"{source}={name!r} is not an instruction-set path of pyw8a8; "
+        raise ValueError(f"{source}={name!r} is not an ISA of pyw8a8; "
                          f"expected one of {known}")
-    if not _paths.isa_supported(name):
+    if not _dispatch.isa_supported(name):
         raise RuntimeError(f"{source}={name!r}: this CPU (or OS) does not support it; "
                            f"supported here: {available_isas()}")
-    return _paths.IsaOps(name)
+    return _dispatch.IsaOps(name)
 
 
 def _initial_ops():
     forced = os.environ.get(ENV_ISA)
     if forced:
         return checked_ops(forced.strip(), ENV_ISA)
-    return _paths.IsaOps(_paths.best_isa())
+    return _dispatch.IsaOps(_dispatch.best_isa())
 
 
-# The path state lives in the compiled module _paths, where a matmul
-# reads it without running Python code; this module owns its rules.  The process-wide path
+# The ISA state lives in the compiled module _dispatch, where a matmul
+# reads it without running Python code; this module owns its rules.  The process-wide ISA
 # (set_isa, PYW8A8_ISA, the CPU's best) ...
-_paths.set_process_ops(_initial_ops())
-# ... and the path of the current thread and context, when a use_isa / use_ops body set
-# one: (IsaOps, exactly), in _paths.SCOPED_OPS.  A context variable, as numpy 2's
+_dispatch.set_process_ops(_initial_ops())
+# ... and the ISA of the current thread and context, when a use_isa / use_ops body set
+# one: (IsaOps, exactly), in _dispatch.SCOPED_OPS.  A context variable, as numpy 2's
 # errstate, so a switch made in one thread never changes what another thread (or a thread
 # started inside it) runs.
 
 
-# Below a row count a path's tiles are mostly empty and a narrower path of the same CPU is
-# faster: (path, the path it runs below the threshold, the variable that overrides it, the
+# Below a row count an ISA's tiles are mostly empty and a narrower ISA of the same CPU is
+# faster: (ISA, the ISA it runs below the threshold, the variable that overrides it, the
 # threshold measured with `python -m pyw8a8 bench --crossover WIDE NARROW`).
 # - amx: the avx512vnni kernels (which every AMX CPU has); measured 8 on a Sapphire Rapids
 #   Xeon (2 vCPUs, K = N = 2048: avx512vnni 0.8x the time of amx at M <= 4, amx 1.12x
@@ -121,35 +121,36 @@ def _min_rows(variable, measured):
 
 
 for _wide, _narrow, _variable, _measured in SMALL_M_FALLBACKS:
-    if _narrow in _paths.isa_names():
-        _paths.set_small_m_ops(_wide, _paths.IsaOps(_narrow), _min_rows(_variable, _measured))
+    if _narrow in _dispatch.isa_names():
+        _dispatch.set_small_m_ops(_wide, _dispatch.IsaOps(_narrow),
+                                  _min_rows(_variable, _measured))
 
 
-def active_ops(rows: int | None = None) -> _paths.IsaOps:
+def active_ops(rows: int | None = None) -> _dispatch.IsaOps:
     """The function table for a product with `rows` activation rows (internal; None: not a
     product, so no small-M fallback)."""
-    return _paths.call_ops(-1 if rows is None else rows)
+    return _dispatch.call_ops(-1 if rows is None else rows)
 
 
 def isa(rows: int | None = None) -> str:
-    """Name of the instruction-set path the calling thread uses, or that a product of
+    """Name of the ISA the calling thread uses, or that a product of
     `rows` activation rows runs.
 
     Parameters
     ----------
     rows : int, optional
         The rows (M, every leading dimension of ``x`` together) of a product. Small
-        products run a narrower path than the chosen one where that is faster: below 8 rows
-        ``amx`` runs the ``avx512vnni`` kernels (``PYW8A8_AMX_MIN_ROWS``), whether the path
+        products run a narrower ISA than the chosen one where that is faster: below 8 rows
+        ``amx`` runs the ``avx512vnni`` kernels (``PYW8A8_AMX_MIN_ROWS``), whether the ISA
         was chosen by :func:`set_isa`, :func:`use_isa` or at import. Without `rows`, the
-        chosen path.
+        chosen ISA.
 
     Returns
     -------
     str
         One of :func:`available_isas`: the one a :func:`use_isa` body of this thread
         chose, else the process-wide one (:func:`set_isa`, the ``PYW8A8_ISA`` environment
-        variable, or the CPU's best, chosen at import); with `rows`, the path such a call
+        variable, or the CPU's best, chosen at import); with `rows`, the ISA such a call
         runs, as ``matmul`` picks it.
 
     Raises
@@ -171,23 +172,23 @@ def isa(rows: int | None = None) -> str:
     'scalar'
     """
     if rows is None:
-        return _paths.call_ops(-1).name
-    return _paths.call_ops(positive_int(rows, "rows", minimum=0)).name
+        return _dispatch.call_ops(-1).name
+    return _dispatch.call_ops(positive_int(rows, "rows", minimum=0)).name
 
 
 def set_isa(name: str) -> None:
-    """Switch the process-wide path: every later call of every thread, except inside a
+    """Switch the process-wide ISA: every later call of every thread, except inside a
     :func:`use_isa` body, which keeps its own.
 
     Parameters
     ----------
     name : str
-        A path from :func:`available_isas`.
+        An ISA from :func:`available_isas`.
 
     Raises
     ------
     ValueError
-        If `name` is not a path of pyw8a8.
+        If `name` is not an ISA of pyw8a8.
     RuntimeError
         If this CPU cannot run it.
 
@@ -203,34 +204,34 @@ def set_isa(name: str) -> None:
     'scalar'
     >>> y_scalar = pyw8a8.matmul(x, w)
     >>> pyw8a8.set_isa(before)
-    >>> bool(np.array_equal(y_scalar, pyw8a8.matmul(x, w)))  # the same bits on every path
+    >>> bool(np.array_equal(y_scalar, pyw8a8.matmul(x, w)))  # the same bits on every ISA
     True
     """
-    _paths.set_process_ops(checked_ops(name, "isa"))
+    _dispatch.set_process_ops(checked_ops(name, "isa"))
 
 
 @contextlib.contextmanager
-def use_ops(ops: _paths.IsaOps, exactly: bool = True) -> Iterator[None]:
+def use_ops(ops: _dispatch.IsaOps, exactly: bool = True) -> Iterator[None]:
     """Run the body's calls of this thread and context on `ops`, an IsaOps of a supported
-    path; `exactly`: without amx's small-M fallback either (internal: the bench's no-op
-    kernel copies of a path, its amx / avx512vnni crossover)."""
-    token = _paths.SCOPED_OPS.set((ops, exactly))
+    ISA; `exactly`: without amx's small-M fallback either (internal: the bench's no-op
+    kernel copies of an ISA, its amx / avx512vnni crossover)."""
+    token = _dispatch.SCOPED_OPS.set((ops, exactly))
     try:
         yield
     finally:
-        _paths.SCOPED_OPS.reset(token)
+        _dispatch.SCOPED_OPS.reset(token)
 
 
 def use_isa(name: str) -> contextlib.AbstractContextManager[None]:
-    """Context manager running the calls of its body on the path `name`.
+    """Context manager running the calls of its body on the ISA `name`.
 
     The switch holds for the calling thread (and its context) only: other threads, and
-    threads started inside the body, keep the process-wide path (:func:`set_isa`).
+    threads started inside the body, keep the process-wide ISA (:func:`set_isa`).
 
     Parameters
     ----------
     name : str
-        The body's path, one of :func:`available_isas` (checked when called, before the
+        The body's ISA, one of :func:`available_isas` (checked when called, before the
         body runs).
 
     Raises
@@ -245,7 +246,7 @@ def use_isa(name: str) -> contextlib.AbstractContextManager[None]:
     >>> with pyw8a8.use_isa("scalar"):
     ...     print(pyw8a8.isa())
     scalar
-    >>> pyw8a8.isa() == before  # back to the process-wide path
+    >>> pyw8a8.isa() == before  # back to the process-wide ISA
     True
     """
     return use_ops(checked_ops(name, "isa"), exactly=False)

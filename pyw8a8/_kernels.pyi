@@ -4,7 +4,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from ._paths import IsaOps
+from ._dispatch import IsaOps
 
 W8_NR: int
 W8_KPAD: int

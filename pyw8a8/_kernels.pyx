@@ -2,7 +2,7 @@
 """The compiled product of pyw8a8: weight plans, scratch and the one call of the C call
 path (``_simd/product.h``) that every product enters.
 
-The path a call runs (an ``IsaOps``) and its thread count come from ``_paths``, its output
+The ISA a call runs (an ``IsaOps``) and its thread count come from ``_dispatch``, its output
 memory from ``_outputs``. Callers (the Python modules of the package) validate and
 normalize every argument first; this module trusts its inputs and releases the GIL. The
 one exception is ``settled_product``, the common call run from C: it checks that its
@@ -20,7 +20,7 @@ import numpy as np
 from pyw8a8._core cimport (W8_A_BYTES, W8_CORR_READS_ROWS, W8_MAX_WEIGHTS, w8_gemm,
                            w8_product, w8_run_product, w8_scalar_sign_scale, w8_sign_table)
 from pyw8a8._outputs cimport _empty_output
-from pyw8a8._paths cimport IsaOps, call_ops, threads_for
+from pyw8a8._dispatch cimport IsaOps, call_ops, threads_for
 
 cnp.import_array()
 
@@ -63,9 +63,9 @@ cdef class WeightPlan:
     cdef readonly object panels, psum, scales, shape, encoding, signs
     # Per call kind (CALL_*), the blocking the tuner settled for this weight's last call of
     # that kind (remember_blocking): what the next call runs with, from C in
-    # settled_product, when the path (by name), the rows and the threads are the same
+    # settled_product, when the ISA (by name), the rows and the threads are the same
     # again. The tuner (tuning.TUNER) keeps the tuning; this is the weight's one record of it.
-    cdef list last_path
+    cdef list last_isa
     cdef int64_t last_m[W8_CALL_KINDS]
     cdef int last_threads[W8_CALL_KINDS]
     cdef int64_t last_blocking[W8_CALL_KINDS][5]
@@ -90,10 +90,10 @@ cdef class WeightPlan:
         self.N, self.K, self.Kp = shape[0], shape[1], kp
         self.enc = W8_ENC_SIGNED if encoding == "signed" else W8_ENC_BIASED
         self.rotate, self.block, self.seed = rotate, block, seed
-        self.last_path = [None] * W8_CALL_KINDS
+        self.last_isa = [None] * W8_CALL_KINDS
         self.signs, self.sign_table = None, NULL
         if rotate and self.K:
-            # Built once, by the reference: every path's sign application gives these bits.
+            # Built once, by the reference: every ISA's sign application gives these bits.
             self.signs = np.empty(self.K, np.float32)
             self.sign_table = <const float *>cnp.PyArray_DATA(self.signs)
             w8_sign_table(w8_scalar_sign_scale, <float *>self.sign_table, self.K, block, seed)
@@ -101,17 +101,17 @@ cdef class WeightPlan:
     def remember_blocking(self, int kind, IsaOps ops, int64_t m, int nthreads,
                           tuple blocking):
         """Remember a settled blocking of this weight in a call of kind `kind` (CALL_*) of
-        `m` rows on path `ops` with `nthreads` threads, for settled_product."""
+        `m` rows on ISA `ops` with `nthreads` threads, for settled_product."""
         cdef int64_t *b
         if not 0 <= kind < W8_CALL_KINDS:
             raise ValueError(f"unknown call kind {kind}")
         b = self.last_blocking[kind]
         b[0], b[1], b[2], b[3], b[4] = blocking
-        self.last_path[kind] = ops.name
+        self.last_isa[kind] = ops.name
         self.last_m[kind], self.last_threads[kind] = m, nthreads
 
     def settled_blocking(self, int kind, IsaOps ops, int64_t m, int nthreads):
-        """The blocking remembered for a call of kind `kind` (CALL_*) of `m` rows on path
+        """The blocking remembered for a call of kind `kind` (CALL_*) of `m` rows on ISA
         `ops` with `nthreads` threads, as (kc, mc, nc, m_step, n_step); None if another."""
         cdef w8_call_weight cw
         if not 0 <= kind < W8_CALL_KINDS:
@@ -124,10 +124,10 @@ cdef class WeightPlan:
                       w8_call_weight *cw):
         """Whether this weight settled a blocking for this call; if so, it goes to `cw`."""
         cdef int64_t *b = self.last_blocking[kind]
-        path = self.last_path[kind]
-        # The path by name, as the tuner settles it: use_isa builds a new IsaOps each time.
-        if (self.last_m[kind] != m or self.last_threads[kind] != nthreads or path is None
-                or (path is not ops.name and path != ops.name)):
+        isa = self.last_isa[kind]
+        # The ISA by name, as the tuner settles it: use_isa builds a new IsaOps each time.
+        if (self.last_m[kind] != m or self.last_threads[kind] != nthreads or isa is None
+                or (isa is not ops.name and isa != ops.name)):
             return False
         cw.kc, cw.mc, cw.nc, cw.m_step, cw.n_step = b[0], b[1], b[2], b[3], b[4]
         return True
@@ -354,12 +354,12 @@ def settled_product(object x, object plan1, object plan2, object bias1, object b
     rotation (with `glu`, a pair of one N); the biases None or float32 vectors of N finite
     values;
     `activation` None or a name of ACTIVATIONS (with `glu`, the gate's); each weight having
-    settled a blocking for this call's kind, path, row count and thread count
+    settled a blocking for this call's kind, ISA, row count and thread count
     (WeightPlan.remember_blocking); `scratch` the thread's Scratch.
 
     Returns matmul's output, matmul_pair's (y1, y2) or its gated output; or None when the
     call is not such a call, or a row of x holds NaN/Inf: the caller then takes the
-    general path (which reports the row, or the argument).
+    general route (which reports the row, or the argument).
     """
     cdef cnp.ndarray arr, y1, y2 = None
     cdef WeightPlan w1, w2 = None

@@ -2,7 +2,7 @@
 import numpy as np
 import numpy.typing as npt
 
-from ._paths import IsaOps
+from ._dispatch import IsaOps
 
 def peak_macs(isa: IsaOps, iters: int, nthreads: int) -> int: ...
 def fp32_peak_macs(zmm: bool, iters: int, nthreads: int) -> int: ...

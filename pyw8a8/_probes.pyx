@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""The bench's probes of the machine (``python -m pyw8a8 bench``, ``info``): each path's
+"""The bench's probes of the machine (``python -m pyw8a8 bench``, ``info``): each ISA's
 int8 instruction peak, the float32 FMA peak and the read bandwidth, on every thread."""
 from cython.parallel cimport prange
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
@@ -7,7 +7,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 import numpy as np
 
 from ._core cimport w8_fp32_peak, w8_peak_fn, w8_read_bytes
-from ._paths cimport IsaOps
+from ._dispatch cimport IsaOps
 
 
 cdef int64_t _run_peak(w8_peak_fn fn, int64_t iters, int nthreads):
@@ -23,7 +23,7 @@ cdef int64_t _run_peak(w8_peak_fn fn, int64_t iters, int nthreads):
 
 
 def peak_macs(IsaOps isa, int64_t iters, int nthreads):
-    """Run the int8 instruction-peak loop of path `isa` on `nthreads` threads (the caller
+    """Run the int8 instruction-peak loop of ISA `isa` on `nthreads` threads (the caller
     has checked that this CPU runs it).
 
     Returns the total multiply-accumulates performed (divide by the wall time).

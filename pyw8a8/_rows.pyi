@@ -2,7 +2,7 @@
 import numpy as np
 import numpy.typing as npt
 
-from ._paths import IsaOps
+from ._dispatch import IsaOps
 
 def fwht_blocks(isa: IsaOps, x: npt.NDArray[np.float32], block: int, nthreads: int) -> None: ...
 def rotate_rows(isa: IsaOps, x: npt.NDArray[np.float32], out: npt.NDArray[np.float32],

@@ -1,10 +1,10 @@
 # cython: language_level=3
-"""The passes of a path over rows: the block Hadamard rotation (``_simd/fwht.h``), the
+"""The passes of an ISA over rows: the block Hadamard rotation (``_simd/fwht.h``), the
 quantization of activation rows (fused with it; ``_simd/quant.h``) and the activation pass.
 
 Callers (``pyw8a8.rotation``, ``pyw8a8.quantize``, ``pyw8a8.matmul``) validate every
 argument first: arrays are C-contiguous float32, block sizes are powers of two, `isa` is
-the path (an ``IsaOps``) whose passes run. Loops release the GIL and run rows (blocks, in
+the ISA (an ``IsaOps``) whose passes run. Loops release the GIL and run rows (blocks, in
 `fwht_blocks`) in OpenMP ``prange``.
 """
 from cython.parallel cimport parallel, prange
@@ -19,7 +19,7 @@ from pyw8a8._core cimport (w8_fwht_fn, w8_join_team, w8_master_here, w8_master_p
                            w8_quantize_row, w8_quantize_row_rotated, w8_rotate_row,
                            w8_sign_bit, w8_sign_scale_fn, w8_sign_table, w8_tile_finish,
                            w8_unrotate_row)
-from pyw8a8._paths cimport IsaOps
+from pyw8a8._dispatch cimport IsaOps
 
 cnp.import_array()
 
@@ -82,7 +82,7 @@ def rotate_rows(IsaOps isa, const float[:, ::1] x, float[:, ::1] out, int64_t bl
 
 
 def signs(IsaOps isa, uint32_t start, int64_t n, uint32_t seed):
-    """The +-1 signs of positions start .. start + n - 1 as path `isa` applies them.
+    """The +-1 signs of positions start .. start + n - 1 as ISA `isa` applies them.
 
     Returns
     -------
@@ -116,7 +116,7 @@ def quantize_rows(IsaOps isa, int enc, const float[:, ::1] x, uint8_t[:, ::1] q,
                   float[::1] scale, int32_t[:, ::1] psum, int nthreads, int64_t block=0,
                   uint32_t seed=0):
     """Quantize each row of x into q (Kp columns, zero-padded) in parallel, as the kernel
-    of path `isa` and weight encoding `enc` reads them; K >= 1.
+    of ISA `isa` and weight encoding `enc` reads them; K >= 1.
 
     psum is (M, Kp/64 + 1) or has zero rows when prefix sums are not needed.
     block > 0 rotates each row first (block Hadamard with signs from `seed`, fused with
@@ -176,8 +176,8 @@ def quantize_rows(IsaOps isa, int enc, const float[:, ::1] x, uint8_t[:, ::1] q,
 
 def activate(IsaOps isa, float[:, ::1] x, int act):
     """Apply activation `act` (a W8_ACT_* value) in place to x with the activation pass of
-    path `isa` (its vectors and its scalar tail), as the fused layer applies it to its
-    tiles; for testing one path's arithmetic on any float32 values."""
+    ISA `isa` (its vectors and its scalar tail), as the fused layer applies it to its
+    tiles; for testing one ISA's arithmetic on any float32 values."""
     cdef w8_tile_finish fin
     cdef int64_t r, c0, cols = x.shape[1]
     memset(&fin, 0, sizeof(fin))

@@ -77,7 +77,7 @@ def _own_openmp_library():
     """The file name under which the compiled modules link their OpenMP runtime (its
     DT_NEEDED entry): ``libgomp.so.1`` for a build from source, the hashed
     ``libgomp-<hash>.so.1...`` that auditwheel vendors into a wheel; None without one."""
-    spec = importlib.util.find_spec("._paths", __package__)
+    spec = importlib.util.find_spec("._dispatch", __package__)
     try:
         needed = _needed_libraries(spec.origin)
     except (AttributeError, OSError):  # no such module, or its file cannot be read

@@ -14,7 +14,7 @@ as usual.
 import operator
 import os
 
-from . import _paths
+from . import _dispatch
 
 # Thread counts above this are refused: libgomp crashes or exits the process when it
 # cannot create the threads asked for (100000 segfaulted, 60000 exited).
@@ -22,10 +22,10 @@ MAX_THREADS_PER_CPU = 8
 
 
 # The thread state (the override, the fork's survivor) lives in the compiled module, where
-# a matmul reads it without running Python code (_paths); this module
+# a matmul reads it without running Python code (_dispatch); this module
 # owns its rules and checks.
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_paths.note_fork_in_child)
+    os.register_at_fork(after_in_child=_dispatch.note_fork_in_child)
 
 
 # os.cpu_count() reads the system's CPU list on each call (1.7 us): once is enough, the
@@ -53,7 +53,7 @@ _check_environment()
 def fork_fallback() -> bool:
     """Whether the calling thread is a forked child's surviving thread whose OpenMP pool
     was left behind by the fork (it then runs products on one thread)."""
-    return _paths.fork_fallback()
+    return _dispatch.fork_fallback()
 
 
 def get_num_threads() -> int:
@@ -73,7 +73,7 @@ def get_num_threads() -> int:
     >>> 1 <= pyw8a8.get_num_threads() <= 8 * os.cpu_count()
     True
     """
-    return _paths.num_threads()
+    return _dispatch.num_threads()
 
 
 def set_num_threads(n: int | None) -> None:
@@ -105,7 +105,7 @@ def set_num_threads(n: int | None) -> None:
     ValueError: n must be from 1 to ... per logical CPU), got 0
     """
     if n is None:
-        _paths.set_threads_override(0)
+        _dispatch.set_threads_override(0)
         return
     try:
         n = operator.index(n)
@@ -114,12 +114,12 @@ def set_num_threads(n: int | None) -> None:
     if not 1 <= n <= max_threads():
         raise ValueError(f"n must be from 1 to {max_threads()} ({MAX_THREADS_PER_CPU} per "
                          f"logical CPU), got {n}")
-    _paths.set_threads_override(n)
+    _dispatch.set_threads_override(n)
 
 
 def num_threads_override() -> int | None:
     """set_num_threads's count, or None (OpenMP's default)."""
-    return _paths.threads_override()
+    return _dispatch.threads_override()
 
 
 # Below this many multiply-accumulates a product runs on one thread: waking a team costs
@@ -129,9 +129,9 @@ def num_threads_override() -> int | None:
 # one token through 1024 x 640 took 27 us on one thread and 21 us on two, through
 # 256 x 640 9 us and 12 us (2 Xeon vCPUs).
 SERIAL_WORK = 1 << 19
-_paths.configure_threads(max_threads(), SERIAL_WORK)
+_dispatch.configure_threads(max_threads(), SERIAL_WORK)
 
 
 def threads_for(work: int) -> int:
     """Threads for a call doing `work` multiply-accumulates (or element operations)."""
-    return _paths.threads_for(work)
+    return _dispatch.threads_for(work)

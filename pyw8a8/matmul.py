@@ -6,7 +6,7 @@ once and runs every block of the product(s) in one parallel region.
 The arithmetic: ``C[m, n] = s_a[m] * s_w[n] * sum_k qa[m, k] * qw[n, k]``, with the integer
 sum exact and converted to float once: in int32 for K <= 131072 (``_kernels.W8_EXACT_K``,
 where no sum of products of [-127, 127] values can overflow), beyond that in int64 over
-exact int32 sums of 131072-wide K-ranges.  The result is the same on every path, thread
+exact int32 sums of 131072-wide K-ranges.  The result is the same on every ISA, thread
 count and blocking, bit for bit.
 """
 from __future__ import annotations
@@ -179,7 +179,7 @@ def _float_products(x, plans, outs, lead, biases, act=0, glu=False):
         return
     if k == 0:
         # Every sum is 0: the result is the bias, through the same activation (and gate)
-        # arithmetic as a tile's, from this call's path.
+        # arithmetic as a tile's, from this call's ISA.
         ops = _cpu.active_ops(m)
         zero = np.float32(0)
         for out, bias in zip(outs, biases):
@@ -219,7 +219,7 @@ def matmul(x: npt.ArrayLike, packed: PackedWeight, *, bias: npt.ArrayLike | None
     activation : {None, 'relu', 'gelu', 'gelu_tanh', 'silu'}, optional
         ``'gelu'`` is the erf form, ``'gelu_tanh'`` the tanh approximation
         (``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))``), ``'silu'`` is
-        ``x * sigmoid(x)``.  Every path computes the same bits; against a float64
+        ``x * sigmoid(x)``.  Every ISA computes the same bits; against a float64
         evaluation of the same function on the same float32 input the result is within a
         few float32 units in the last place (the bound measured per activation is in the
         user guide's page "The layer").  A product that overflows to +-Inf gives the

@@ -5,7 +5,7 @@ The layout and its packing and unpacking are ``_packed/panels.py``'s; the saved 
 K holds its rotated rows, K rounded up to the block (Kr), and Kp covers Kr.
 
 A :class:`PackedWeight` pickles as its packed bytes, scales, sums and settings (no float
-copy) and works on every instruction-set path whatever its encoding, so it can be sent to
+copy) and works on every ISA whatever its encoding, so it can be sent to
 another process or machine (a process pool, a dask cluster: see :mod:`pyw8a8.dask`).
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from .rotation import auto_block, check_rotation, unrotate
 
 
 def resolve_encoding(encoding):
-    """For 'auto', the encoding the active path runs best (its registry entry): 'biased' on
+    """For 'auto', the encoding the active ISA runs best (its registry entry): 'biased' on
     x86 (u8 x s8 instructions), 'signed' on Arm (sdot)."""
     if encoding == "auto":
         return _cpu.active_ops().auto_encoding
@@ -68,7 +68,7 @@ class PackedWeight:
 
     A PackedWeight pickles (and ``copy.deepcopy``-s) as its packed bytes, scales, sums,
     settings and format version, with no float copy; its `encoding` works on every
-    instruction-set path, so it can be unpickled on a CPU whose paths differ.
+    ISA, so it can be unpickled on a CPU whose ISAs differ.
 
     Examples
     --------
@@ -165,7 +165,7 @@ class PackedWeight:
         `shape`, `encoding` and the rotation imply.
 
         O(1).  The kernels trust the arrays, so every product checks a hand-built or
-        altered weight first, on every path (the compiled call path whenever an attribute
+        altered weight first, on every ISA (the compiled call path whenever an attribute
         has been replaced since its last check).  `rotate`, `block` and `seed` are checked
         when they are set.
         """
@@ -299,7 +299,7 @@ def _unpickle(version, shape, encoding, rotate, block, seed, panels, psum, scale
 
     The contents are not re-validated (unlike :meth:`PackedWeight.from_dict`, which reads
     files): a pickle is trusted code anyway, and unpickling stays O(1) beyond the copy of
-    the bytes. The encoding is kept: every path runs both encodings exactly.
+    the bytes. The encoding is kept: every ISA runs both encodings exactly.
     """
     return _saved.checked(PackedWeight, _saved.pickled_version(version), shape, encoding,
                           rotate, block, seed, panels, psum, scales)
@@ -411,7 +411,7 @@ def pack_weight(w: npt.ArrayLike, *, encoding: Literal["auto", "biased", "signed
     encoding : {'auto', 'biased', 'signed'}
         'biased' stores ``q + 128`` as uint8 (what x86 u8 x s8 instructions want; the
         kernel subtracts ``128 * sum(qa)``), 'signed' stores int8. 'auto' picks the active
-        path's own ('biased' on x86, 'signed' on Arm). Every path computes the same exact
+        ISA's own ('biased' on x86, 'signed' on Arm). Every ISA computes the same exact
         results with either.
     rotate : bool
         Rotate each row by the block randomized Walsh-Hadamard transform before quantizing

@@ -19,7 +19,7 @@ from .rotation import check_rotation, rotated_length
 
 def quantize_rows(x2d, kp, ops=None, enc=_kernels.W8_ENC_BIASED, name="x", shape=None,
                   block=0, seed=0, row_offset=0):
-    """Quantize a C-contiguous float32 (M, K) matrix into bytes as the kernel of path `ops`
+    """Quantize a C-contiguous float32 (M, K) matrix into bytes as the kernel of ISA `ops`
     (default: the active one) and weight encoding `enc` reads them (internal).
 
     `shape` is the caller's shape of x (..., K), for the error message of a bad row;
@@ -27,7 +27,7 @@ def quantize_rows(x2d, kp, ops=None, enc=_kernels.W8_ENC_BIASED, name="x", shape
     block > 0 quantizes ``rotation.rotate(x2d, block, seed, pad=True)`` instead, fused
     (bit-identical): a last partial block is zero-padded in a per-thread scratch row, never
     in a copy of x2d, so kp must cover K rounded up to block.
-    For enc = W8_ENC_BIASED the bytes are the plain int8 values on every path.
+    For enc = W8_ENC_BIASED the bytes are the plain int8 values on every ISA.
 
     Returns (q uint8 (Mp, kp), scale float32 (M,), psum int32 (M, kp/64 + 1) or (0, 1)):
     q's rows are M rounded up to whole tiles (W8_A_ROW_PAD); rows past M are scratch.

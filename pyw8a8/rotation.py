@@ -134,7 +134,7 @@ def fwht(x: npt.ArrayLike,
     ndarray of float32, shape (..., n)
         ``x @ scipy.linalg.hadamard(n)`` (the Sylvester, natural-order matrix; symmetric,
         so also ``H @ x`` per vector), computed in float32 with n log2(n) additions. Every
-        instruction-set path returns the same bits.
+        ISA returns the same bits.
 
     Raises
     ------

@@ -1,22 +1,22 @@
 """Blocking parameters per shape, tuned on real calls and cached.
 
 Results never depend on the blocking: every product's integer sums are exact and
-converted to float once (see ``matmul``). The K-range width kc follows from the path's
+converted to float once (see ``matmul``). The K-range width kc follows from the ISA's
 tile (its B micro-panel fills L1); what is tuned is the M block mc and the task split over
 N and M. The first
 calls of a new shape try each candidate in turn (round-robin, like gemma.cpp's autotuner);
-afterwards the fastest is used. The cache key holds the kernel (path and weight encoding),
+afterwards the fastest is used. The cache key holds the kernel (ISA and weight encoding),
 an M bucket, K, N and the thread count, so different kernels never share an entry.
 """
 import threading
 
-from . import _paths
+from . import _dispatch
 from ._layout import W8_KPAD, W8_NR, padded
 
 # The per-core caches the blocks are sized for, as the CPU reports them (_simd/cpu.h); where
 # it cannot tell, the smallest of the x86 CPUs measured (Zen 3: 32 KiB and 512 KiB).
-_L1_BYTES = _paths.cache_bytes(1) or 32 * 1024
-_L2_BYTES = _paths.cache_bytes(2) or 512 * 1024
+_L1_BYTES = _dispatch.cache_bytes(1) or 32 * 1024
+_L2_BYTES = _dispatch.cache_bytes(2) or 512 * 1024
 ROUNDS = 3
 _SLOWER = 1.25  # candidates this much slower than the best after a round are dropped
 
@@ -24,7 +24,7 @@ _SLOWER = 1.25  # candidates this much slower than the best after a round are dr
 def kc_for(ops, kp, streams=1, m=None):
     """K-range width: the B micro-panels of a tile (kc x 16*npanels bytes each, `streams` of
     them: two for a gated pair, whose tiles read the gate's and the up projection's) fit in
-    L1, or the whole K for a path whose traits say so (AMX: its C tiles accumulate over all
+    L1, or the whole K for an ISA whose traits say so (AMX: its C tiles accumulate over all
     of K) and for a call of at most two row tiles (`m` rows): there a panel is read once, or
     twice with the second read from L2, so a K-range buys no reuse and costs a second pass
     over the output (M = 1 and 8 ran 1.5-2.6% faster over whole K, AVX-512 on the Xeon)."""

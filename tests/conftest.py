@@ -49,11 +49,11 @@ def pytest_report_header(config):
 
 @pytest.fixture(params=pyw8a8.compiled_isas())
 def any_isa(request):
-    """Every compiled path, active for the test; skipped, with the reason, where this CPU
+    """Every compiled ISA, active for the test; skipped, with the reason, where this CPU
     cannot run it (its kernels still run in the emulated C build, tests/c)."""
     name = request.param
     if name not in pyw8a8.available_isas():
-        pytest.skip(f"path {name}: this CPU lacks it (features: "
+        pytest.skip(f"ISA {name}: this CPU lacks it (features: "
                     f"{[k for k, v in pyw8a8.cpu_features().items() if v]})")
     with pyw8a8.use_isa(name):
         yield name
@@ -61,7 +61,7 @@ def any_isa(request):
 
 @pytest.fixture(autouse=True)
 def _restore_pyw8a8_state():
-    """Tests switch paths and thread counts; put both back after each test."""
+    """Tests switch ISAs and thread counts; put both back after each test."""
     isa = pyw8a8.isa()
     yield
     pyw8a8.set_isa(isa)

@@ -121,7 +121,7 @@ def read_dict(cls, d):
                      psum, scales)
     if not np.all(np.isfinite(scales)) or np.any(scales < 0):
         raise ValueError("packed weight array 'scales' holds negative or non-finite values")
-    # Contents: every path must read the same weights, so the bytes must be what
+    # Contents: every ISA must read the same weights, so the bytes must be what
     # pack_weight makes of them (values in [-127, 127], zero padding, matching sums).
     q = weight.int8()
     if q.size and q.min() == -128:

@@ -1,4 +1,4 @@
-/* AMX-INT8 path (Sapphire Rapids and later): one tdpbssd / tdpbsud multiplies a 16 x 64 int8
+/* AMX-INT8 ISA (Sapphire Rapids and later): one tdpbssd / tdpbsud multiplies a 16 x 64 int8
  * A tile by a 64 x 16 B tile into 16 x 16 int32, 16,384 multiply-accumulates per instruction.
  *
  * A B tile is 16 rows of 64 bytes where row r holds 4 consecutive K values of 16 channels:

@@ -1,8 +1,8 @@
-/* The AVX2 path, "avx2", for CPUs without VNNI: the flip trick on expanded rows.
+/* The AVX2 ISA, "avx2", for CPUs without VNNI: the flip trick on expanded rows.
  *
  * vpmaddubsw multiplies u8 by s8 and adds adjacent pairs with int16 saturation: with biased
  * weights (up to 255) times activations (up to 127) a pair reaches 64770 and saturates (ONNX
- * Runtime's AVX2 kernel multiplies so, inexactly).  This path keeps each factor's magnitude
+ * Runtime's AVX2 kernel multiplies so, inexactly).  This ISA keeps each factor's magnitude
  * at most 128: |a| times the weight with its bits flipped where a < 0 (~w = -w - 1), which
  * is a * w less |a| there; ~w lies in [-128, 126], so a pair is at most 2 * 127 * 128 =
  * 32512: exact.  The sums are a . w + sum(min(a, 0)), corrected per row from the
@@ -14,7 +14,7 @@
  * is expanded once per call (w8_avx2_flip_expand_row: per quad its magnitudes, then the mask
  * of its negative values), so a row's quad costs the kernel two broadcast loads and no
  * arithmetic.  Measured on Zen 3 (one core, L1-resident panels): 84-91 GMAC/s with the
- * 2 x 4 tile, against 67 for the sign trick |w| * sign(a, w) this path ran before (vpsignb
+ * 2 x 4 tile, against 67 for the sign trick |w| * sign(a, w) this ISA ran before (vpsignb
  * runs on the multiplying pipes: 3 of its 4 instructions), 81 for the flip computing |a|
  * and the mask in the kernel (vpabsb multiplies too), and 91-100 for ONNX Runtime's inexact
  * sequence; in the product, 1.05-1.2x the sign trick from M = 8 and 1.0-1.14x the in-kernel

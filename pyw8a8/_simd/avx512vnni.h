@@ -1,7 +1,7 @@
-/* AVX-512 VNNI path (zmm vpdpbusd: Cascade Lake, Ice Lake, Sapphire Rapids, Zen 4).
+/* AVX-512 VNNI ISA (zmm vpdpbusd: Cascade Lake, Ice Lake, Sapphire Rapids, Zen 4).
  * One quad row of a packed panel (16 channels x 4 K values) is exactly one zmm operand.
- * The encodings work as on the AVX-VNNI path (avxvnni.h).  The row quantizer and the
- * float epilogue also run here in zmm; the AMX path (amx.h) shares them. */
+ * The encodings work as on the AVX-VNNI ISA (avxvnni.h).  The row quantizer and the
+ * float epilogue also run here in zmm; the AMX ISA (amx.h) shares them. */
 #ifndef PYW8A8_SIMD_AVX512VNNI_H
 #define PYW8A8_SIMD_AVX512VNNI_H
 

@@ -1,4 +1,4 @@
-/* AVX-VNNI path (VEX-encoded ymm vpdpbusd: Alder Lake and later, Zen 5). vpdpbusd multiplies
+/* AVX-VNNI ISA (VEX-encoded ymm vpdpbusd: Alder Lake and later, Zen 5). vpdpbusd multiplies
  * u8 by s8 and sums four products into int32 without intermediate saturation, so it is
  * exact; one operand must be unsigned, hence the +128 shift and the compensation term:
  *   biased weights (q + 128) are the u8 operand, activations the s8 one (W8_CORR_ROW);

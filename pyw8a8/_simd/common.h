@@ -1,10 +1,10 @@
 /* Shared definitions of the pyw8a8 C core: layout constants, target attributes and the
  * function table that every instruction-set header fills in.
  *
- * Layout contract (shared by every kernel, so one packed weight serves every path):
+ * Layout contract (shared by every kernel, so one packed weight serves every ISA):
  *   - K is padded with zeros to a multiple of W8_KPAD (64 bytes: one AMX tile row, one
  *     zmm of int8, and the granularity of the compensation prefix sums).
- *   - A (quantized activations) is row-major, M rows of Kp bytes (2 Kp where a path's
+ *   - A (quantized activations) is row-major, M rows of Kp bytes (2 Kp where an ISA's
  *     kernels read them expanded: w8_expand_row_fn).
  *   - B (packed weights) is a sequence of panels of W8_NR = 16 output channels; a panel is
  *     Kp/4 "quad rows" of 64 bytes: 16 channels x 4 consecutive K values.  One quad row is
@@ -30,7 +30,7 @@
 #define W8_KPAD 64          /* K padding and prefix-sum granularity */
 #define W8_QUAD_BYTES 64    /* bytes of one quad row of a panel */
 #define W8_TILE_LD 64       /* int32 leading dimension of the scratch tile of edge tiles */
-#define W8_MAX_MR 32        /* largest microkernel row count of any path (AMX) */
+#define W8_MAX_MR 32        /* largest microkernel row count of any ISA (AMX) */
 
 /* Quantized activation buffers hold their rows up to a multiple of this: an AMX A tile
  * loads 16 rows at once, whatever the number of real rows (their results are dropped). */
@@ -41,7 +41,7 @@
  * between (the u8 x s8 products of the +128 encodings reach 255 * 127), but the
  * compensated total fits, and arithmetic modulo 2^32 makes it exact.  Every product with
  * K <= W8_EXACT_K therefore gets one exact int32 sum and one float conversion, whatever
- * the path, blocking or thread count; a longer K is summed per W8_EXACT_K-range in int64
+ * the ISA, blocking or thread count; a longer K is summed per W8_EXACT_K-range in int64
  * (see gemm_loops.h). */
 #define W8_EXACT_K 131072
 
@@ -52,7 +52,7 @@
 #define W8_ARM64 1
 #endif
 
-/* W8_EMULATE (the test build of tests/c) compiles every x86 path with its intrinsics
+/* W8_EMULATE (the test build of tests/c) compiles every x86 ISA with its intrinsics
  * emulated in plain C: SIMDe for AVX-512 and AVX-VNNI, a model of the AMX tiles
  * (tests/c/w8_emulate.h, on that build's include path only). */
 #if defined(W8_EMULATE)
@@ -124,7 +124,7 @@ typedef void (*w8_ukernel_fn)(int rows, int npanels, int64_t kq, const uint8_t *
 /* The activations a product's float result can go through (applied after the bias):
  * relu max(x, 0); gelu x * Phi(x) (erf form); gelu_tanh x * sigmoid(2 u), u =
  * sqrt(2 / pi) * (x + 0.044715 x^3), which is 0.5 x (1 + tanh u); silu x * sigmoid(x).
- * One float sequence in every path (epilogue.h), so every path gives the same bits. */
+ * One float sequence in every ISA (epilogue.h), so every ISA gives the same bits. */
 enum { W8_ACT_NONE = 0, W8_ACT_RELU = 1, W8_ACT_GELU = 2, W8_ACT_GELU_TANH = 3,
        W8_ACT_SILU = 4 };
 
@@ -165,7 +165,7 @@ typedef void (*w8_ukernel_f32_fn)(int rows, int npanels, int64_t kq, const uint8
  * scale, and it exceeds the result's magnitude only when both scales are below 1.  Forming
  * sa * sb first (as before) overflowed past max|x| * max|w| = 5.5e42 (NaN from 0 * Inf) and
  * went subnormal below about 1e-20 each.  The scales are positive, so min and max choose
- * the same operands in every path's instructions. */
+ * the same operands in every ISA's instructions. */
 static inline float w8_apply_scales(float v, float sa, float sb)
 {
     return (v * (sa < sb ? sa : sb)) * (sa < sb ? sb : sa);
@@ -174,8 +174,8 @@ static inline float w8_apply_scales(float v, float sa, float sb)
 /* The scaling of a tile: out[r * ldo + j] = w8_apply_scales((float)(acc[r * ldacc + j] -
  * row_corr[r] - col_corr[j]), a_scale[r], b_scale[j]) + bias[j] for r < rows, j < cols,
  * with fin->g.  out may be acc (the int32 sums are kept in the output buffer until then).
- * Every path computes exactly these roundings (the int32 -> float conversion, the two
- * float products and the bias sum), so every path gives the same bits. */
+ * Every ISA computes exactly these roundings (the int32 -> float conversion, the two
+ * float products and the bias sum), so every ISA gives the same bits. */
 typedef void (*w8_epilogue_fn)(const int32_t *acc, int64_t ldacc, int rows, int cols,
                                const w8_tile_finish *fin, float *out, int64_t ldo);
 
@@ -190,7 +190,7 @@ typedef int (*w8_absmax_fn)(const float *x, int64_t n, float *amax);
 /* Quantize n floats: q[i] = clamp(rint(x[i] * inv), -127, 127), XOR `flip` (0 or 0x80). */
 typedef void (*w8_quantize_fn)(const float *x, int64_t n, float inv, uint8_t flip, uint8_t *q);
 
-/* The Kp / 64 + 1 prefix sums over 64-element chunks of what the path's row correction
+/* The Kp / 64 + 1 prefix sums over 64-element chunks of what the ISA's row correction
  * reads, from a row's bytes XOR flip (its signed values): the values themselves for
  * W8_CORR_ROW (quant.h's w8_prefix_sums is the reference), their negative parts for
  * W8_CORR_NEG (w8_negative_prefix_sums). */
@@ -214,7 +214,7 @@ typedef void (*w8_fwht_signed_fn)(const float *x, const float *s, float *y, int6
 typedef void (*w8_sign_scale_fn)(const float *x, float *y, int64_t n, uint32_t pos,
                                  uint32_t seed, float c);
 
-/* An instruction-peak loop: `iters` rounds of the path's dot instruction in independent
+/* An instruction-peak loop: `iters` rounds of the ISA's dot instruction in independent
  * chains; returns the multiply-accumulates done and folds a result into *sink. */
 typedef int64_t (*w8_peak_fn)(int64_t iters, int32_t *sink);
 
@@ -247,8 +247,8 @@ typedef int64_t (*w8_peak_fn)(int64_t iters, int32_t *sink);
 
 struct w8_cpu_features_s;
 
-/* One instruction-set path: everything that differs between paths, in one table entry of
- * the registry (dispatch.h).  Nothing outside the registry names a path. */
+/* One ISA: everything that differs between ISAs, in one table entry of
+ * the registry (dispatch.h).  Nothing outside the registry names an ISA. */
 typedef struct {
     const char *name;
     int mr;                       /* microkernel rows */
@@ -266,7 +266,7 @@ typedef struct {
     w8_ukernel_f32_fn ukernel_f32[W8_NUM_ENCODINGS];
     int corr[W8_NUM_ENCODINGS];       /* W8_CORR_* needed by ukernel[encoding] */
     uint8_t a_flip[W8_NUM_ENCODINGS]; /* XOR applied to quantized activations for ukernel[enc] */
-    int auto_encoding;            /* the W8_ENC_* a weight gets when packed for this path */
+    int auto_encoding;            /* the W8_ENC_* a weight gets when packed for this ISA */
     w8_epilogue_fn epilogue;
     w8_act_tile_fn act_tile;
     w8_absmax_fn absmax;
@@ -283,10 +283,10 @@ typedef struct {
     void (*task_end)(void);
     w8_peak_fn peak;
     int (*supported)(const struct w8_cpu_features_s *f);
-    int explicit_only;            /* a test path, never chosen by default */
+    int explicit_only;            /* a test ISA, never chosen by default */
 } w8_isa_ops;
 
-/* Bytes per K value in the activation rows a path's kernels read: 1, or 2 where the rows are
+/* Bytes per K value in the activation rows an ISA's kernels read: 1, or 2 where the rows are
  * expanded (w8_expand_row_fn). */
 #define W8_A_BYTES(ops) ((ops)->expand_row ? 2 : 1)
 

@@ -1,6 +1,6 @@
-/* The registry of instruction-set paths (numpy-style run-time dispatch): every path is
+/* The registry of ISAs (numpy-style run-time dispatch): every ISA is
  * compiled into the one binary with target attributes, and this table is the only place
- * that lists them.  Each entry holds the path's kernels, corrections, quantizer, prefix
+ * that lists them.  Each entry holds the ISA's kernels, corrections, quantizer, prefix
  * sums, row expansion, FWHT, sign application, epilogue, activation pass, peak probe and
  * support predicate; the lookup by name, the support checks and the Python lists (_kernels.pyx)
  * all read the table. */
@@ -68,14 +68,14 @@ static int w8_neondot_supported(const w8_cpu_features *f) { return f->asimd && f
 static int w8_neon_supported(const w8_cpu_features *f) { return f->asimd; }
 #endif
 
-/* The passes a path takes from its vector vocabulary (vec_<v>.h and the templates on it):
+/* The passes an ISA takes from its vector vocabulary (vec_<v>.h and the templates on it):
  * the float epilogue and activations, the row quantizer and the FWHT. */
 #define W8_VOCABULARY_PASSES(v)                                                     \
     .epilogue = w8_##v##_epilogue, .act_tile = w8_##v##_act_tile,                   \
     .absmax = w8_##v##_absmax, .quantize = w8_##v##_quantize, .fwht = w8_##v##_fwht, \
     .fwht_signed = w8_##v##_fwht_signed
 
-/* ---- the table, most preferred path first ---- */
+/* ---- the table, most preferred ISA first ---- */
 
 static const w8_isa_ops w8_isas[] = {
 #if defined(W8_HAVE_AMX)
@@ -130,7 +130,7 @@ static const w8_isa_ops w8_isas[] = {
      .prefix_sums = w8_prefix_sums, .sign_scale = w8_scalar_sign_scale, .peak = w8_scalar_peak,
      .supported = w8_neon_supported},
 #endif
-    /* The portable reference every path must match bit for bit. */
+    /* The portable reference every ISA must match bit for bit. */
     {.name = "scalar", .mr = W8_SCALAR_MR, .npanels = W8_SCALAR_NPANELS,
      .ukernel = {w8_scalar_ukernel_biased, w8_scalar_ukernel_signed},
      .corr = {W8_CORR_NONE, W8_CORR_NONE}, .a_flip = {0, 0},
@@ -142,7 +142,7 @@ static const w8_isa_ops w8_isas[] = {
      W8_VOCABULARY_PASSES(scalar),
      .prefix_sums = w8_prefix_sums, .sign_scale = w8_scalar_sign_scale, .peak = w8_scalar_peak,
      .supported = w8_scalar_supported},
-    /* The u8 x s8 arithmetic of the VNNI/AMX paths in plain C, so their compensation is
+    /* The u8 x s8 arithmetic of the VNNI/AMX ISAs in plain C, so their compensation is
      * tested on every CPU; as slow as scalar, hence never chosen unless asked for. */
     {.name = "scalar_u8s8", .mr = W8_SCALAR_MR, .npanels = W8_SCALAR_NPANELS,
      .ukernel = {w8_scalar_u8s8_ukernel_biased, w8_scalar_u8s8_ukernel_signed},
@@ -155,7 +155,7 @@ static const w8_isa_ops w8_isas[] = {
 #define W8_NUM_ISAS ((int)(sizeof(w8_isas) / sizeof(w8_isas[0])))
 
 #if !defined(W8_HAVE_AMX)
-/* No AMX path in this build: nothing to read back. */
+/* No AMX ISA in this build: nothing to read back. */
 static inline int w8_amx_config_roundtrip(void) { return -1; }
 #endif
 
@@ -167,7 +167,7 @@ static inline const w8_isa_ops *w8_isa_lookup(const char *name)
     return NULL;
 }
 
-/* The first (most preferred) path this CPU runs that is not explicit-only. */
+/* The first (most preferred) ISA this CPU runs that is not explicit-only. */
 static inline const w8_isa_ops *w8_isa_best(const w8_cpu_features *f)
 {
     for (int i = 0; i < W8_NUM_ISAS; i++)

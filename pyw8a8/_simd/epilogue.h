@@ -14,7 +14,7 @@
  *                       (w8_scalar_act_tile over the columns past them)
  *
  * The scalar instance (scalar.h) is the reference; the others compute the same operations
- * in the same order, with no fused multiply-add (-ffp-contract=off), so every path gives the
+ * in the same order, with no fused multiply-add (-ffp-contract=off), so every ISA gives the
  * same bits.  At its end this file undefines its own constants.
  *
  * The arithmetic.  silu(x) = x s(x) and gelu_tanh(x) = x s(t), t = x (C1 + C2 x^2), with the
@@ -52,7 +52,7 @@ W8_V_TARGET W8_INLINE W8_V(f32) W8_V(scaled)(W8_V(i32) sums, const w8_scaling *s
     return s->bias ? W8_V(add_f32)(v, W8_V(load_f32)(s->bias + col)) : v;
 }
 
-/* The per-tile epilogue (edge tiles, and paths without fused kernels) with the fused
+/* The per-tile epilogue (edge tiles, and ISAs without fused kernels) with the fused
  * kernels' own scaling, so both give the same bits by construction. */
 W8_V_TARGET static void W8_V(epilogue)(const int32_t *acc, int64_t ldacc, int rows, int cols,
                                        const w8_tile_finish *fin, float *out, int64_t ldo)

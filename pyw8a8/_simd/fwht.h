@@ -9,7 +9,7 @@
  * values are sqrt(block) times larger: nothing overflows unless the rotated row does.
  * Its inverse (and transpose) is x = D (c H y).
  *
- * This file holds what every path shares: the sign hash, the plain-C FWHT (the reference
+ * This file holds what every ISA shares: the sign hash, the plain-C FWHT (the reference
  * network) and sign application, and the row transforms; each SIMD FWHT lives in its
  * instruction set's header (avx2.h, avx512vnni.h, neon.h), as the kernels do, the x86 ones
  * instantiating the template fwht_driver.h.
@@ -18,7 +18,7 @@
  * distance h = 1, 2, 4, ..., n/2, each butterfly on the outputs of the previous stage; only
  * the schedule differs.  The SIMD stages inside a register compute a + b as fma(a, +1, b)
  * and a - b as fma(b, -1, a): the product is exact, so the single rounding equals that of
- * the add or sub.  Every path therefore returns bit-identical results. */
+ * the add or sub.  Every ISA therefore returns bit-identical results. */
 #ifndef PYW8A8_SIMD_FWHT_H
 #define PYW8A8_SIMD_FWHT_H
 
@@ -106,8 +106,8 @@ static void w8_scalar_fwht(float *x, int64_t n)
             }
 }
 
-/* y = H (s x) (w8_fwht_signed_fn) through a path's in-place FWHT: the multiply, then the
- * transform.  The reference, and the path's own where it has no fused one. */
+/* y = H (s x) (w8_fwht_signed_fn) through an ISA's in-place FWHT: the multiply, then the
+ * transform.  The reference, and the ISA's own where it has no fused one. */
 #define W8_FWHT_SIGNED_BY(name, fwht)                                                    \
     static void name(const float *x, const float *s, float *y, int64_t n)                \
     {                                                                                    \
@@ -135,7 +135,7 @@ W8_FWHT_SIGNED_BY(w8_scalar_fwht_signed, w8_scalar_fwht)
 /* ---------------------------------------------------------------------------------------
  * Row transforms; block is a power of two. */
 
-/* 1/sqrt(block), the one value every path multiplies by. */
+/* 1/sqrt(block), the one value every ISA multiplies by. */
 static inline float w8_rotation_norm(int64_t block)
 {
     return (float)(1.0 / sqrt((double)block));

@@ -11,7 +11,7 @@
  * At its end it undefines its traits.
  *
  * The vocabulary is the selected one (W8_V, W8_V_TARGET: vec_scalar.h), with two traits of
- * the path's own, which name functions:
+ * the ISA's own, which name functions:
  *   W8_FW_IN_REG(v)        the stages h < lanes inside one vector
  *   W8_FW_NARROW(x, n)     the transform of n < lanes floats */
 
@@ -41,7 +41,7 @@ W8_V_TARGET W8_INLINE void W8_V(fwht_regs)(const float *x, const float *s, float
 /* Whole transform of 16 vectors (128 floats of ymm, 64 of NEON) with fewer stores than
  * two full passes (the transform is store-bound): the first half's inner stages are stored
  * once, and the last stage combines them, reloaded from L1, with the second half still in
- * registers.  The same butterflies in the same order as every other path, so the same
+ * registers.  The same butterflies in the same order as every other ISA, so the same
  * bits. */
 W8_V_TARGET W8_INLINE void W8_V(fwht_halves)(const float *x, const float *s, float *y)
 {

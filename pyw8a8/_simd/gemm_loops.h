@@ -50,7 +50,7 @@ typedef struct w8_gemm_s {
     int64_t kc, mc, nc;      /* blocking: kc multiple of 64, mc of mr, nc of 16 */
 } w8_gemm;
 
-/* Row m of the activations from K value k0 on, as the path's kernels read it. */
+/* Row m of the activations from K value k0 on, as the ISA's kernels read it. */
 static inline const uint8_t *w8_a_at(const w8_gemm *g, int64_t m, int64_t k0)
 {
     return g->a + m * g->lda + k0 * W8_A_BYTES(g->ops);
@@ -170,8 +170,8 @@ static inline void w8_tile_sums(const w8_gemm *g, int64_t m, int rows, int64_t n
     }
 }
 
-/* The rows of the tiles a path's kernel stores for a row block of `rows` rows, set for the
- * calls that follow (the path's tile_rows): all of them where the block is one tile, so the
+/* The rows of the tiles an ISA's kernel stores for a row block of `rows` rows, set for the
+ * calls that follow (the ISA's tile_rows): all of them where the block is one tile, so the
  * kernel stores straight into the output; mr otherwise, since setting them per call would
  * cost more (AMX: 75 ns a configuration) than the scratch tile of the block's last tile. */
 static inline int w8_block_tile_rows(const w8_isa_ops *ops, int64_t rows)
@@ -329,7 +329,7 @@ static void w8_gemm_range_i64(const w8_gemm *g, int64_t m0, int64_t m1, int64_t 
 }
 
 /* C[m0:m1, n0:n1] for one task, on the calling thread; n0 is a multiple of 16.  The thread
- * has run its path's task_begin (once per call, however many tasks it takes). */
+ * has run its ISA's task_begin (once per call, however many tasks it takes). */
 static inline void w8_gemm_range(const w8_gemm *g, int64_t m0, int64_t m1, int64_t n0,
                           int64_t n1)
 {

@@ -1,5 +1,5 @@
 /* Micro-benchmarks that give the benchmark's reference figures besides the int8 instruction
- * peaks (each path's own, in the registry): the float32 FMA peak and the memory read
+ * peaks (each ISA's own, in the registry): the float32 FMA peak and the memory read
  * bandwidth. */
 #ifndef PYW8A8_SIMD_MICROBENCH_H
 #define PYW8A8_SIMD_MICROBENCH_H

@@ -1,4 +1,4 @@
-/* Arm paths (AArch64): signed int8 x int8 products on NEON.
+/* Arm ISAs (AArch64): signed int8 x int8 products on NEON.
  *
  * "neondot" uses sdot (vdotq_s32, Armv8.2-A dotprod): each int32 lane gains the sum of four
  * s8 x s8 products with no intermediate rounding or saturation, so it is exact.  It is
@@ -7,11 +7,11 @@
  *
  * One quad row of a panel (byte 4c + j = channel c, K offset j) is exactly four sdot
  * operands: lane i of the c-th 16-byte vector is channel 4c + i, so four int32x4
- * accumulators hold the 16 channels of one row.  Both paths multiply signed by signed:
+ * accumulators hold the 16 channels of one row.  Both ISAs multiply signed by signed:
  * biased weights (q + 128) become q again with one XOR, so neither encoding needs the +128
  * compensation (W8_CORR_NONE) nor shifted activations (a_flip 0).  Both kernels (and their
  * epilogue) are the template of ukernel.h on the vocabulary of vec_neon.h, as is the FWHT
- * (fwht_driver.h); it and the row quantizer use baseline NEON only and serve both paths. */
+ * (fwht_driver.h); it and the row quantizer use baseline NEON only and serve both ISAs. */
 #ifndef PYW8A8_SIMD_NEON_H
 #define PYW8A8_SIMD_NEON_H
 
@@ -53,7 +53,7 @@ W8_INLINE int32x4_t w8_neon_dot(int32x4_t acc, int8x16_t a, int8x16_t b, int bia
     return vpadalq_s16(acc, vpaddq_s16(lo, hi));
 }
 
-/* Both Arm paths: 4 rows x 4 int32x4 (one panel, 16 channels) = 16 accumulators; with the 4
+/* Both Arm ISAs: 4 rows x 4 int32x4 (one panel, 16 channels) = 16 accumulators; with the 4
  * B vectors and the broadcast row they use 21 of the 32 NEON registers.  The two kernels
  * differ only in their dot step. */
 #define W8_NEON_MR 4

@@ -61,7 +61,7 @@ typedef struct {
 } w8_product;
 
 /* Row i in every format: its quantized bytes (signed values XOR the format's flip) and
- * prefix sums, then, where the path's kernels read wider rows, the row expanded from those
+ * prefix sums, then, where the ISA's kernels read wider rows, the row expanded from those
  * bytes, which go to its last Kp bytes for that (w8_expand_row_fn).  Returns 0, or 1 when
  * the row holds NaN/Inf or its rotation overflows. */
 static inline uint8_t w8_prepare_row(const w8_product *p, int64_t i, float *rot)

@@ -1,5 +1,5 @@
-/* Per-row symmetric int8 quantization, shared by every path (the ISA-specific parts are the
- * absmax, quantize, FWHT and sign entries of the path's registry entry). */
+/* Per-row symmetric int8 quantization, shared by every ISA (the ISA-specific parts are the
+ * absmax, quantize, FWHT and sign entries of the ISA's registry entry). */
 #ifndef PYW8A8_SIMD_QUANT_H
 #define PYW8A8_SIMD_QUANT_H
 
@@ -42,7 +42,7 @@ static inline void w8_negative_prefix_sums(const uint8_t *q, int64_t Kp, uint8_t
     }
 }
 
-/* An already quantized row of K int8 values in [-127, 127] as the kernels of path `ops`
+/* An already quantized row of K int8 values in [-127, 127] as the kernels of ISA `ops`
  * read it: its bytes XOR flip, zero padding to Kp, and (psum != NULL) its prefix sums. */
 static inline void w8_load_int8_row(const w8_isa_ops *ops, const int8_t *x, int64_t K,
                                     int64_t Kp, uint8_t flip, uint8_t *q, int32_t *psum)
@@ -66,7 +66,7 @@ static inline int w8_quantize_row(const w8_isa_ops *ops, const float *x, int64_t
         memset(q, flip, (size_t)Kp);
     } else {
         /* Multiplying by 127 / amax (rather than dividing by the scale) maps the largest
-         * element to exactly +-127 and is what every SIMD path computes. */
+         * element to exactly +-127 and is what every SIMD ISA computes. */
         *scale = amax / 127.0f;
         ops->quantize(x, K, 127.0f / amax, flip, q);
         memset(q + K, flip, (size_t)(Kp - K));

@@ -1,5 +1,5 @@
-/* Portable C path: the reference every SIMD path must match bit for bit, and the fallback
- * for CPUs without AVX2 (and the base of the Arm build). */
+/* The portable C ISA, "scalar": the reference every SIMD ISA must match bit for bit, and
+ * the fallback for CPUs without AVX2 (and the base of the Arm build). */
 #ifndef PYW8A8_SIMD_SCALAR_H
 #define PYW8A8_SIMD_SCALAR_H
 
@@ -25,8 +25,8 @@ W8_INLINE int32_t w8_scalar_operand(uint8_t byte, int is_signed, uint8_t flip)
 }
 
 /* The dot products of a tile in plain C, its operands read as `a_signed`, `b_signed` (with
- * b_flip) say: the scalar path multiplies signed by signed; scalar_u8s8 the u8 x s8 of the
- * VNNI and AMX paths. */
+ * b_flip) say: the scalar ISA multiplies signed by signed; scalar_u8s8 the u8 x s8 of the
+ * VNNI and AMX ISAs. */
 W8_INLINE void w8_scalar_tile(int rows, int npanels, int64_t kq, const uint8_t *a,
                               int64_t lda, const uint8_t *b, int64_t panel_stride,
                               int32_t *c, int64_t ldc, int accumulate, int a_signed,
@@ -65,7 +65,7 @@ static void w8_scalar_ukernel_signed(int rows, int npanels, int64_t kq, const ui
 }
 
 /* The u8 x s8 products of vpdpbusd / tdpbusd in plain C, with the +128 shift and its
- * compensation exactly as the VNNI and AMX paths do them, so the compensation logic of the
+ * compensation exactly as the VNNI and AMX ISAs do them, so the compensation logic of the
  * loop nest (W8_CORR_ROW / W8_CORR_COL and the prefix sums) is tested on every CPU.
  * biased: weights are the u8 operand (q + 128); signed: activations are (qa ^ 0x80). */
 static void w8_scalar_u8s8_ukernel_biased(int rows, int npanels, int64_t kq,
@@ -146,7 +146,7 @@ static void w8_scalar_quantize(const float *x, int64_t n, float inv, uint8_t fli
     }
 }
 
-/* The instruction peak of this path: each chain feeds its own result back into its
+/* The instruction peak of this ISA: each chain feeds its own result back into its
  * operand, so no closed form exists and nothing can be hoisted. */
 static int64_t w8_scalar_peak(int64_t iters, int32_t *sink)
 {

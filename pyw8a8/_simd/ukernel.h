@@ -1,4 +1,4 @@
-/* The register-tiled microkernel of the SIMD paths (AVX2, AVX-VNNI, AVX-512 VNNI, NEON and
+/* The register-tiled microkernel of the SIMD ISAs (AVX2, AVX-VNNI, AVX-512 VNNI, NEON and
  * NEON dot product), written once: an included template.  Each ISA header selects its
  * vector vocabulary (W8_V, W8_V_TARGET: vec_scalar.h) and includes its epilogue.h, states
  * its kernel's dot step as the traits below, then includes this file, which defines, for

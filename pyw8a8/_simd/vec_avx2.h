@@ -1,4 +1,4 @@
-/* The vector vocabulary of the ymm paths (avx2, avxvnni): 8 lanes of __m256 /
+/* The vector vocabulary of the ymm ISAs (avx2, avxvnni): 8 lanes of __m256 /
  * __m256i, doubles in __m256d (4 lanes), prefix w8_avx2.  The names and their meaning are
  * vec_scalar.h's; the operations that are the same at either x86 width come from
  * vec_x86.h. */

@@ -1,4 +1,4 @@
-/* The vector vocabulary of the zmm paths (avx512vnni, and amx's epilogue and FWHT): 16
+/* The vector vocabulary of the zmm ISAs (avx512vnni, and amx's epilogue and FWHT): 16
  * lanes of __m512 / __m512i, doubles in __m512d (8 lanes), prefix w8_avx512; AVX-512F
  * only (no DQ conversion).  The names and their meaning are vec_scalar.h's; the operations
  * that are the same at either x86 width come from vec_x86.h. */

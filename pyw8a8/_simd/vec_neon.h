@@ -1,4 +1,4 @@
-/* The vector vocabulary of the Arm paths (neon, neondot): 4 lanes of float32x4_t /
+/* The vector vocabulary of the Arm ISAs (neon, neondot): 4 lanes of float32x4_t /
  * int32x4_t, doubles in float64x2_t (2 lanes), prefix w8_neon; baseline armv8-a.  The names
  * and their meaning are vec_scalar.h's: vcvtq_f32_s32 rounds to nearest even, like the
  * scalar conversion, and the comparisons and selections are spelled out as x86's maxps

@@ -1,4 +1,4 @@
-/* The vector vocabulary of the portable C path, one lane wide: the reference of every
+/* The vector vocabulary of the portable C ISA, one lane wide: the reference of every
  * vec_<isa>.h (vec_avx2.h, vec_avx512.h, vec_neon.h), each of which defines the same names
  * for its own prefix <p> (w8_scalar, w8_avx2, ...), once, as inlined functions.
  *

@@ -34,7 +34,7 @@ def _machine_info():
              f"{os.cpu_count()} logical CPUs; threads used: {_threads.get_num_threads()}"]
     features = [k for k, v in _cpu.cpu_features().items() if v]
     lines.append(f"CPU features: {', '.join(features) or 'none detected'}")
-    lines.append(f"pyw8a8 paths available: {', '.join(_cpu.available_isas())}; "
+    lines.append(f"pyw8a8 ISAs available: {', '.join(_cpu.available_isas())}; "
                  f"in use: {_cpu.isa()}")
     try:
         from threadpoolctl import threadpool_info
@@ -104,9 +104,9 @@ def _cell(gops, column):
 
 
 def format_table(header, rows, isas, peaks=None, bandwidth=None, fp32_peak=None):
-    """Markdown table: GOPS per contender, ratios of the fastest pyw8a8 path to numpy and
+    """Markdown table: GOPS per contender, ratios of the fastest pyw8a8 ISA to numpy and
     to the best peer (and of the rotated contender, where the table has one, to the best
-    peer), each path's fraction of its own int8 instruction peak (and numpy's of the
+    peer), each ISA's fraction of its own int8 instruction peak (and numpy's of the
     float32 FMA peak) and, at M = 1, the weight-read GB/s against the bandwidth of the
     level the weight is read from (`bandwidth`: {"L3": GB/s, "DRAM": GB/s}). The torch
     column (TORCH_COLUMN, see :func:`table_header`) names its fastest engine."""
@@ -148,7 +148,7 @@ def format_table(header, rows, isas, peaks=None, bandwidth=None, fp32_peak=None)
 
 
 def summary_lines(header, rows, isas):
-    """The table's verdict in plain words: for the fastest pyw8a8 path (rotation off) and
+    """The table's verdict in plain words: for the fastest pyw8a8 ISA (rotation off) and
     the rotated contender, the range of their ratios to the best int8 peer and every shape
     where a peer is faster, named with that peer and its lead; [] without peers."""
     rotated = [h for h in header[4:] if h.startswith("pyw8a8 ") and h.endswith(ROTATED)]
@@ -297,8 +297,8 @@ def _option_type(parse):
     return convert
 
 
-def _checked_paths(parser, names, option):
-    """The paths `names` given to `option`, or a usage error for one that is unknown or
+def _checked_isas(parser, names, option):
+    """The ISAs `names` given to `option`, or a usage error for one that is unknown or
     that this CPU lacks (it would die on an illegal instruction)."""
     try:
         return [_cpu.checked_ops(name, option).name for name in names]
@@ -332,7 +332,7 @@ def main(argv=None, quick=False):
     (argparse's usage and one error line)."""
     parser = argparse.ArgumentParser(
         prog="python -m pyw8a8 " + ("info" if quick else "bench"),
-        description=("A quick table: GOPS (2*M*N*K/s) of pyw8a8's paths and numpy float32 "
+        description=("A quick table: GOPS (2*M*N*K/s) of pyw8a8's ISAs and numpy float32 "
                      "at a few shapes, medians of interleaved rounds." if quick else
                      "Side-by-side GOPS (2*M*N*K/s) of pyw8a8 and its peers, medians of "
                      "interleaved rounds."))
@@ -342,10 +342,10 @@ def main(argv=None, quick=False):
                         default=0.02 if quick else 0.05,
                         help="seconds of calls per contender per round")
     parser.add_argument("--isa", action="append",
-                        help="pyw8a8 path(s) to time (default: every available SIMD path)")
-    if quick:  # info: the short table alone, pyw8a8's paths against numpy float32
+                        help="pyw8a8 ISA(s) to time (default: every available SIMD ISA)")
+    if quick:  # info: the short table alone, pyw8a8's ISAs against numpy float32
         args = parser.parse_args(argv)
-        isas = _checked_paths(parser, args.isa or [], "--isa")
+        isas = _checked_isas(parser, args.isa or [], "--isa")
         return _table_main(args, isas, QUICK_SHAPES, with_peers=False, rotated=False)
     parser.add_argument("--no-peers", action="store_true",
                         help="only numpy float32 and pyw8a8")
@@ -361,11 +361,11 @@ def main(argv=None, quick=False):
     parser.add_argument("--dask-chunk", type=_option_type(parse_count), default=4096,
                         help="rows per chunk of --dask (default 4096)")
     parser.add_argument("--crossover", nargs=2, metavar=("WIDE", "NARROW"),
-                        help="only the M from which path WIDE beats path NARROW (amx "
+                        help="only the M from which ISA WIDE beats ISA NARROW (amx "
                              "avx512vnni: the small-M fallback's threshold)")
     args = parser.parse_args(argv)
-    isas = _checked_paths(parser, args.isa or [], "--isa")
-    _checked_paths(parser, args.crossover or [], "--crossover")
+    isas = _checked_isas(parser, args.isa or [], "--isa")
+    _checked_isas(parser, args.crossover or [], "--crossover")
     if args.dask or args.dask_large:
         return _dask_main(args, quick)
     if args.mixed:
@@ -385,8 +385,8 @@ def main(argv=None, quick=False):
 
 
 def _default_isas():
-    """The table's paths unless --isa names some: every SIMD path this CPU runs (a small-M
-    fallback in the column of the path it serves)."""
+    """The table's ISAs unless --isa names some: every SIMD ISA this CPU runs (a small-M
+    fallback in the column of the ISA it serves)."""
     return [i for i in _cpu.available_isas()
             if not i.startswith("scalar")] or ["scalar"]
 
@@ -406,7 +406,7 @@ def _table_main(args, isas, shapes, with_peers, rotated=True):
     nthreads = _threads.get_num_threads()
     peaks = {isa: int8_peak_gops(isa, nthreads) for isa in isas}
     for isa, gops in peaks.items():
-        print(f"int8 instruction peak of path {isa}: {gops:.0f} GOPS ({nthreads} threads)")
+        print(f"int8 instruction peak of ISA {isa}: {gops:.0f} GOPS ({nthreads} threads)")
     fp32_peak, fp32_width = fp32_peak_gops(nthreads)
     if fp32_peak:
         print(f"float32 FMA peak ({fp32_width}, numpy's instruction): {fp32_peak:.0f} GOPS "
@@ -430,8 +430,8 @@ GOPS_NOTE = ("GOPS = 2*M*N*K / median time, activation quantization included, ea
              "contender in a process of its own. pyw8a8 runs with rotation off, the "
              "'rotated' column with it on (block 128); torch int8: the fastest of torch's "
              "dynamic int8 engines, named; xnnpack int8: XNNPACK through LiteRT; vs best "
-             "peer: the fastest pyw8a8 path over the fastest int8 peer (below 1.00x: the "
-             "peer is faster); % peak: of the path's instruction loop above, which a "
+             "peer: the fastest pyw8a8 ISA over the fastest int8 peer (below 1.00x: the "
+             "peer is faster); % peak: of the ISA's instruction loop above, which a "
              "kernel can pass when it issues faster than that loop")
 
 

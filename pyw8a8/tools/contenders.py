@@ -1,5 +1,5 @@
 """The contenders of the bench's table: the data of a shape, and each contender (numpy
-float32, a pyw8a8 path, rotated or not, and the peers) as a function of no arguments that
+float32, a pyw8a8 ISA, rotated or not, and the peers) as a function of no arguments that
 runs one product, built where it is timed (in a process of its own)."""
 import numpy as np
 
@@ -25,8 +25,8 @@ def _numpy_f32(x, w):
 
 
 def pyw8a8_product(x, w, isa, rotate=False):
-    """matmul of x with w packed, on path `isa`: called as a user calls it where `isa` is
-    the process's path; another path runs in a use_ops body built once (use_isa would
+    """matmul of x with w packed, on ISA `isa`: called as a user calls it where `isa` is
+    the process's ISA; another ISA runs in a use_ops body built once (use_isa would
     check the name and build its IsaOps on every call)."""
     packed = pack_weight(w, rotate=rotate)
     if isa == _cpu.isa():
@@ -44,7 +44,7 @@ ROTATED = " rotated"
 
 
 def contender_names(isas, with_peers=True, rotated=True):
-    """The table's contenders: numpy float32, each pyw8a8 path of `isas`, (`rotated`) the
+    """The table's contenders: numpy float32, each pyw8a8 ISA of `isas`, (`rotated`) the
     first of them with rotation on, then (`with_peers`) ONNX Runtime, XNNPACK (LiteRT)
     and each of torch's engines where they are installed."""
     names = ["numpy f32"] + [f"pyw8a8 {isa}" for isa in isas]

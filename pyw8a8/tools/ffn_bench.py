@@ -168,7 +168,7 @@ def main(rounds, min_time, shapes=None, with_peers=True):
     names = contender_names(with_peers)
     rows = run(shapes or SHAPES, names, rounds, min_time)
     print(f"\nGated FFN gelu_tanh(x @ Wg.T) * (x @ Wu.T), M tokens, K -> N; medians of "
-          f"interleaved rounds, each contender in a process of its own; pyw8a8 path "
+          f"interleaved rounds, each contender in a process of its own; pyw8a8 ISA "
           f"{_cpu.isa()}, rotation off; {_threads.get_num_threads()} threads")
     for line in format_rows(rows):
         print(line)

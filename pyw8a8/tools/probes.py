@@ -1,4 +1,4 @@
-"""What bounds a product on this CPU, measured: each path's instruction peak, the float32
+"""What bounds a product on this CPU, measured: each ISA's instruction peak, the float32
 FMA peak, the read bandwidths of memory and the last-level cache, and the rotation's cost
 (its transform against a copy, and the rotated product against the plain one)."""
 import statistics
@@ -27,7 +27,7 @@ def _gops_of(run, seconds):
 
 
 def int8_peak_gops(isa, nthreads, seconds=0.3):
-    """Instruction peak of path `isa` (which this CPU must run): its microkernel's inner
+    """Instruction peak of ISA `isa` (which this CPU must run): its microkernel's inner
     instruction sequence in independent register chains on every thread (GOPS)."""
     ops = _cpu.checked_ops(isa, "isa")
     return _gops_of(lambda iters: _probes.peak_macs(ops, iters, nthreads), seconds)
@@ -125,7 +125,7 @@ def rotated_matmul_cost(isa, rounds, min_time):
 
 
 def print_rotation(isa, rounds, min_time):
-    print(f"\nRotation (path {isa}, {_threads.get_num_threads()} threads, medians of "
+    print(f"\nRotation (ISA {isa}, {_threads.get_num_threads()} threads, medians of "
           f"interleaved rounds)")
     print("| in-place fwht of 128-blocks | fwht GB/s | np.copyto GB/s | fwht / copy |")
     print("|---|---|---|---|")

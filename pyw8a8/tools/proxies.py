@@ -1,11 +1,11 @@
-"""Speed proxies that any machine can measure, for the paths it may not have.
+"""Speed proxies that any machine can measure, for the ISAs it may not have.
 
 * ``mca_report``: llvm-mca's predicted cycles per iteration of each x86 microkernel's inner
   loop, as compiled here with setup.py's flags, against the bound of its dot-product
-  instruction (the same tool on as many of the path's dot steps in independent registers,
+  instruction (the same tool on as many of the ISA's dot steps in independent registers,
   nothing else).  A ratio near 1 means the loop issues its dot instructions at the port
   bound: no spills, no copies, loads and broadcasts hidden.
-* ``crossover``: the smallest M from which a wide path (amx) beats a narrower one
+* ``crossover``: the smallest M from which a wide ISA (amx) beats a narrower one
   (avx512vnni), for the small-M fallback of ``_cpu``.
 * ``overhead_report``: the time of ``matmul`` with the microkernel replaced by one that
   does no arithmetic, i.e. everything around the kernels (the Python call, quantization,
@@ -26,12 +26,12 @@ import tempfile
 
 import numpy as np
 
-from .. import _cpu, _paths, _threads
+from .. import _cpu, _dispatch, _threads
 from ..matmul import matmul
 from ..packing import pack_weight
 from .measure import measure
 
-# One dot step of each path in registers, as the microkernel issues it: accumulator i,
+# One dot step of each ISA in registers, as the microkernel issues it: accumulator i,
 # operands from two fixed registers (the AVX2 step through a temporary of its own).
 _DOT_STEPS = {
     "avx512vnni": lambda i: [f"vpdpbusd %zmm30, %zmm31, %zmm{i}"],
@@ -42,12 +42,12 @@ _DOT_STEPS = {
                        f"vpaddd %ymm{8 + i % 4}, %ymm{i % 8}, %ymm{i % 8}"],
 }
 
-# Paths whose inner loops llvm-mca can model: (registry name, C prefix, dot mnemonic,
+# ISAs whose inner loops llvm-mca can model: (registry name, C prefix, dot mnemonic,
 # llvm-mca CPU).  icelake-server models zmm vpdpbusd as measured on Sapphire Rapids (2 per
-# cycle); it has no AVX-VNNI, whose VEX form alderlake models.  The AVX2 paths run on CPUs
+# cycle); it has no AVX-VNNI, whose VEX form alderlake models.  The AVX2 ISA runs on CPUs
 # without VNNI: Zen 3 (znver3) and Skylake.  AMX tile instructions are not modelled by
 # llvm-mca at all (see docs/guide/performance.md for their arithmetic).
-MCA_PATHS = [("avx512vnni", "w8_avx512", "vpdpbusd", "icelake-server"),
+MCA_ISAS = [("avx512vnni", "w8_avx512", "vpdpbusd", "icelake-server"),
              ("avxvnni", "w8_avxvnni", "vpdpbusd", "alderlake"),
              ("avx2", "w8_avx2", "vpmaddubsw", "znver3"),
              ("avx2", "w8_avx2", "vpmaddubsw", "skylake")]
@@ -143,30 +143,30 @@ def find_llvm_mca():
 
 
 def mca_report(cc="cc"):
-    """Per x86 microkernel: (path, mcpu, dots per iteration, predicted cycles per
+    """Per x86 microkernel: (ISA, mcpu, dots per iteration, predicted cycles per
     iteration, the dot bound in cycles for as many dots, ratio)."""
     llvm_mca = find_llvm_mca()
     if llvm_mca is None:
         raise RuntimeError("llvm-mca not found (Debian: apt-get install llvm)")
     asm = kernels_assembly(cc)
     rows = []
-    for path, prefix, mnemonic, mcpu in MCA_PATHS:
+    for isa, prefix, mnemonic, mcpu in MCA_ISAS:
         loop = dot_loop(asm, f"{prefix}_ukernel_biased", mnemonic)
         dots = count_mnemonic(loop, mnemonic)
         cycles = mca_cycles(loop, mcpu, llvm_mca)
-        bound = mca_cycles([line for i in range(dots) for line in _DOT_STEPS[path](i)],
+        bound = mca_cycles([line for i in range(dots) for line in _DOT_STEPS[isa](i)],
                            mcpu, llvm_mca)
-        rows.append((path, mcpu, dots, cycles, bound, cycles / bound))
+        rows.append((isa, mcpu, dots, cycles, bound, cycles / bound))
     return rows
 
 
 def print_mca(cc="cc"):
     print("llvm-mca: predicted cycles per iteration of each microkernel's inner loop "
           "(the full register tile), against its dot instruction's bound")
-    print("| path | -mcpu | dots / iteration | cycles / iteration | dot bound | ratio |")
+    print("| ISA | -mcpu | dots / iteration | cycles / iteration | dot bound | ratio |")
     print("|---|---|---|---|---|---|")
-    for path, mcpu, dots, cycles, bound, ratio in mca_report(cc):
-        print(f"| {path} | {mcpu} | {dots} | {cycles:.2f} | {bound:.2f} | {ratio:.2f} |")
+    for isa, mcpu, dots, cycles, bound, ratio in mca_report(cc):
+        print(f"| {isa} | {mcpu} | {dots} | {cycles:.2f} | {bound:.2f} | {ratio:.2f} |")
 
 
 # Per-core kernel speeds the overhead is weighed against: the AVX-512 VNNI instruction peak
@@ -177,10 +177,10 @@ OVERHEAD_SHAPES = [(64, 1152, 6912), (256, 1152, 6912), (1024, 2048, 640),
 
 
 def overhead_report(shapes, rounds, min_time, rotate=False, tile_of=None):
-    """Per shape: (shape, real seconds, no-op-kernel seconds) on the active path, the no-op
-    kernel with the register tile of path `tile_of` (default: the active path's)."""
+    """Per shape: (shape, real seconds, no-op-kernel seconds) on the active ISA, the no-op
+    kernel with the register tile of ISA `tile_of` (default: the active ISA's)."""
     rng = np.random.default_rng(0)
-    noop = _paths.IsaOps(_cpu.isa(), noop_kernel=True, tile_of=tile_of)
+    noop = _dispatch.IsaOps(_cpu.isa(), noop_kernel=True, tile_of=tile_of)
     rows = []
     for m, k, n in shapes:
         x = rng.standard_normal((m, k)).astype(np.float32)
@@ -197,13 +197,13 @@ def overhead_report(shapes, rounds, min_time, rotate=False, tile_of=None):
 
 def print_overhead(shapes, rounds, min_time):
     nthreads = _threads.get_num_threads()
-    path = _cpu.isa()
-    # The tiles of the VNNI and AMX paths too, when this CPU runs a narrower one: their
+    isa = _cpu.isa()
+    # The tiles of the VNNI and AMX ISAs too, when this CPU runs a narrower one: their
     # loop nest then runs as often as it would there (with this CPU's quantizer and
     # epilogue, which are no faster than theirs).
-    tiles = [path] + [t for t in ("avx512vnni", "amx")
-                      if t in _cpu.compiled_isas() and t != path]
-    print(f"\nOverhead around the kernels (path {path}, {nthreads} threads): matmul with a "
+    tiles = [isa] + [t for t in ("avx512vnni", "amx")
+                      if t in _cpu.compiled_isas() and t != isa]
+    print(f"\nOverhead around the kernels (ISA {isa}, {nthreads} threads): matmul with a "
           "microkernel that does no arithmetic, against the product's time at the kernel "
           "speeds below (budgets: <= 10% at 650 GOPS/core, <= 25% at 4 TOPS/core); "
           "'tile' is the register tile the loop nest runs with")
@@ -227,7 +227,7 @@ CROSSOVER_ROWS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 
 
 def crossover(wide, narrow, k, n, rounds, min_time, rows=CROSSOVER_ROWS):
-    """Per M: (M, seconds on path `wide`, seconds on path `narrow`), both paths forced
+    """Per M: (M, seconds on ISA `wide`, seconds on ISA `narrow`), both ISAs forced
     (no small-M fallback), taking turns; and the smallest M from which `wide` is faster
     at every larger M measured (None if it never is)."""
     ops = {name: _cpu.checked_ops(name, "--crossover") for name in (wide, narrow)}
@@ -268,7 +268,7 @@ def print_crossover(wide, narrow, rounds, min_time, k=2048, n=2048):
     return start
 
 
-def main(argv, rounds, min_time, shapes=None, crossover_paths=None):
+def main(argv, rounds, min_time, shapes=None, crossover_isas=None):
     """Entry of ``bench --mca`` / ``--overhead`` / ``--crossover``, on options the bench's
     parser has checked.
 
@@ -282,8 +282,8 @@ def main(argv, rounds, min_time, shapes=None, crossover_paths=None):
         Seconds of calls per contender per round (> 0).
     shapes : list of (int, int, int), optional
         (M, K, N) of ``--overhead`` (default: ``OVERHEAD_SHAPES``).
-    crossover_paths : (str, str), optional
-        The WIDE and NARROW paths of ``--crossover``, both supported by this CPU.
+    crossover_isas : (str, str), optional
+        The WIDE and NARROW ISAs of ``--crossover``, both supported by this CPU.
 
     Returns
     -------
@@ -299,6 +299,6 @@ def main(argv, rounds, min_time, shapes=None, crossover_paths=None):
             return 1
     if "--overhead" in argv:
         print_overhead(shapes or OVERHEAD_SHAPES, rounds, min_time)
-    if crossover_paths:
-        print_crossover(*crossover_paths, rounds, min_time)
+    if crossover_isas:
+        print_crossover(*crossover_isas, rounds, min_time)
     return 0

@@ -90,7 +90,7 @@ def tensors_of(packed: PackedWeight) -> tuple[torch.Tensor, ...]:
     """(panels, psum, scales, header): torch's own copies of `packed`'s arrays, with the
     weight they hold (its arrays viewing them) kept on the panels, so nothing is checked
     again.  Copies, not numpy's memory: torch.export.save reads a buffer's storage, which
-    for an empty array from numpy (the sums of a path that needs none) has no address."""
+    for an empty array from numpy (the sums of an ISA that needs none) has no address."""
     panels, psum, scales = (torch.from_numpy(a).clone() for a in (packed.panels, packed.psum,
                                                                   packed.scales))
     head = header(packed)

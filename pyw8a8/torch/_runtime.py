@@ -16,7 +16,7 @@ import os
 
 import torch
 
-from .. import _paths, _thread_policy
+from .. import _dispatch, _thread_policy
 
 
 def shares_runtime() -> bool:
@@ -34,6 +34,6 @@ def follow_torch_threads() -> None:
     """Run the calling thread's next products on torch's thread count, unless
     pyw8a8.set_num_threads overrides it (a C call that changes nothing when the counts
     already agree)."""
-    if _paths.threads_override() is None:
-        _paths.follow_threads(torch.get_num_threads())
+    if _dispatch.threads_override() is None:
+        _dispatch.follow_threads(torch.get_num_threads())
 

@@ -336,7 +336,7 @@ def test_corrupted_dict_is_rejected(weight, encoding):
                                   ["avx2"]])
 def test_set_isa_with_bad_names(name):
     before = pyw8a8.isa()
-    with pytest.raises(ValueError, match=r"isa=.*not an instruction-set path"):
+    with pytest.raises(ValueError, match=r"isa=.*not an ISA of pyw8a8"):
         pyw8a8.set_isa(name)
     with pytest.raises(ValueError):
         with pyw8a8.use_isa(name):
@@ -345,8 +345,8 @@ def test_set_isa_with_bad_names(name):
 
 
 def _unsupported_isas():
-    from pyw8a8 import _paths
-    return [n for n in _paths.isa_names() if n not in pyw8a8.available_isas()]
+    from pyw8a8 import _dispatch
+    return [n for n in _dispatch.isa_names() if n not in pyw8a8.available_isas()]
 
 
 def test_set_isa_the_cpu_lacks():
@@ -369,20 +369,20 @@ def test_unknown_pyw8a8_isa_fails_cleanly(value):
     r = _import_with_isa(value)
     assert r.returncode > 0, r  # an exception, not a signal
     assert "PYW8A8_ISA" in r.stderr and repr(value) in r.stderr
-    assert "not an instruction-set path" in r.stderr
+    assert "not an ISA of pyw8a8" in r.stderr
 
 
 def test_pyw8a8_isa_the_cpu_lacks_fails_cleanly():
     names = _unsupported_isas()
     if not names:
-        pytest.skip("this CPU runs every compiled path")
+        pytest.skip("this CPU runs every compiled ISA")
     for name in names:
         r = _import_with_isa(name)
         assert r.returncode > 0, r
         assert "PYW8A8_ISA" in r.stderr and "does not support" in r.stderr
 
 
-def test_pyw8a8_isa_selects_each_available_path(any_isa):
+def test_pyw8a8_isa_selects_each_available_isa(any_isa):
     r = _import_with_isa(f" {any_isa} ")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == any_isa

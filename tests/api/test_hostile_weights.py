@@ -1,5 +1,5 @@
 """Altered and hand-built PackedWeights, and operands at the ends of float32's range: a clean
-exception or a right result on every path, never a crash, a hang or NaN from finite data."""
+exception or a right result on every ISA, never a crash, a hang or NaN from finite data."""
 import numpy as np
 import pytest
 from hypothesis import given
@@ -38,7 +38,7 @@ def test_hand_built_weights_with_bad_settings_are_refused(kwargs, match):
         PackedWeight(p.shape, p.encoding, p.panels, p.psum, p.scales, **settings)
 
 
-def test_a_weight_whose_arrays_no_longer_fit_its_rotation_is_refused_on_every_path():
+def test_a_weight_whose_arrays_no_longer_fit_its_rotation_is_refused_on_every_isa():
     """Arrays of a block-128 weight under block 64 (K = 2049 rounds up differently)."""
     good = pyw8a8.pack_weight(W, block=128, pad=True)
     bad = PackedWeight(good.shape, good.encoding, good.panels, good.psum, good.scales,

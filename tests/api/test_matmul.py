@@ -1,18 +1,18 @@
-"""matmul / matmul_pair / pack_weight against references, on every path and encoding."""
+"""matmul / matmul_pair / pack_weight against references, on every ISA and encoding."""
 import os
 
 import numpy as np
 import pytest
 
 import pyw8a8
-from pyw8a8 import _cpu, _kernels, _paths, _threads
+from pyw8a8 import _cpu, _dispatch, _kernels, _threads
 
 ENCODINGS = ["biased", "signed"]
 
 
 @pytest.fixture
 def isa(any_isa):
-    """Every compiled path (conftest's any_isa: skipped, with the reason, where this CPU
+    """Every compiled ISA (conftest's any_isa: skipped, with the reason, where this CPU
     lacks it)."""
     return any_isa
 
@@ -64,7 +64,7 @@ def test_close_to_float_product(isa, encoding):
     assert rel_err(y, ref) <= 0.6
 
 
-def test_paths_agree(isa):
+def test_isas_agree(isa):
     x, w = realistic(np.random.default_rng(1), 40, 700, 90)
     packed = pyw8a8.pack_weight(w, rotate=False)
     with pyw8a8.use_isa("scalar"):
@@ -194,7 +194,7 @@ def test_isa_selection():
     assert "scalar" in pyw8a8.available_isas()
     features = pyw8a8.cpu_features()
     assert {"avx2", "avx512_vnni", "avx_vnni", "amx_int8"} <= set(features)
-    with pytest.raises(ValueError, match="not an instruction-set path"):
+    with pytest.raises(ValueError, match="not an ISA of pyw8a8"):
         pyw8a8.set_isa("sse9")
 
 
@@ -212,9 +212,9 @@ def test_thread_count_controls():
 
 @pytest.mark.parametrize("rotate", [False, True])
 @pytest.mark.parametrize("m", [1, 3, 40])
-def test_compiled_call_path_equals_the_general_path(any_isa, rotate, m):
+def test_compiled_call_equals_the_general_route(any_isa, rotate, m):
     """A C-contiguous float32 x without out= takes the one compiled entry point; anything
-    else the general path: the bits must not depend on which."""
+    else the general route: the bits must not depend on which."""
     x, w = realistic(np.random.default_rng(m), m, 200, 70)
     packed = pyw8a8.pack_weight(w, rotate=rotate)
     fast = pyw8a8.matmul(x, packed)
@@ -225,7 +225,7 @@ def test_compiled_call_path_equals_the_general_path(any_isa, rotate, m):
     np.testing.assert_array_equal(pyw8a8.matmul(x, packed, out=out), fast)
 
 
-def test_compiled_call_path_keeps_the_errors():
+def test_compiled_call_keeps_the_errors():
     x, w = realistic(np.random.default_rng(0), 5, 64, 16)
     packed = pyw8a8.pack_weight(w)
     x[3, 7] = np.nan
@@ -258,9 +258,9 @@ def _settle(x, packed, calls=400):
 
 @pytest.mark.parametrize("rotate", [False, True])
 @pytest.mark.parametrize("lead", [(1,), (3,), (2, 20), ()], ids=str)
-def test_settled_compiled_call_equals_the_general_path(any_isa, rotate, lead):
+def test_settled_compiled_call_equals_the_general_route(any_isa, rotate, lead):
     """Once a weight settled a blocking for a row count, matmul runs from C
-    (_kernels.settled_product): same bits as the general path, any leading dimensions."""
+    (_kernels.settled_product): same bits as the general route, any leading dimensions."""
     x, w = realistic(np.random.default_rng(len(lead)), max(1, int(np.prod(lead))), 200, 70)
     x = x.reshape(lead + (200,))
     packed = pyw8a8.pack_weight(w, rotate=rotate)
@@ -272,8 +272,8 @@ def test_settled_compiled_call_equals_the_general_path(any_isa, rotate, lead):
 
 
 def test_settled_compiled_call_declines_every_other_call():
-    """settled_product answers None (the general path then runs) for every call that is
-    not a settled float32 one of this weight, path, row count and thread count."""
+    """settled_product answers None (the general route then runs) for every call that is
+    not a settled float32 one of this weight, ISA, row count and thread count."""
     rng = np.random.default_rng(3)
     x = rng.standard_normal((6, 96)).astype(np.float32)
     packed = pyw8a8.pack_weight(rng.standard_normal((40, 96)).astype(np.float32))
@@ -301,17 +301,17 @@ def test_settled_compiled_call_declines_every_other_call():
     # place, and the next general call of 6 rows brings it back.
     pyw8a8.matmul(x, packed)
     assert _settled(x, plan, scratch) is not None
-    # Another thread count, another path: not the settled call.
+    # Another thread count, or another ISA: not the settled call.
     if pyw8a8.get_num_threads() > 1 and 6 * 96 * 40 >= _threads.SERIAL_WORK:
         pyw8a8.set_num_threads(1)
         try:
             assert _settled(x, plan, scratch) is None
         finally:
             pyw8a8.set_num_threads(None)
-    # The path is matched by name: use_isa's fresh IsaOps of the same path is the same call.
+    # The ISA is matched by name: use_isa's fresh IsaOps of the same ISA is the same call.
     with pyw8a8.use_isa(pyw8a8.isa()):
         assert _settled(x, plan, scratch) is not None
-    noop = _paths.IsaOps(pyw8a8.isa(), noop_kernel=True)
+    noop = _dispatch.IsaOps(pyw8a8.isa(), noop_kernel=True)
     with _cpu.use_ops(noop):
         assert _settled(x, plan, scratch) is None
         y_noop = pyw8a8.matmul(x, packed)
@@ -349,9 +349,9 @@ def _settle_call(call, fast, calls=400):
 
 @pytest.mark.parametrize("rotate", [False, True])
 @pytest.mark.parametrize("m", [1, 24])
-def test_settled_layer_and_pair_calls_equal_the_general_path(any_isa, rotate, m):
+def test_settled_layer_and_pair_calls_equal_the_general_route(any_isa, rotate, m):
     """matmul with bias and activation, matmul_pair, and its gated form also run from C
-    once settled: the same bits as the general path (an F-ordered x takes it)."""
+    once settled: the same bits as the general route (an F-ordered x takes it)."""
     rng = np.random.default_rng(m)
     x, w = realistic(rng, m, 160, 48)
     gate = pyw8a8.pack_weight(w, rotate=rotate)
@@ -380,7 +380,7 @@ def test_settled_layer_and_pair_calls_equal_the_general_path(any_isa, rotate, m)
 
 def test_settled_layer_call_declines_what_it_does_not_check():
     """Biases not already finite float32 vectors of N, unknown activations, weights that do
-    not pair up: None from the compiled call, and the general path's errors from matmul."""
+    not pair up: None from the compiled call, and the general route's errors from matmul."""
     rng = np.random.default_rng(5)
     x = rng.standard_normal((4, 64)).astype(np.float32)
     gate, up = (pyw8a8.pack_weight(rng.standard_normal((32, 64)).astype(np.float32))

@@ -1,8 +1,8 @@
 """PackedWeight travels: pickle, copy.deepcopy and a process pool (issue 14).
 
 A pickle holds the packed bytes, scales, sums, block, seed, encoding and format version,
-with no float copy, and unpickles on a process whose path differs (each encoding runs
-exactly on every path).
+with no float copy, and unpickles on a process whose ISA differs (each encoding runs
+exactly on every ISA).
 """
 import concurrent.futures
 import copy
@@ -98,9 +98,9 @@ def test_unpickle_checks_what_it_loads():
 
 
 @pytest.mark.parametrize("encoding", ["biased", "signed"])
-def test_every_encoding_on_every_path(encoding, any_isa):
-    """A weight packed for one CPU (biased on x86, signed on Arm) runs on any path: the
-    unpickled weight gives, on each path, the same bits as the original on that path."""
+def test_every_encoding_on_every_isa(encoding, any_isa):
+    """A weight packed for one CPU (biased on x86, signed on Arm) runs on any ISA: the
+    unpickled weight gives, on each ISA, the same bits as the original on that ISA."""
     packed, x = weight_and_x(300, dict(encoding=encoding))
     loaded = pickle.loads(pickle.dumps(packed))
     y = pyw8a8.matmul(x, loaded)
@@ -111,17 +111,17 @@ def test_every_encoding_on_every_path(encoding, any_isa):
 
 
 def _remote_matmul(x, packed, isa):
-    """In a worker process: the product on path `isa`, and what the worker saw."""
+    """In a worker process: the product on ISA `isa`, and what the worker saw."""
     if isa is not None:
         pyw8a8.set_isa(isa)
     return pyw8a8.matmul(x, packed), pyw8a8.isa(), repr(packed)
 
 
 def test_process_pool(any_isa):
-    """Weights sent to fresh (spawned) processes, set to a path (or left on their default),
-    give the bits the parent gets on that path."""
+    """Weights sent to fresh (spawned) processes, set to an ISA (or left on their default),
+    give the bits the parent gets on that ISA."""
     jobs = [(k, kw, isa) for (k, kw), isa in zip(CASES, [None] + [any_isa] * len(CASES))]
-    default = []  # the process-wide path (any_isa holds for this thread only)
+    default = []  # the process-wide ISA (any_isa holds for this thread only)
     probe = threading.Thread(target=lambda: default.append(pyw8a8.isa()))
     probe.start()
     probe.join()

@@ -1,12 +1,12 @@
 """Property-based tests (Hypothesis): exactness of the integer products, accuracy of the float
-products, and agreement between instruction-set paths and weight encodings, over shapes
+products, and agreement between ISAs and weight encodings, over shapes
 (0 and 1 in every dimension, K across the 64-byte padding and the K-range boundaries),
 dtypes, memory orders and hostile values (zeros, +-127, denormals, 3e38, one outlier per row).
 
-Every test runs on every compiled path (the ``any_isa`` fixture: a path this CPU lacks is a
+Every test runs on every compiled ISA (the ``any_isa`` fixture: an ISA this CPU lacks is a
 skip with its reason) with both encodings, against the same references, and the float
-products bit for bit against the ``scalar`` path, so an AVX-512 or AMX machine checks its
-own paths.  The number of
+products bit for bit against the ``scalar`` ISA, so an AVX-512 or AMX machine checks its
+own ISAs.  The number of
 examples is set by the Hypothesis profile (see conftest.py).
 """
 import importlib.util
@@ -56,7 +56,7 @@ def dims(small, specials):
 
 M_DIMS = dims(9, (13, 17, 31))
 N_DIMS = dims(20, (31, 32, 33, 47, 64, 65))
-# Across the 64-byte K padding and the K-range (kc) boundaries of every path.
+# Across the 64-byte K padding and the K-range (kc) boundaries of every ISA.
 K_DIMS = dims(70, (127, 128, 129, 255, 256, 257, 511, 512, 513, 1000, 2047, 2048, 2049,
                    4160))
 SEEDS = st.integers(0, 2**32 - 1)
@@ -199,8 +199,8 @@ def test_int8_matmul_is_exact(any_isa, m, n, k, pa, pw, la, lw, seed):
 
 
 def _check_matmul(isa, x, w, xshape, dtype, layout, out_kind, rotate, block=128, seed=0):
-    """matmul on path `isa` (and on scalar, the reference path) with both encodings:
-    within tolerance of the float64 reference and bit-identical across paths and
+    """matmul on ISA `isa` (and on scalar, the reference ISA) with both encodings:
+    within tolerance of the float64 reference and bit-identical across ISAs and
     encodings."""
     k = xshape[-1]
     x = relayout(x.reshape(xshape).astype(dtype), layout)
@@ -212,14 +212,14 @@ def _check_matmul(isa, x, w, xshape, dtype, layout, out_kind, rotate, block=128,
         assume(np.all(np.isfinite(xq)))
     results = {}
     quantized = {}
-    for path in dict.fromkeys((isa, "scalar")):
-        with pyw8a8.use_isa(path):
+    for name in dict.fromkeys((isa, "scalar")):
+        with pyw8a8.use_isa(name):
             for enc in ENCODINGS:
                 packed = _pack_centred(w, xq, k, encoding=enc, rotate=rotate,
                                        **({"block": block, "seed": seed} if rotate else {}))
                 n = packed.shape[0]
                 ref, mag, (qa, sa) = reference(xq, packed)
-                quantized[path] = (qa, sa)
+                quantized[name] = (qa, sa)
                 oshape = xshape[:-1] + (n,)
                 if out_kind is None:
                     y = pyw8a8.matmul(x, packed)
@@ -228,21 +228,21 @@ def _check_matmul(isa, x, w, xshape, dtype, layout, out_kind, rotate, block=128,
                     y = pyw8a8.matmul(x, packed, out=out)
                     assert y is out
                 assert y.dtype == np.float32 and y.shape == oshape
-                note(f"{path} {enc}")
+                note(f"{name} {enc}")
                 assert_within_tolerance(y.reshape(ref.shape), ref, mag, 1)
                 # One conversion of the exact sum and two float32 products: within three
                 # roundings of the exact result itself (docs/guarantees.md).
                 err = np.abs(y.reshape(ref.shape).astype(np.float64) - ref)
-                assert np.all(err <= 3.001 * U * np.abs(ref) + 1e-45), f"{path} {enc}"
-                results[path, enc] = y
-    # Quantization is bit-identical on every path.
+                assert np.all(err <= 3.001 * U * np.abs(ref) + 1e-45), f"{name} {enc}"
+                results[name, enc] = y
+    # Quantization is bit-identical on every ISA.
     np.testing.assert_array_equal(quantized[isa][0], quantized["scalar"][0])
     np.testing.assert_array_equal(quantized[isa][1], quantized["scalar"][1])
-    # Float results: bit-identical between encodings and between paths (the same exact
+    # Float results: bit-identical between encodings and between ISAs (the same exact
     # sum, the same three roundings).
     base = results["scalar", "biased"]
-    for (path, enc), y in results.items():
-        np.testing.assert_array_equal(y, base, err_msg=f"{path} {enc} vs scalar")
+    for (name, enc), y in results.items():
+        np.testing.assert_array_equal(y, base, err_msg=f"{name} {enc} vs scalar")
 
 
 @pytest.mark.exhaustive

@@ -1,4 +1,4 @@
-"""Properties of the per-token and per-channel quantizers on every path."""
+"""Properties of the per-token and per-channel quantizers on every ISA."""
 import numpy as np
 import pytest
 
@@ -9,7 +9,7 @@ QUANTIZERS = [pyw8a8.quantize_per_token, pyw8a8.quantize_per_channel]
 
 @pytest.fixture
 def isa(any_isa):
-    """Every compiled path (conftest's any_isa: skipped, with the reason, where this CPU
+    """Every compiled ISA (conftest's any_isa: skipped, with the reason, where this CPU
     lacks it)."""
     return any_isa
 
@@ -48,7 +48,7 @@ def test_round_half_to_even(isa):
     np.testing.assert_array_equal(q[0, :8], [127, 0, 2, 2, 0, -2, -2, 4])
 
 
-def test_paths_agree_bit_for_bit(isa):
+def test_isas_agree_bit_for_bit(isa):
     x = _rows(np.random.default_rng(1), 33, 1000)
     with pyw8a8.use_isa("scalar"):
         q0, s0 = pyw8a8.quantize_per_token(x)

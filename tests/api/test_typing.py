@@ -36,7 +36,7 @@ def run(args):
 def test_package_is_marked_typed():
     package = Path(pyw8a8.__file__).parent
     assert (package / "py.typed").is_file()
-    for module in ("_paths", "_kernels", "_outputs", "_rows", "_probes"):
+    for module in ("_dispatch", "_kernels", "_outputs", "_rows", "_probes"):
         assert (package / f"{module}.pyi").is_file(), module
 
 
@@ -77,6 +77,6 @@ def test_compiled_module_stubs_match_the_modules(mypy_cache):
     result = run([sys.executable, "-m", "mypy.stubtest", "--mypy-config-file",
                   str(ROOT / "pyproject.toml"), "--allowlist",
                   str(ROOT / "tests" / "api" / "typing" / "stubtest_allowlist.txt"),
-                  "pyw8a8._paths", "pyw8a8._kernels", "pyw8a8._outputs", "pyw8a8._rows",
+                  "pyw8a8._dispatch", "pyw8a8._kernels", "pyw8a8._outputs", "pyw8a8._rows",
                   "pyw8a8._probes"])
     assert result.returncode == 0, result.stdout + result.stderr

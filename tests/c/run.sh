@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds and runs the C kernel tests (tests/c/test_kernels.c) in one of three modes:
 #
-#   native    with setup.py's flags: scalar and the paths this CPU supports
-#   emulated  x86 only: every path of the registry, with the AVX-512 VNNI, AVX-VNNI and AMX
+#   native    with setup.py's flags: scalar and the ISAs this CPU supports
+#   emulated  x86 only: every ISA of the registry, with the AVX-512 VNNI, AVX-VNNI and AMX
 #             intrinsics emulated in plain C (SIMDe from the simde-py package, and the tile
 #             model of tests/c/w8_emulate.h); the binary must hold none of those
 #             instructions (checked with objdump where present)
@@ -28,7 +28,7 @@ trap 'rm -rf "$OUT"' EXIT
 
 case "${1:-}" in
 native)
-    echo "== native $(uname -m): scalar and the paths this CPU supports"
+    echo "== native $(uname -m): scalar and the ISAs this CPU supports"
     ${CC:-cc} $CFLAGS -I"$SIMD" "$SRC" -lm -o "$OUT/test_native"
     "$OUT/test_native"
     ;;
@@ -37,7 +37,7 @@ emulated)
         echo "SKIPPED: the simde-py package (SIMDe headers) is not installed"
         exit 77
     fi
-    echo "== emulated: every x86 path, intrinsics in plain C"
+    echo "== emulated: every x86 ISA, intrinsics in plain C"
     # -O1: the emulation is plain C either way, and it compiles twice as fast.
     ${CC:-cc} ${CFLAGS/-O3/-O1} -Wno-psabi -DW8_EMULATE -mavx2 -mfma -I"$SIMD" -Itests/c \
         -I"$simde" "$SRC" -lm -o "$OUT/test_emulated"

@@ -1,16 +1,16 @@
-/* Bit-exactness tests of the C core, for every instruction-set path of the registry that
+/* Bit-exactness tests of the C core, for every ISA of the registry that
  * this CPU runs, or every one (--all) in the emulated build.
  *
  * The microkernels run through the shared loop nest (w8_gemm_range) on weights packed
  * exactly as pyw8a8/packing.py packs them, and are compared with a plain int64 reference,
  * in int32, int64 (K beyond W8_EXACT_K included) and float32 output, the last bit for bit
  * against the one float formula of the epilogue; the row quantizer and the epilogue of each
- * path are compared with the scalar ones, and the FWHT of each path (and the NEON one) with
+ * ISA are compared with the scalar ones, and the FWHT of each ISA (and the NEON one) with
  * w8_scalar_fwht bit for bit and with a naive Hadamard product in double.
  *
  * Usage: test_kernels [--expect NAME] [--all]
- *   --expect NAME  the path the dispatcher must pick on this CPU
- *   --all          every path of the registry, whatever the CPU (the emulated build)
+ *   --expect NAME  the ISA the dispatcher must pick on this CPU
+ *   --all          every ISA of the registry, whatever the CPU (the emulated build)
  * Build: cc -O2 -I pyw8a8/_simd tests/c/test_kernels.c -lm
  * Emulated build (tests/kernels/test_c_kernels.py): add -DW8_EMULATE -mavx2 -mfma -I tests/c
  *   -I <SIMDe headers>: the AVX-512 VNNI, AVX-VNNI and AMX intrinsics become plain C. */
@@ -118,7 +118,7 @@ static void pack_weight(const int8_t *qw, int64_t N, int64_t K, int64_t Np, int6
     }
 }
 
-/* The reference of the prefix sums that path `ops`'s row correction reads for encoding enc
+/* The reference of the prefix sums that ISA `ops`'s row correction reads for encoding enc
  * (the signed values for W8_CORR_ROW, their negative parts for W8_CORR_NEG). */
 static w8_prefix_sums_fn reference_row_sums(const w8_isa_ops *ops, int enc)
 {
@@ -137,7 +137,7 @@ static void reference_expand_row(const uint8_t *q, int64_t Kp, uint8_t flip, uin
 }
 
 /* Quantized activations as w8_prepare_row leaves them for encoding enc: rows of Kp values
- * (W8_A_BYTES each: expanded by the reference where the path expands them), XOR a_flip,
+ * (W8_A_BYTES each: expanded by the reference where the ISA expands them), XOR a_flip,
  * and their prefix sums (the buffer's rows past M, up to whole W8_A_ROW_PAD tiles, are the
  * caller's). */
 static void pack_act(const w8_isa_ops *ops, int enc, const int8_t *qa, int64_t M, int64_t K,
@@ -383,7 +383,7 @@ static const int64_t sizes[] = {1,  2,  3,  4,   5,   15,  16,  17,
 static void test_gemm(const w8_isa_ops *ops)
 {
     /* Past W8_EXACT_K: per-range int32 sums added in int64.  The extremes make every
-     * range's raw u8 x s8 sum wrap around int32 on the +128 paths, and the total exceed
+     * range's raw u8 x s8 sum wrap around int32 on the +128 ISAs, and the total exceed
      * it (140000 * 127 * 127 > 2^31). */
     for (int kind = DATA_RANDOM; kind <= DATA_NEG; kind++)
         test_gemm_case(ops, kind, 3, 17, W8_EXACT_K + 8928);
@@ -432,7 +432,7 @@ static void compare_absmax(const w8_isa_ops *ops, const float *x, int64_t n,
           m1, r0, m0);
 }
 
-/* The path's quantized row against the scalar one, and its prefix sums against the
+/* The ISA's quantized row against the scalar one, and its prefix sums against the
  * reference of its row correction's sums over those bytes. */
 static void compare_quantize_row(const w8_isa_ops *ops, const float *x, int64_t K,
                                  const char *what)
@@ -509,7 +509,7 @@ static void test_quantizer(const w8_isa_ops *ops)
         compare_quantize_row(ops, x, n, "edge magnitudes");
     }
 
-    /* The quantizer must round half to even itself, not only agree with the scalar path. */
+    /* The quantizer must round half to even itself, not only agree with the scalar ISA. */
     static const float ties[] = {0.5f,   1.5f,    2.5f, -0.5f,       -1.5f, -2.5f,
                                  126.5f, -126.5f, 127.5f, -127.5f,   3.5f,  -3.5f,
                                  0.49999997f,     1e9f, -1e9f,       0.0f};
@@ -596,7 +596,7 @@ static void test_fwht(const fwht_case *cases, int ncases)
 
 /* ------------------------------------------------------------- epilogue --------------- */
 
-/* Every path's epilogue against the scalar one, bit for bit: random and extreme sums and
+/* Every ISA's epilogue against the scalar one, bit for bit: random and extreme sums and
  * corrections (their differences wrap around int32 as the kernels' do), with and without a
  * bias, every width from a partial vector to a full tile, in place (out over the sums) as
  * the loop nest runs it. */
@@ -645,7 +645,7 @@ static float float_of_bits(uint32_t b)
     return f;
 }
 
-/* Every path's activation pass against the scalar one, bit for bit: each activation over
+/* Every ISA's activation pass against the scalar one, bit for bit: each activation over
  * a sweep of every exponent (both signs, random mantissas), the special values (zeros,
  * infinities, NaN, the subnormals, the clamps' edges), with and without the gate's product
  * (an up tile of random sums, corrections, scales and bias). */
@@ -747,7 +747,7 @@ int main(int argc, char **argv)
         fwht[nfwht++] = (fwht_case){ops->name, ops->fwht, ops->fwht_signed};
     }
 #if defined(W8_ARM64)
-    /* Directly as well, whichever paths use it. */
+    /* Directly as well, whichever ISAs use it. */
     fwht[nfwht++] = (fwht_case){"w8_neon_fwht", w8_neon_fwht, w8_neon_fwht_signed};
 #endif
     const long before = n_passed + n_failed;

@@ -1,10 +1,10 @@
-/* The intrinsics of the AVX-512 VNNI, AVX-VNNI and AMX paths, emulated in plain C, for the
+/* The intrinsics of the AVX-512 VNNI, AVX-VNNI and AMX ISAs, emulated in plain C, for the
  * test build of tests/c (-DW8_EMULATE, with this folder and SIMDe's headers on the include
- * path): the kernels of every x86 path then run, bit for bit as on hardware, on any CPU with
- * AVX2 (the build keeps -mavx2 -mfma, so the AVX2 path and SIMDe's fallbacks stay native).
+ * path): the kernels of every x86 ISA then run, bit for bit as on hardware, on any CPU with
+ * AVX2 (the build keeps -mavx2 -mfma, so the AVX2 ISA and SIMDe's fallbacks stay native).
  *
  *   AVX-512 and AVX-VNNI: SIMDe, with its native aliases (the kernels' _mm512_* names).
- *   AMX: the small model below of the tile state and the instructions the AMX path uses.
+ *   AMX: the small model below of the tile state and the instructions the AMX ISA uses.
  *
  * Neither can catch what only real hardware shows, such as a tile configuration whose
  * stores the compiler dropped: `_kernels.amx_config_roundtrip` checks that natively. */

@@ -1,6 +1,6 @@
-"""The C-level kernel tests (tests/c): natively, with every x86 path's intrinsics emulated,
-and the Arm NEON paths under qemu.  tests/c/run.sh builds and runs each; the C program
-prints one "tested <path>" line per path and closes with "N passed, N failed"."""
+"""The C-level kernel tests (tests/c): natively, with every x86 ISA's intrinsics emulated,
+and the Arm NEON ISAs under qemu.  tests/c/run.sh builds and runs each; the C program
+prints one "tested <ISA>" line per ISA and closes with "N passed, N failed"."""
 import os
 import platform
 import re
@@ -35,25 +35,25 @@ def run_c_tests(mode):
     return output
 
 
-def paths_checked(output):
+def isas_checked(output):
     return set(re.findall(r"^tested (\w+):", output, flags=re.M)) - {"fwht"}
 
 
-def test_native_paths():
+def test_native_isas():
     output = run_c_tests("native")
-    assert paths_checked(output) == set(pyw8a8.available_isas())
+    assert isas_checked(output) == set(pyw8a8.available_isas())
 
 
-@pytest.mark.skipif(not X86, reason="the emulated build covers the x86 paths")
-def test_every_x86_path_emulated():
-    """Every compiled path's kernels, quantizer, FWHT and epilogue run on this CPU, whatever
+@pytest.mark.skipif(not X86, reason="the emulated build covers the x86 ISAs")
+def test_every_x86_isa_emulated():
+    """Every compiled ISA's kernels, quantizer, FWHT and epilogue run on this CPU, whatever
     it lacks, bit-exact against int64 references."""
     output = run_c_tests("emulated")
-    assert paths_checked(output) == set(pyw8a8.compiled_isas()), output[-2000:]
+    assert isas_checked(output) == set(pyw8a8.compiled_isas()), output[-2000:]
     if shutil.which("objdump"):
         assert "no AVX-512, VNNI or AMX instruction" in output
 
 
-def test_arm_paths_under_qemu():
+def test_arm_isas_under_qemu():
     output = run_c_tests("arm")
     assert output.count(" passed, 0 failed") == 2  # with and without dotprod

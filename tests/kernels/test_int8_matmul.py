@@ -1,4 +1,4 @@
-"""int8_matmul equals the int64 numpy reference bit for bit on every path and encoding."""
+"""int8_matmul equals the int64 numpy reference bit for bit on every ISA and encoding."""
 import itertools
 
 import numpy as np
@@ -26,7 +26,7 @@ def _grid():
 
 @pytest.fixture
 def isa(any_isa):
-    """Every compiled path (conftest's any_isa: skipped, with the reason, where this CPU
+    """Every compiled ISA (conftest's any_isa: skipped, with the reason, where this CPU
     lacks it)."""
     return any_isa
 
@@ -35,7 +35,7 @@ def isa(any_isa):
 @pytest.mark.parametrize("shape", _grid(), ids=lambda s: "x".join(map(str, s)))
 def test_random_grid(isa, encoding, shape):
     if isa.startswith("scalar") and np.prod(shape) > 3_000_000:
-        pytest.skip("the plain C paths are checked on the smaller shapes")
+        pytest.skip("the plain C ISAs are checked on the smaller shapes")
     m, n, k = shape
     rng = np.random.default_rng(hash(shape) % 2**32)
     qa = rng.integers(-127, 128, (m, k), dtype=np.int8)
@@ -75,7 +75,7 @@ def test_many_k_ranges(isa, encoding, kc):
         pyw8a8.int8_matmul(qa, qw, encoding=encoding, _kc=kc), reference(qa, qw))
 
 
-def test_paths_agree(isa):
+def test_isas_agree(isa):
     rng = np.random.default_rng(3)
     qa = rng.integers(-127, 128, (37, 300), dtype=np.int8)
     qw = rng.integers(-127, 128, (70, 300), dtype=np.int8)

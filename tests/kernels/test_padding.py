@@ -2,7 +2,7 @@
 
 A rotation block that does not divide K is zero-padded: the weight at pack time, the
 activations inside the fused quantizer. Checked for every K from 1 to 300 and a few large
-odd ones, on every path this CPU runs, with rotation on and off, against the float64
+odd ones, on every ISA this CPU runs, with rotation on and off, against the float64
 product of the rotated quantized operands.
 """
 import tracemalloc

@@ -1,14 +1,14 @@
 """fwht / rotate / unrotate, the sign hash, and the fused rotate-then-quantize path.
 
-Across instruction-set paths the FWHT and the rotation are compared bit for bit: every
-path runs the same butterfly network with exact +-1 products (see _simd/fwht.h).
+Across ISAs the FWHT and the rotation are compared bit for bit: every
+ISA runs the same butterfly network with exact +-1 products (see _simd/fwht.h).
 """
 import numpy as np
 import pytest
 from scipy.linalg import hadamard
 
 import pyw8a8
-from pyw8a8 import _kernels, _paths, _rows
+from pyw8a8 import _dispatch, _kernels, _rows
 from pyw8a8.quantize import quantize_rows
 
 LOG_NS = range(17)  # n = 1 .. 2^16
@@ -16,7 +16,7 @@ LOG_NS = range(17)  # n = 1 .. 2^16
 
 @pytest.fixture
 def isa(any_isa):
-    """Every compiled path (conftest's any_isa: skipped, with the reason, where this CPU
+    """Every compiled ISA (conftest's any_isa: skipped, with the reason, where this CPU
     lacks it)."""
     return any_isa
 
@@ -69,7 +69,7 @@ def test_fwht_matches_hadamard(isa, log_n):
 
 
 @pytest.mark.parametrize("log_n", LOG_NS)
-def test_fwht_identical_on_every_path(isa, log_n):
+def test_fwht_identical_on_every_isa(isa, log_n):
     n = 2**log_n
     x = np.random.default_rng(100 + log_n).standard_normal((2, n)).astype(np.float32)
     with pyw8a8.use_isa("scalar"):
@@ -121,7 +121,7 @@ def test_rotate_is_the_block_matrix(isa, block):
 
 
 @pytest.mark.parametrize("block", [16, 128, 4096])
-def test_rotate_identical_on_every_path(isa, block):
+def test_rotate_identical_on_every_isa(isa, block):
     x = np.random.default_rng(3).standard_normal((5, 8192)).astype(np.float32)
     with pyw8a8.use_isa("scalar"):
         expect = pyw8a8.rotate(x, block, 11), pyw8a8.unrotate(x, block, 11)
@@ -215,9 +215,9 @@ def test_sign_hash_looks_random():
     assert corr < 0.6
 
 
-def test_sign_hash_same_on_every_path(isa):
+def test_sign_hash_same_on_every_isa(isa):
     ref = 1.0 - 2.0 * _rows.sign_bits(65536 - 37, 200001, 99).astype(np.float32)
-    signs = _rows.signs(_paths.IsaOps(isa), 65536 - 37, 200001, 99)
+    signs = _rows.signs(_dispatch.IsaOps(isa), 65536 - 37, 200001, 99)
     np.testing.assert_array_equal(signs, ref)
 
 
@@ -254,7 +254,7 @@ def test_fused_quantization_threads_and_errors():
     # Finite, but sqrt(64) times the largest entry exceeds float32 (all of a block's
     # energy lands in one coefficient when x is the sign pattern).
     y = x.copy()
-    y[3] = 1e38 * _rows.signs(_paths.IsaOps("scalar"), 0, 256, 0)
+    y[3] = 1e38 * _rows.signs(_dispatch.IsaOps("scalar"), 0, 256, 0)
     with pytest.raises(ValueError, match="row 3 is finite but too large to rotate"):
         quantize_rows(y, 256, block=64)
     # A last partial block is zero-padded, so kp must hold K rounded up to the block.
@@ -330,7 +330,7 @@ def test_pack_weight_rotates_by_default():
 def test_fwht_blocks_rejects_what_it_cannot_transform():
     """The compiled entry point reads raw pointers: it checks layout itself, so a wrong call
     raises instead of writing out of bounds."""
-    isa = _paths.IsaOps(pyw8a8.isa())
+    isa = _dispatch.IsaOps(pyw8a8.isa())
     good = np.ones((4, 128), np.float32)
     fortran = np.asfortranarray(np.ones((128, 4), np.float32))
     for bad, block in [(good.astype(np.float64), 128), (fortran, 128), (good[:, ::2], 64),

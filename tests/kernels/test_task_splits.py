@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 import pyw8a8
-from pyw8a8 import _kernels, _paths, tuning
+from pyw8a8 import _dispatch, _kernels, tuning
 from pyw8a8._layout import W8_NR
 
-M, K, N = 200, 300, 100  # rows not a multiple of any path's tile, K not of 64
+M, K, N = 200, 300, 100  # rows not a multiple of any ISA's tile, K not of 64
 THREADS = 2
 
 
@@ -34,7 +34,7 @@ def test_every_split_gives_the_same_bits(any_isa, encoding, rotate):
     packed = pyw8a8.pack_weight(rng.standard_normal((N, K)).astype(np.float32),
                                 encoding=encoding, rotate=rotate)
     expected = pyw8a8.matmul(x, packed)  # whatever blocking the tuner starts with
-    ops = _paths.IsaOps(any_isa)
+    ops = _dispatch.IsaOps(any_isa)
     for blocking in _splits(ops, N, packed.kp):
         out = np.full((M, N), np.nan, np.float32)
         assert _run(ops, x, [packed.plan()], [out], blocking) == -1
@@ -47,7 +47,7 @@ def test_every_split_of_a_gated_pair_gives_the_same_bits(any_isa):
     gate, up = (pyw8a8.pack_weight(rng.standard_normal((N, K)).astype(np.float32),
                                    rotate=False) for _ in range(2))
     expected = pyw8a8.matmul_pair(x, gate, up, glu="gelu_tanh")
-    ops = _paths.IsaOps(any_isa)
+    ops = _dispatch.IsaOps(any_isa)
     for blocking in _splits(ops, N, gate.kp):
         out = np.full((M, N), np.nan, np.float32)
         assert _run(ops, x, [gate.plan(), up.plan()], [out], blocking, glu=True,
@@ -63,14 +63,14 @@ def test_a_bad_row_is_reported_by_every_split(any_isa, bad_rows):
     for i, r in enumerate(bad_rows):
         x[r, i] = np.nan if i % 2 == 0 else np.inf
     plan = pyw8a8.pack_weight(rng.standard_normal((N, K)).astype(np.float32)).plan()
-    ops = _paths.IsaOps(any_isa)
+    ops = _dispatch.IsaOps(any_isa)
     for blocking in _splits(ops, N, plan.Kp):
         out = np.empty((M, N), np.float32)
         assert _run(ops, x, [plan], [out], blocking) == min(bad_rows), blocking
 
 
 def test_the_owning_split_is_the_default_where_the_weight_fits_in_l2():
-    ops = _paths.IsaOps("scalar")
+    ops = _dispatch.IsaOps("scalar")
     small = tuning.candidates(ops, 1024, W8_NR * 4, 256, THREADS)
     assert small[0][3] >= W8_NR * 4  # over M only: each task all the columns
     large = tuning.candidates(ops, 1024, 1 << 16, 1 << 12, THREADS)

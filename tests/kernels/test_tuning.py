@@ -1,5 +1,5 @@
 """The blocking tuner: which candidate it settles on, and what it never judges."""
-from pyw8a8 import _kernels, _paths
+from pyw8a8 import _dispatch, _kernels
 from pyw8a8.tuning import ROUNDS, Tuner, _fit, candidates, kc_for
 
 SHAPE = dict(m=64, n=512, kp=640, nthreads=2)
@@ -11,7 +11,7 @@ def _choose(tuner, ops, streams=1):
 
 
 def test_first_call_is_untimed_and_the_fastest_candidate_settles():
-    ops = _paths.IsaOps("scalar")
+    ops = _dispatch.IsaOps("scalar")
     cands = candidates(ops, SHAPE["m"], SHAPE["n"], SHAPE["kp"], SHAPE["nthreads"])
     assert len(cands) > 1
     tuner = Tuner()
@@ -51,7 +51,7 @@ def test_two_weights_of_one_shape_in_one_call_settle():
 
 
 def test_gated_pairs_have_their_own_entry_sized_for_two_weights():
-    ops = _paths.IsaOps("avx2") if "avx2" in _paths.isa_names() else _paths.IsaOps(
+    ops = _dispatch.IsaOps("avx2") if "avx2" in _dispatch.isa_names() else _dispatch.IsaOps(
         "scalar")
     tuner = Tuner()
     single, _, _ = _choose(tuner, ops)
@@ -65,7 +65,7 @@ def test_gated_pairs_have_their_own_entry_sized_for_two_weights():
 def test_calls_of_one_or_two_row_tiles_take_the_whole_k():
     """Where no third row tile would reuse a B micro-panel from L1, a K-range only adds a
     pass over the output."""
-    ops = _paths.IsaOps("scalar")
+    ops = _dispatch.IsaOps("scalar")
     kp = 1 << 16  # long enough that L1, not K, bounds the K-range
     assert kc_for(ops, kp) < kp
     assert kc_for(ops, kp, m=1) == kc_for(ops, kp, m=2 * ops.mr) == kp

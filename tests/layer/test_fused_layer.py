@@ -1,6 +1,6 @@
 """The fused layer: matmul's bias and activation, matmul_pair's gated unit (glu=).
 
-Exactness: every path gives the same bits as the scalar path (the reference), and the fused
+Exactness: every ISA gives the same bits as the scalar ISA (the reference), and the fused
 forms give exactly the bits of their unfused composition (the product, plus the bias in
 float32, then the activation pass of _simd/epilogue.h; for glu, act(y1) * y2), so the fusion
 changes where the arithmetic runs, never its result.  Accuracy: each activation against a
@@ -10,7 +10,7 @@ import pytest
 from scipy.special import erfc, expit
 
 import pyw8a8
-from pyw8a8 import _kernels, _paths, _rows
+from pyw8a8 import _dispatch, _kernels, _rows
 from pyw8a8.matmul import ACTIVATIONS
 
 NAMES = list(ACTIVATIONS)
@@ -35,9 +35,9 @@ def _reference(name, x):
 
 
 def _activate(x, name, isa="scalar"):
-    """The activation pass of path `isa` on a copy of float32 x."""
+    """The activation pass of ISA `isa` on a copy of float32 x."""
     y = np.array(x, dtype=np.float32).reshape(1, -1)
-    _rows.activate(_paths.IsaOps(isa), y, ACTIVATIONS[name])
+    _rows.activate(_dispatch.IsaOps(isa), y, ACTIVATIONS[name])
     return y.reshape(np.shape(x))
 
 
@@ -60,7 +60,7 @@ def _sweep(n=1 << 20, seed=0):
 @pytest.fixture(scope="module")
 def layer():
     rng = np.random.default_rng(3)
-    k, n = 300, 70  # K past a 64-multiple, N past a 16-multiple: edge tiles on every path
+    k, n = 300, 70  # K past a 64-multiple, N past a 16-multiple: edge tiles on every ISA
     x = rng.standard_normal((37, k)).astype(np.float32)
     w_gate = rng.standard_normal((n, k)).astype(np.float32)
     w_up = rng.standard_normal((n, k)).astype(np.float32) * 0.5
@@ -73,7 +73,7 @@ def layer():
 # ---- exactness ----
 
 @pytest.mark.parametrize("name", [None] + NAMES)
-def test_matmul_bias_activation_is_bit_identical_on_every_path(any_isa, layer, name):
+def test_matmul_bias_activation_is_bit_identical_on_every_isa(any_isa, layer, name):
     got = pyw8a8.matmul(layer["x"], layer["gate"], bias=layer["bias1"], activation=name)
     with pyw8a8.use_isa("scalar"):
         want = pyw8a8.matmul(layer["x"], layer["gate"], bias=layer["bias1"], activation=name)
@@ -94,7 +94,7 @@ def test_fused_layer_equals_its_unfused_composition(any_isa, layer, name):
 @pytest.mark.parametrize("gate", ["gate", "gate_signed"])
 def test_glu_equals_activation_of_gate_times_up(any_isa, layer, name, gate):
     # The signed-encoded gate beside a biased up projection: two activation formats in one
-    # call on the VNNI paths.
+    # call on the VNNI ISAs.
     y1, y2 = pyw8a8.matmul_pair(layer["x"], layer[gate], layer["up"], bias1=layer["bias1"],
                                 bias2=layer["bias2"])
     fused = pyw8a8.matmul_pair(layer["x"], layer[gate], layer["up"], glu=name,
@@ -183,7 +183,7 @@ def test_activation_accuracy_against_float64(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_activation_is_bit_identical_on_every_path(any_isa, name):
+def test_activation_is_bit_identical_on_every_isa(any_isa, name):
     x = _sweep(1 << 16, seed=4)
     np.testing.assert_array_equal(_activate(x, name, any_isa), _activate(x, name))
 

@@ -1,4 +1,4 @@
-"""The ways Python runs code: forked and spawned workers, threads with their own path,
+"""The ways Python runs code: forked and spawned workers, threads with their own ISA,
 another OpenMP runtime in the process, Ctrl-C during a long product, and memory that runs
 out.  Each scenario runs in a fresh interpreter with a timeout, so a hang fails the test
 instead of stalling the suite."""
@@ -127,7 +127,7 @@ def test_use_isa_holds_for_its_own_thread_only():
     t.join()
     assert seen["inside"] == "scalar" and pyw8a8.isa() == default
     assert seen["other"] == default and started_inside["isa"] == default
-    np.testing.assert_array_equal(seen["other_y"], y_scalar)  # paths agree bit for bit
+    np.testing.assert_array_equal(seen["other_y"], y_scalar)  # ISAs agree bit for bit
 
 
 def test_set_isa_is_process_wide_and_use_isa_bodies_keep_theirs():
@@ -198,7 +198,7 @@ def test_torch_loaded_first_is_recognized_for_what_it_loaded():
 
 
 def test_ctrl_c_during_a_long_product_arrives_and_leaves_the_process_usable():
-    """SIGINT while the GIL is released in a product of several seconds (the scalar path):
+    """SIGINT while the GIL is released in a product of several seconds (the scalar ISA):
     KeyboardInterrupt arrives when it returns, and the next product is right."""
     proc = subprocess.Popen([sys.executable, "-c", PARENT.format(threads=2) + textwrap.dedent("""
         import signal

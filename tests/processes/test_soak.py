@@ -48,7 +48,7 @@ def _cases(rng, count=10):
 
 
 def _check(case, op, isa):
-    """One operation on path `isa`; returns a description of a mismatch, or None."""
+    """One operation on ISA `isa`; returns a description of a mismatch, or None."""
     with pyw8a8.use_isa(isa):
         if op == "matmul":
             ok = np.array_equal(pyw8a8.matmul(case["x"], case["packed"]), case["y"])
@@ -70,7 +70,7 @@ OPS = ("matmul", "pair", "pack", "pickle")
 
 
 def _run(cases, seed, deadline, failures, warmed=None):
-    """Random operations until `deadline`, each thread on paths of its own choosing; after
+    """Random operations until `deadline`, each thread on ISAs of its own choosing; after
     one pass over every case and operation, waits at the `warmed` barrier."""
     rng = np.random.default_rng(seed)
     isas = pyw8a8.available_isas()

@@ -104,9 +104,9 @@ def test_the_runtime_is_read_from_the_needed_entries_as_auditwheel_renames_them(
 
 LEAVE_CPU = """
 import os, threading
-from pyw8a8 import _paths
+from pyw8a8 import _dispatch
 cpus = sorted(os.sched_getaffinity(0))
-master = _paths.master_cpu()                # where this thread, the master, runs now
+master = _dispatch.master_cpu()                # where this thread, the master, runs now
 result = {}
 
 def worker():
@@ -114,10 +114,10 @@ def worker():
     # scheduler woke beside its master.
     os.sched_setaffinity(0, {master})
     os.sched_setaffinity(0, set(cpus))
-    result["stacked"] = _paths.leave_master_cpu(master)
+    result["stacked"] = _dispatch.leave_master_cpu(master)
     result["mask"] = sorted(os.sched_getaffinity(0))
-    result["again"] = _paths.leave_master_cpu(master)
-    result["elsewhere"] = _paths.master_cpu() != master
+    result["again"] = _dispatch.leave_master_cpu(master)
+    result["elsewhere"] = _dispatch.master_cpu() != master
 
 thread = threading.Thread(target=worker)
 thread.start()
@@ -138,7 +138,7 @@ def test_a_worker_on_its_masters_cpu_moves_off_it_for_good():
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="needs Linux")
 def test_one_cpu_leaves_a_worker_where_it_is():
     """A process restricted to one CPU has nowhere else: the worker stays."""
-    code = ("import os; from pyw8a8 import _paths; cpu = _paths.master_cpu(); "
+    code = ("import os; from pyw8a8 import _dispatch; cpu = _dispatch.master_cpu(); "
             "os.sched_setaffinity(0, {cpu}); "
-            "print(_paths.leave_master_cpu(cpu), os.sched_getaffinity(0) == {cpu})")
+            "print(_dispatch.leave_master_cpu(cpu), os.sched_getaffinity(0) == {cpu})")
     assert run(code).split() == ["False", "True"]

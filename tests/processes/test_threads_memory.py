@@ -30,7 +30,7 @@ UNDER_ASAN = "asan" in os.environ.get("LD_PRELOAD", "")
 
 def test_concurrent_calls_on_one_shared_weight_match_serial_calls(any_isa):
     rng = np.random.default_rng(5)
-    k = 2200  # more than one K-range on every path
+    k = 2200  # more than one K-range on every ISA
     packed = {enc: pyw8a8.pack_weight(rng.standard_normal((70, k)), encoding=enc, rotate=False)
               for enc in ENCODINGS}
     qw = packed["biased"].int8()
@@ -48,7 +48,7 @@ def test_concurrent_calls_on_one_shared_weight_match_serial_calls(any_isa):
         try:
             barrier.wait()
             got = []
-            # use_isa holds for its own thread only: each worker selects the path itself.
+            # use_isa holds for its own thread only: each worker selects the ISA itself.
             with pyw8a8.use_isa(any_isa):
                 for r in range(rounds):
                     for enc in ENCODINGS:
@@ -230,7 +230,7 @@ def test_many_small_calls_do_not_grow_rss(any_isa):
     _repeat(step, 1000, 0.5)  # warm up the allocator and the tuner
     gc.collect()
     before = _rss()
-    # Up to 10^5 calls (4 per step), within about 2.5 s over all the paths.
+    # Up to 10^5 calls (4 per step), within about 2.5 s over all the ISAs.
     calls = 4 * _repeat(step, 100_000 // 4, 2.5 / len(pyw8a8.compiled_isas()))
     gc.collect()
     grown = _rss() - before

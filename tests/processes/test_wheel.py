@@ -4,7 +4,7 @@ once with numpy 1.26 (the wheel is built against numpy 2).
 
 ``PYW8A8_WHEEL`` names the wheel (``make dist`` writes it to ``dist/``; ``.ci/run`` builds
 it and sets the variable); without it these tests skip. In each environment the wheel
-multiplies exactly on every path this CPU runs, its thread policy handles the libgomp
+multiplies exactly on every ISA this CPU runs, its thread policy handles the libgomp
 the wheel vendors (under a hashed name), a fork after a parallel product does not hang,
 ``python -m pyw8a8 --version`` names this checkout's version (a stale wheel fails), and
 under numpy 1.26 a fast subset of this suite passes (``NUMPY1_SUBSET``). Every command
@@ -33,7 +33,7 @@ TIMEOUT = 600  # pip reaching the package index, or a hung fork
 NUMPY = {"numpy2": ["numpy>=2"],
          "numpy1": ["numpy==1.26.4", "pytest", "hypothesis", "scipy", "ml_dtypes"]}
 # The fast subset that runs under numpy 1.26: the API and its messages, the kernels'
-# exactness on this CPU's paths, pickling, and the rotation.
+# exactness on this CPU's ISAs, pickling, and the rotation.
 NUMPY1_SUBSET = ["kernels/test_int8_matmul.py", "api/test_matmul.py", "api/test_quantize.py",
                  "api/test_messages.py", "api/test_properties.py", "api/test_pickle.py",
                  "kernels/test_rotation.py"]
@@ -48,8 +48,8 @@ def _wheel():
 
 
 def _clean_env(**extra):
-    """The environment without what would make a subprocess import the checkout, pick a
-    path, or set the OpenMP wait policy (which the thread policy would then leave alone)."""
+    """The environment without what would make a subprocess import the checkout, pick an
+    ISA, or set the OpenMP wait policy (which the thread policy would then leave alone)."""
     drop = ("PYTHONPATH", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS")
     env = {k: v for k, v in os.environ.items()
            if k not in drop and not k.startswith("PYW8A8_")}
@@ -127,7 +127,7 @@ def test_the_wheel_is_manylinux_vendors_libgomp_and_ships_no_c_sources(vendored)
         assert not [n for n in z.namelist() if n.endswith(".c")]
 
 
-EVERY_PATH = """
+EVERY_ISA = """
     import json, numpy as np, pyw8a8 as w8
     rng = np.random.default_rng(0)
     shapes = [(1, 1, 1), (1, 640, 1000), (7, 33, 129), (64, 256, 1024), (130, 65, 4097)]
@@ -136,8 +136,8 @@ EVERY_PATH = """
     with w8.use_isa("scalar"):
         reference = w8.matmul(x, weight)
     exact = {}
-    for path in w8.available_isas():
-        with w8.use_isa(path):
+    for isa in w8.available_isas():
+        with w8.use_isa(isa):
             ok = True
             for m, n, k in shapes:
                 qa = rng.integers(-127, 128, (m, k), dtype=np.int8)
@@ -145,15 +145,15 @@ EVERY_PATH = """
                 for encoding in ("biased", "signed"):
                     product = w8.int8_matmul(qa, qw, encoding=encoding)
                     ok &= np.array_equal(product, qa.astype(np.int64) @ qw.T.astype(np.int64))
-            ok &= np.array_equal(w8.matmul(x, weight), reference)  # the same on every path
-            exact[path] = bool(ok)
+            ok &= np.array_equal(w8.matmul(x, weight), reference)  # the same on every ISA
+            exact[isa] = bool(ok)
     print(json.dumps({"file": w8.__file__, "numpy": np.__version__, "exact": exact,
                       "compiled": w8.compiled_isas(), "cpu": w8.cpu_features()}))
 """
 
 
-def test_every_path_of_this_cpu_multiplies_exactly(env):
-    found = json.loads(env.check(EVERY_PATH))
+def test_every_isa_of_this_cpu_multiplies_exactly(env):
+    found = json.loads(env.check(EVERY_ISA))
     assert found["file"].startswith(env.root), found["file"]  # the wheel, not the checkout
     assert found["numpy"].startswith("1.26." if env.name == "numpy1" else "2."), found
     assert found["exact"] and all(found["exact"].values()), found

@@ -31,7 +31,7 @@ def close(y, ref, tol=0.05):
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("rotate", [True, False])
-def test_linear_is_pyw8a8_matmul_bit_for_bit_on_every_path(any_isa, activation, rotate):
+def test_linear_is_pyw8a8_matmul_bit_for_bit_on_every_isa(any_isa, activation, rotate):
     lin = dense(200, 96)
     layer = pt.Linear.from_float(lin, rotate=rotate, activation=activation)
     x = torch.randn(3, 5, 200)

@@ -10,7 +10,7 @@ from pyw8a8.tools import bench, contenders, probes
 
 
 def test_format_table_reports_peaks_and_ratios():
-    """Each path's GOPS is divided by its own peak, whichever path is fastest in the row."""
+    """Each ISA's GOPS is divided by its own peak, whichever ISA is fastest in the row."""
     rows = [((64, 1024, 1024), {"numpy f32": 100.0, "pyw8a8 avx512vnni": 150.0,
                                 "pyw8a8 avx2": 60.0, "peer": 120.0}),
             ((1, 1024, 1024), {"numpy f32": 10.0, "pyw8a8 avx512vnni": 20.0,
@@ -29,7 +29,7 @@ def test_format_table_reports_peaks_and_ratios():
 
 
 def test_peak_loops_count_their_work():
-    """Each path reaches its own loop (the registry's): the work per iteration is chains x
+    """Each ISA reaches its own loop (the registry's): the work per iteration is chains x
     lanes (12 chains) or the scalar loop's 16."""
     from pyw8a8 import _cpu, _probes
     per_iter = {"scalar": 16, "avx2": 12 * 32, "avxvnni": 12 * 32,
@@ -45,11 +45,11 @@ def test_peak_loops_count_their_work():
     assert probes.int8_peak_gops("scalar", 1, seconds=0.01) > 0
 
 
-def test_bench_refuses_a_path_this_cpu_lacks(capsys):
-    """An unsupported path would die on an illegal instruction (and amx would run without
+def test_bench_refuses_an_isa_this_cpu_lacks(capsys):
+    """An unsupported ISA would die on an illegal instruction (and amx would run without
     the tile permission): the command refuses it with a clear message instead."""
     missing = [i for i in pyw8a8.compiled_isas() if i not in pyw8a8.available_isas()]
-    for name in missing + ["no-such-path"]:
+    for name in missing + ["no-such-isa"]:
         with pytest.raises(SystemExit):
             bench.main(["--isa", name, "--no-peers"])
         assert name in capsys.readouterr().err
@@ -61,9 +61,9 @@ def test_fwht_vs_copy_measures_both_contenders():
     assert all(f > 0 and c > 0 for _, f, c in rows)
 
 
-def test_crossover_finds_where_the_wide_path_wins_for_good():
+def test_crossover_finds_where_the_wide_isa_wins_for_good():
     """The threshold of the small-M fallback (amx below it runs avx512vnni) is measured,
-    not guessed: the smallest M from which the wide path wins at every larger M."""
+    not guessed: the smallest M from which the wide ISA wins at every larger M."""
     from pyw8a8.tools import proxies
     wide = pyw8a8.available_isas()[0]
     rows, start = proxies.crossover(wide, "scalar", 128, 64, rounds=1, min_time=0.001,
@@ -73,7 +73,7 @@ def test_crossover_finds_where_the_wide_path_wins_for_good():
     wins = [m for m, t_wide, t_narrow in rows if t_wide < t_narrow]
     assert start is None or (start in wins and all(m in wins for m in (1, 8) if m >= start))
     with pytest.raises((ValueError, RuntimeError), match="--crossover"):
-        proxies.crossover("no-such-path", "scalar", 128, 64, 1, 0.001)
+        proxies.crossover("no-such-isa", "scalar", 128, 64, 1, 0.001)
 
 
 @pytest.mark.parametrize("variable", ["PYW8A8_AMX_MIN_ROWS"])
@@ -103,7 +103,7 @@ def test_torch_column_is_the_fastest_engine():
 
 
 def test_rotated_contender_has_its_own_ratio_to_the_best_peer():
-    """The first path also runs with rotation on; its column is not a peer, and its ratio
+    """The first ISA also runs with rotation on; its column is not a peer, and its ratio
     to the best peer has a column of its own."""
     names = contenders.contender_names(["avx512vnni", "avx2"], with_peers=False)
     assert names == ["numpy f32", "pyw8a8 avx512vnni", "pyw8a8 avx2",
@@ -175,8 +175,8 @@ def test_check_isolation_times_each_contender_alone_and_beside():
 def test_an_isolated_contender_reports_its_failure():
     from pyw8a8.tools.measure import Isolated
     with Isolated(contenders.build_contender, 1) as worker:
-        with pytest.raises(RuntimeError, match="no-such-path"):
-            worker.build("pyw8a8 no-such-path", 1, 64, 64).warm_up(0.001)
+        with pytest.raises(RuntimeError, match="no-such-isa"):
+            worker.build("pyw8a8 no-such-isa", 1, 64, 64).warm_up(0.001)
 
 
 def test_numpy_gelu_tanh_times_matches_float64():

@@ -45,8 +45,8 @@ def assert_usage_error(result, names):
     (["bench", "--min-time", "nan"], "--min-time"),
     (["bench", "--dask-chunk", "0"], "--dask-chunk"),
     (["bench", "--dask-shape", "1,2"], "--dask-shape"),
-    (["bench", "--crossover", "no-such-path", "scalar"], "--crossover"),
-    (["info", "--isa", "no-such-path"], "--isa"),
+    (["bench", "--crossover", "no-such-isa", "scalar"], "--crossover"),
+    (["info", "--isa", "no-such-isa"], "--isa"),
     (["quality", "--width", "192"], "--width 192"),  # the default block 128 does not divide it
     (["quality", "--tokens", "-1"], "--tokens"),
     (["quality", "--seed", "-1"], "--seed"),
@@ -62,7 +62,7 @@ BAD_SETTINGS = [("PYW8A8_ISA", "bogus"), ("PYW8A8_THREAD_POLICY", "sometimes"),
                 # libgomp crashed or exited the process when it could not create them
                 ("OMP_NUM_THREADS", str(8 * (os.cpu_count() or 1) + 1)),
                 ("OMP_NUM_THREADS", "100000,2")]
-# A path compiled in but not runnable on this CPU raises RuntimeError rather than ValueError.
+# An ISA compiled in but not runnable on this CPU raises RuntimeError rather than ValueError.
 BAD_SETTINGS += [pytest.param("PYW8A8_ISA", name, id=f"PYW8A8_ISA={name} (this CPU lacks it)")
                  for name in pyw8a8.compiled_isas() if name not in pyw8a8.available_isas()]
 

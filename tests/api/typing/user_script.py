@@ -37,12 +37,12 @@ rng = np.random.default_rng(0)
 x: F32 = rng.standard_normal((4, 256)).astype(np.float32)
 w: F32 = rng.standard_normal((32, 256)).astype(np.float32)
 
-# The CPU, its paths and the threads.
+# The CPU, its ISAs and the threads.
 features: dict[str, bool] = pyw8a8.cpu_features()
 compiled: list[str] = pyw8a8.compiled_isas()
 available: list[str] = pyw8a8.available_isas()
-path: str = pyw8a8.isa()
-pyw8a8.set_isa(path)
+isa: str = pyw8a8.isa()
+pyw8a8.set_isa(isa)
 with pyw8a8.use_isa("scalar"):
     assert pyw8a8.isa() == "scalar"
 pyw8a8.set_num_threads(1)

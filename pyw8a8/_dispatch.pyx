@@ -1,5 +1,6 @@
 # cython: language_level=3
-"""The instruction-set paths and the call setup: which path and how many threads a call runs.
+"""Dispatch: the registry's ISAs and the call setup, which picks the ISA and the thread
+count of each call.
 
 The registry (``_simd/dispatch.h``) is read here, so this is the one binary that links the
 kernels; the other compiled modules reach them through an ``IsaOps`` handle. Its state is
@@ -44,34 +45,34 @@ def cache_bytes(int level):
 
 
 def isa_names():
-    """Every path of the registry (compiled into this binary), most preferred first."""
+    """Every ISA of the registry (compiled into this binary), most preferred first."""
     return [w8_isas[i].name.decode() for i in range(W8_NUM_ISAS)]
 
 
 def isa_supported(str name):
-    """Whether this CPU (and OS) runs path `name`; for amx this asks Linux for the tile
+    """Whether this CPU (and OS) runs ISA `name`; for amx this asks Linux for the tile
     state the first time."""
     cdef const w8_isa_ops *ops = w8_isa_lookup(name.encode())
     return ops != NULL and bool(ops.supported(&_features))
 
 
 def isa_explicit_only(str name):
-    """Whether path `name` is a test path, chosen only when asked for by name."""
+    """Whether ISA `name` is a test ISA, chosen only when asked for by name."""
     cdef const w8_isa_ops *ops = w8_isa_lookup(name.encode())
     return ops != NULL and bool(ops.explicit_only)
 
 
 def best_isa():
-    """The path the dispatcher picks on this CPU."""
+    """The ISA the dispatcher picks on this CPU."""
     return w8_isa_best(&_features).name.decode()
 
 
 cdef class IsaOps:
-    """One instruction-set path: its registry entry, chosen once and passed along.
+    """One ISA: its registry entry, chosen once and passed along.
 
     ``noop_kernel=True`` gives a copy whose microkernels do no arithmetic (they store
-    zeros): everything else runs as on the path, which is what ``bench --overhead`` times;
-    ``tile_of`` then gives it the register tile (rows, panels) of another path, so the
+    zeros): everything else runs as on the ISA, which is what ``bench --overhead`` times;
+    ``tile_of`` then gives it the register tile (rows, panels) of another ISA, so the
     loop nest and epilogues run as often as they would there.
     """
 
@@ -79,16 +80,16 @@ cdef class IsaOps:
         cdef const w8_isa_ops *entry = w8_isa_lookup(name.encode())
         cdef const w8_isa_ops *tile = entry
         if entry == NULL:
-            raise ValueError(f"unknown instruction-set path {name!r}")
+            raise ValueError(f"unknown ISA {name!r}")
         if tile_of is not None:
             tile = w8_isa_lookup(tile_of.encode())
             if tile == NULL or not noop_kernel:
-                raise ValueError(f"tile_of={tile_of!r} needs noop_kernel=True and a path")
+                raise ValueError(f"tile_of={tile_of!r} needs noop_kernel=True and an ISA")
         self.table = entry[0]
         if noop_kernel:
             self.table.ukernel[0] = w8_noop_ukernel
             self.table.ukernel[1] = w8_noop_ukernel
-            if self.table.ukernel_f32[0] != NULL:  # the path finishes tiles in its kernels
+            if self.table.ukernel_f32[0] != NULL:  # the ISA finishes tiles in its kernels
                 self.table.ukernel_f32[0] = w8_noop_ukernel_f32
                 self.table.ukernel_f32[1] = w8_noop_ukernel_f32
             self.table.mr, self.table.npanels = tile.mr, tile.npanels
@@ -104,7 +105,7 @@ cdef class IsaOps:
 
     @property
     def auto_encoding(self):
-        """The weight encoding this path runs best ('biased' or 'signed')."""
+        """The weight encoding this ISA runs best ('biased' or 'signed')."""
         return "signed" if self.ops.auto_encoding == W8_ENC_SIGNED else "biased"
 
     def row_sums(self, int enc):
@@ -120,8 +121,8 @@ cdef class IsaOps:
 
 
 def amx_config_roundtrip():
-    """Load the AMX tile configuration and read it back (call only where the amx path is
-    supported): True when every byte arrived, None when this build has no AMX path."""
+    """Load the AMX tile configuration and read it back (call only where the amx ISA is
+    supported): True when every byte arrived, None when this build has no AMX ISA."""
     cdef int ok = w8_amx_config_roundtrip()
     return None if ok < 0 else bool(ok)
 
@@ -140,7 +141,7 @@ def leave_master_cpu(int cpu):
     return bool(w8_leave_master_cpu(place))
 
 
-# ---- the call setup: which path and how many threads a product runs with ----
+# ---- the call setup: which ISA and how many threads a product runs with ----
 #
 # After a product that streamed a megabyte or more through the caches, every step of
 # Python code misses them: matmul's setup in Python took 20 us at 64 x 2048 x 640 and 7 us
@@ -148,8 +149,8 @@ def leave_master_cpu(int cpu):
 # calls). So the state lives here, in C variables.
 
 cdef IsaOps _process_ops = None   # set_isa, PYW8A8_ISA, or the CPU's best
-cdef dict _small_m = {}  # path name -> (the IsaOps it runs below `rows` rows, rows)
-# The path of a use_isa body: (IsaOps, exactly), for its thread and context only.
+cdef dict _small_m = {}  # ISA name -> (the IsaOps it runs below `rows` rows, rows)
+# The ISA of a use_isa body: (IsaOps, exactly), for its thread and context only.
 cdef object _scoped_ops = contextvars.ContextVar("pyw8a8_isa", default=None)
 SCOPED_OPS = _scoped_ops
 
@@ -169,19 +170,19 @@ cdef extern from *:
 
 
 def set_process_ops(IsaOps ops):
-    """Make `ops` the process-wide path (_cpu.set_isa)."""
+    """Make `ops` the process-wide ISA (_cpu.set_isa)."""
     global _process_ops
     _process_ops = ops
 
 
 def set_small_m_ops(str name, IsaOps ops, int64_t rows):
-    """Path `name` runs products of fewer than `rows` activation rows on `ops`."""
+    """ISA `name` runs products of fewer than `rows` activation rows on `ops`."""
     _small_m[name] = (ops, rows)
 
 
 cpdef IsaOps call_ops(int64_t rows):
-    """The path of a product with `rows` activation rows on the calling thread and context
-    (a use_isa body's, or the process-wide path, or its small-M fallback); -1: not a
+    """The ISA of a product with `rows` activation rows on the calling thread and context
+    (a use_isa body's, or the process-wide ISA, or its small-M fallback); -1: not a
     product, so no fallback."""
     cdef IsaOps ops = _process_ops
     cdef bint exactly = False

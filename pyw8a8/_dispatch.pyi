@@ -1,4 +1,5 @@
-# Type stub of the paths and the call setup (_paths.pyx): what the Python modules call.
+# Type stub of the registry's ISAs and the call setup (_dispatch.pyx): what the Python
+# modules call.
 import contextvars
 from typing import Final
 

@@ -1,5 +1,5 @@
-# The instruction-set paths and the call setup (_paths.pyx), as the other compiled modules
-# cimport them: the path handle and the rules a settled call reads from C.
+# The registry's ISAs and the call setup (_dispatch.pyx), as the other compiled modules
+# cimport them: the ISA handle and the rules a settled call reads from C.
 from libc.stdint cimport int64_t
 
 from pyw8a8._core cimport w8_isa_ops
