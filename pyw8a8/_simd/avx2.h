@@ -30,6 +30,7 @@
 #define W8_V(name) w8_avx2_##name
 #define W8_V_TARGET W8_AVX2
 #include "epilogue.h"
+#include "absmax.h"
 
 /* One A row's quad as the flip trick reads it from an expanded row: its magnitudes and its
  * mask, two broadcast loads. */
@@ -208,23 +209,6 @@ W8_AVX2 static void w8_avx2_sign_scale(const float *x, float *y, int64_t n, uint
         pos += (uint32_t)len;
         n -= len;
     }
-}
-
-W8_AVX2 static int w8_avx2_absmax(const float *x, int64_t n, float *amax)
-{
-    const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
-    const __m256 fmax = _mm256_set1_ps(3.4028234663852886e38f);
-    __m256 m = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_and_ps(_mm256_loadu_ps(x + i), _mm256_castsi256_ps(absmask));
-        bad = _mm256_or_ps(bad, _mm256_cmp_ps(v, fmax, _CMP_NLE_UQ)); /* NaN or > FLT_MAX */
-        m = _mm256_max_ps(m, v);
-    }
-    if (_mm256_movemask_ps(bad)) return 1;
-    float lanes[8];
-    _mm256_storeu_ps(lanes, m);
-    return w8_absmax_finish(lanes, 8, x + i, n - i, amax);
 }
 
 W8_AVX2 static void w8_avx2_quantize(const float *x, int64_t n, float inv, uint8_t flip,

@@ -12,6 +12,7 @@
 #define W8_V(name) w8_avx512_##name
 #define W8_V_TARGET W8_AVX512
 #include "epilogue.h"
+#include "absmax.h"
 
 W8_AVX512 W8_INLINE __m512i w8_avx512_dot(__m512i acc, __m512i a, __m512i b, int biased)
 {
@@ -33,27 +34,6 @@ W8_AVX512 W8_INLINE __m512i w8_avx512_dot(__m512i acc, __m512i a, __m512i b, int
 #define W8_UK_LOAD_B w8_avx512_load_quads /* vpdpbusd takes either encoding as it is */
 #define W8_UK_DOT w8_avx512_dot
 #include "ukernel.h"
-
-/* Max |x| of 16 floats at a time; the maximum is one of the inputs whatever the order, so
- * the result equals the scalar one bit for bit. */
-W8_AVX512 static int w8_avx512_absmax(const float *x, int64_t n, float *amax)
-{
-    const __m512i absmask = _mm512_set1_epi32(0x7fffffff);
-    const __m512 fmax = _mm512_set1_ps(3.4028234663852886e38f);
-    __m512 m = _mm512_setzero_ps();
-    __mmask16 bad = 0;
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m512 v = _mm512_castsi512_ps(
-            _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(x + i)), absmask));
-        bad |= _mm512_cmp_ps_mask(v, fmax, _CMP_NLE_UQ); /* NaN or > FLT_MAX */
-        m = _mm512_max_ps(m, v);
-    }
-    if (bad) return 1;
-    float lanes[16];
-    _mm512_storeu_ps(lanes, m);
-    return w8_absmax_finish(lanes, 16, x + i, n - i, amax);
-}
 
 /* The AVX2 quantizer's arithmetic (multiply, clamp, round half to even) 16 floats at a
  * time; the clamp makes the saturating narrowing (vpmovsdb) exact. */

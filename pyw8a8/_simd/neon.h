@@ -23,6 +23,7 @@
 #define W8_V(name) w8_neon_##name
 #define W8_V_TARGET
 #include "epilogue.h"
+#include "absmax.h"
 
 #define W8_NEONDOT W8_TARGET("arch=armv8.2-a+dotprod")
 
@@ -53,21 +54,14 @@ W8_INLINE int32x4_t w8_neon_dot(int32x4_t acc, int8x16_t a, int8x16_t b, int bia
     return vpadalq_s16(acc, vpaddq_s16(lo, hi));
 }
 
-/* Both Arm ISAs: 4 rows x 4 int32x4 (one panel, 16 channels) = 16 accumulators; with the 4
- * B vectors and the broadcast row they use 21 of the 32 NEON registers.  The two kernels
- * differ only in their dot step. */
+/* Both Arm ISAs run one tile (neon_kernel.h), 4 rows x one panel; the two kernels differ
+ * only in their dot step. */
 #define W8_NEON_MR 4
 #define W8_NEON_NPANELS 1
 #define W8_UK(name) w8_neon_##name
 #define W8_UK_TARGET
-#define W8_UK_MR W8_NEON_MR
-#define W8_UK_NVEC 4
-#define W8_UK_A int8x16_t
-#define W8_UK_B int8x16_t
-#define W8_UK_BCAST w8_neon_bcast
-#define W8_UK_LOAD_B w8_neon_load_b
 #define W8_UK_DOT w8_neon_dot
-#include "ukernel.h"
+#include "neon_kernel.h"
 
 /* sdot (vdotq_s32, Armv8.2-A dotprod): each int32 lane gains the sum of four s8 x s8
  * products, exact. */
@@ -80,35 +74,8 @@ W8_NEONDOT W8_INLINE int32x4_t w8_neondot_dot(int32x4_t acc, int8x16_t a, int8x1
 
 #define W8_UK(name) w8_neondot_##name
 #define W8_UK_TARGET W8_NEONDOT
-#define W8_UK_MR W8_NEON_MR
-#define W8_UK_NVEC 4
-#define W8_UK_A int8x16_t
-#define W8_UK_B int8x16_t
-#define W8_UK_BCAST w8_neon_bcast
-#define W8_UK_LOAD_B w8_neon_load_b
 #define W8_UK_DOT w8_neondot_dot
-#include "ukernel.h"
-
-/* The maximum is one of the inputs whatever the order of comparison, so the result is
- * bit-identical to w8_scalar_absmax. */
-static int w8_neon_absmax(const float *x, int64_t n, float *amax)
-{
-    const float32x4_t fmax = vdupq_n_f32(3.4028234663852886e38f);
-    float32x4_t m = vdupq_n_f32(0.0f);
-    uint32x4_t ok = vdupq_n_u32(0xffffffffu);
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        const float32x4_t v = vabsq_f32(vld1q_f32(x + i));
-        ok = vandq_u32(ok, vcleq_f32(v, fmax)); /* false for NaN and Inf */
-        m = vmaxq_f32(m, v);
-    }
-    if (vminvq_u32(ok) == 0) return 1;
-    float tail;
-    if (w8_scalar_absmax(x + i, n - i, &tail)) return 1;
-    const float vm = vmaxvq_f32(m);
-    *amax = vm > tail ? vm : tail;
-    return 0;
-}
+#include "neon_kernel.h"
 
 static void w8_neon_quantize(const float *x, int64_t n, float inv, uint8_t flip, uint8_t *q)
 {

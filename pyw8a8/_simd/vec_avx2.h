@@ -34,6 +34,11 @@ W8_AVX2 W8_INLINE __m256i w8_avx2_select_neg_i32(__m256 c, __m256i i, __m256i j)
     return _mm256_blendv_epi8(j, i, _mm256_castps_si256(w8_avx2_negative(c)));
 }
 
+W8_AVX2 W8_INLINE int w8_avx2_above_f32(__m256 v, __m256 c)
+{
+    return _mm256_movemask_ps(_mm256_cmp_ps(v, c, _CMP_NLE_UQ));
+}
+
 W8_AVX2 W8_INLINE __m256d w8_avx2_negabs_f64(__m256d a)
 {
     return _mm256_or_pd(a, _mm256_set1_pd(-0.0));

@@ -34,6 +34,11 @@ W8_AVX512 W8_INLINE __m512i w8_avx512_select_neg_i32(__m512 c, __m512i i, __m512
     return _mm512_mask_blend_epi32(w8_avx512_negative(c), j, i);
 }
 
+W8_AVX512 W8_INLINE int w8_avx512_above_f32(__m512 v, __m512 c)
+{
+    return (int)_mm512_cmp_ps_mask(v, c, _CMP_NLE_UQ);
+}
+
 /* The sign bit set through the integer OR (AVX-512F has no _mm512_or_pd). */
 W8_AVX512 W8_INLINE __m512d w8_avx512_negabs_f64(__m512d a)
 {

@@ -56,6 +56,12 @@ W8_INLINE float64x2_t w8_neon_max_f64(float64x2_t a, float64x2_t b)
 {
     return vbslq_f64(vcgtq_f64(a, b), a, b);
 }
+W8_INLINE float32x4_t w8_neon_abs_f32(float32x4_t v) { return vabsq_f32(v); }
+/* vcleq is false for NaN. */
+W8_INLINE int w8_neon_above_f32(float32x4_t v, float32x4_t c)
+{
+    return vmaxvq_u32(vmvnq_u32(vcleq_f32(v, c))) != 0;
+}
 W8_INLINE float32x4_t w8_neon_select_neg_f32(float32x4_t c, float32x4_t x, float32x4_t y)
 {
     return vbslq_f32(vcltq_f32(c, vdupq_n_f32(0.0f)), x, y);

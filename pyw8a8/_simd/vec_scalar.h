@@ -2,8 +2,8 @@
  * vec_<isa>.h (vec_avx2.h, vec_avx512.h, vec_neon.h), each of which defines the same names
  * for its own prefix <p> (w8_scalar, w8_avx2, ...), once, as inlined functions.
  *
- * The templates (epilogue.h, fwht_driver.h, ukernel.h) are written in these names only: an
- * instruction-set header selects its vocabulary with
+ * The templates (epilogue.h, absmax.h, fwht_driver.h, ukernel.h) are written in these
+ * names only: an instruction-set header selects its vocabulary with
  *
  *   #define W8_V(name) <p>_##name     and     #define W8_V_TARGET <its target attribute>
  *
@@ -17,6 +17,8 @@
  *   set_f32(c), load_f32(p), store_f32(p, v)           unaligned
  *   add_f32, sub_f32, mul_f32, div_f32
  *   max_f32(a, b)     a > b ? a : b in each lane (x86 maxps: NaN in b passes); min_f32 as <
+ *   abs_f32(v)        |v| (the sign bit cleared)
+ *   above_f32(v, c)   an int, nonzero where a lane is NaN or above c (c ordered)
  *   select_neg_f32(c, x, y)     c < 0 ? x : y in each lane; select_neg_i32 the same on i32
  *   set_f64, add_f64, sub_f64, mul_f64, div_f64, max_f64 (as max_f32)
  *   negabs_f64(a)     -|a| (the sign bit set)
@@ -49,6 +51,8 @@ W8_INLINE float w8_scalar_mul_f32(float a, float b) { return a * b; }
 W8_INLINE float w8_scalar_div_f32(float a, float b) { return a / b; }
 W8_INLINE float w8_scalar_max_f32(float a, float b) { return a > b ? a : b; }
 W8_INLINE float w8_scalar_min_f32(float a, float b) { return a < b ? a : b; }
+W8_INLINE float w8_scalar_abs_f32(float v) { return fabsf(v); }
+W8_INLINE int w8_scalar_above_f32(float v, float c) { return !(v <= c); }
 W8_INLINE float w8_scalar_select_neg_f32(float c, float x, float y) { return c < 0.0f ? x : y; }
 
 W8_INLINE double w8_scalar_set_f64(double c) { return c; }

@@ -63,6 +63,13 @@ W8_VX_TARGET W8_INLINE W8_VX(f32) W8_VX(cvt_i32)(W8_VX(i32) i)
 {
     return W8_VX_MM(cvtepi32_ps)(i);
 }
+/* The sign bit cleared through the integer AND (AVX-512F has no _mm512_and_ps). */
+W8_VX_TARGET W8_INLINE W8_VX(f32) W8_VX(abs_f32)(W8_VX(f32) v)
+{
+    const W8_VX(i32) bits = W8_VX_MM(W8_VX_CAT(castps_si, W8_VX_BITS))(v);
+    return W8_VX_MM(W8_VX_CAT(W8_VX_CAT(castsi, W8_VX_BITS), _ps))(
+        W8_VX_MM(W8_VX_CAT(and_si, W8_VX_BITS))(bits, W8_VX(set_i32)(0x7fffffff)));
+}
 /* The exponent field of 2^i, i + 127, shifted into place. */
 W8_VX_TARGET W8_INLINE W8_VX(f32) W8_VX(pow2_i32)(W8_VX(i32) i)
 {
