@@ -137,6 +137,11 @@ class Tuner:
             entry.calls += 1
         return key, index, (kc,) + _fit(entry.cands[index], m)
 
+    def unsettled(self):
+        """How many shapes are still being tuned (their calls still try candidates)."""
+        with self._lock:
+            return sum(entry.best is None for entry in self._entries.values())
+
     def record(self, key, index, seconds):
         if index is None or index < 0:
             return

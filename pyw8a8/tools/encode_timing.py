@@ -27,7 +27,8 @@ def load_encoder():
 
 def timed_encodes(model, texts, layer_type, rounds):
     """Median encode time (seconds), median time inside `layer_type` modules (forward
-    hooks), and the products one encode made there: (rows, in_features, out_features)."""
+    hooks), and the products one encode made there: (rows, in_features, out_features,
+    the layer's index among the model's `layer_type` modules)."""
     import torch
     inside = [0.0]
     calls = []
@@ -38,11 +39,12 @@ def timed_encodes(model, texts, layer_type, rounds):
     def post(module, args, out):
         inside[0] += time.perf_counter() - module._timing_t0
         calls.append((args[0].numel() // module.in_features, module.in_features,
-                      module.out_features))
-    for module in model.modules():
-        if type(module) is layer_type:
-            module.register_forward_pre_hook(pre)
-            module.register_forward_hook(post)
+                      module.out_features, module._timing_index))
+    layers = [module for module in model.modules() if type(module) is layer_type]
+    for index, module in enumerate(layers):
+        module._timing_index = index
+        module.register_forward_pre_hook(pre)
+        module.register_forward_hook(post)
     totals, insides = [], []
     for i in range(rounds + 1):  # the first round warms up (tuning, allocations)
         inside[0], calls[:] = 0.0, []

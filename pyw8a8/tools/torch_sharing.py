@@ -12,8 +12,10 @@ attention, LayerNorm and GELU between pyw8a8 products.  Three fresh processes, e
 * **both**: the pyw8a8 model; torch's share is the encode time less the time inside the
   pyw8a8 layers, pyw8a8's share that time;
 * **pyw8a8 alone**: the very products the pyw8a8 layers made (their row counts and shapes,
-  recorded in the second process), replayed with :func:`pyw8a8.matmul`, torch never
-  imported.
+  recorded in the second process, a weight per layer and an input per call), replayed
+  with :func:`pyw8a8.matmul`, torch never imported.
+
+pyw8a8's tuner settles before either pyw8a8 process times (:func:`settle_tuning`).
 
 Each share beside the other over the same share alone is what each keeps of its speed.
 All three keep the memory they free (KEEP_FREED_MEMORY).
@@ -29,28 +31,58 @@ import time
 
 from . import encode_timing
 
+#: At most this many encodes warm pyw8a8's model up before it is timed (settle_tuning).
+SETTLE_ENCODES = 12
+
+
+def settle_tuning(encode) -> int:
+    """Call `encode()` until pyw8a8's tuner has settled every shape it met, at most
+    SETTLE_ENCODES times; how many calls that took.  An encode makes each of its products'
+    shapes a few calls (six layers, two batches), and a shape tries each of its 10-16
+    blocking candidates three times before it settles: without this, the first rounds of
+    a timing would include candidates that were being tried (up to 1.13x the fastest's
+    time, measured at 672 x 384 x 1536 on a Zen 3), which is the tuning, not the speed a
+    model runs at afterwards."""
+    from ..tuning import TUNER
+    calls = 0
+    while calls < SETTLE_ENCODES and (calls == 0 or TUNER.unsettled()):
+        encode()
+        calls += 1
+    return calls
+
 
 def _both(texts, rounds):
+    import torch
+
     import pyw8a8.torch as pt
     model = pt.quantize(encode_timing.load_encoder(), fuse=False)
+    with torch.inference_mode():
+        settle_tuning(lambda: model.encode(texts, batch_size=32))
     total, linear, calls = encode_timing.timed_encodes(model, texts, pt.Linear, rounds)
     return {"torch": total - linear, "pyw8a8": linear, "calls": calls}
 
 
 def _pyw8a8_alone(calls, rounds):
+    """The encode's products replayed: as in the model, each layer has a weight of its
+    own and each call an input of its own, so the replay moves as much memory through the
+    caches as the model's products."""
     import numpy as np
 
     from ..matmul import matmul
     from ..packing import pack_weight
     rng = np.random.default_rng(0)
-    weights = {(k, n): pack_weight(rng.standard_normal((n, k), np.float32))
-               for _, k, n in calls}
-    inputs = {(m, k): rng.standard_normal((m, k), np.float32) for m, k, _ in calls}
+    weights = {layer: pack_weight(rng.standard_normal((n, k), np.float32))
+               for _, k, n, layer in calls}
+    inputs = [rng.standard_normal((m, k), np.float32) for m, k, _, _ in calls]
+
+    def replay():
+        for x, (_, _, _, layer) in zip(inputs, calls):
+            matmul(x, weights[layer])
+    settle_tuning(replay)
     times = []
     for i in range(rounds + 1):
         t0 = time.perf_counter()
-        for m, k, n in calls:
-            matmul(inputs[m, k], weights[k, n])
+        replay()
         if i:
             times.append(time.perf_counter() - t0)
     assert "torch" not in sys.modules

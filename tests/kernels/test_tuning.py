@@ -73,3 +73,23 @@ def test_calls_of_one_or_two_row_tiles_take_the_whole_k():
     tuner = Tuner()
     for m, kc in ((1, kp), (2 * ops.mr, kp), (8 * ops.mr, kc_for(ops, kp))):
         assert tuner.choose(ops, 0, 1, m, 512, kp, 2)[2][0] == kc
+
+
+def test_unsettled_counts_the_shapes_still_tried_and_settling_waits_for_them():
+    """Tuner.unsettled() falls to zero once every shape met has settled, and the torch
+    bench's warm-up (torch_sharing.settle_tuning) calls until then, not once more."""
+    import numpy as np
+
+    import pyw8a8
+    from pyw8a8.tools.torch_sharing import SETTLE_ENCODES, settle_tuning
+    from pyw8a8.tuning import TUNER
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((40, 192)).astype(np.float32)
+    w = pyw8a8.pack_weight(rng.standard_normal((80, 192)).astype(np.float32))
+    TUNER.clear()
+    assert TUNER.unsettled() == 0
+    pyw8a8.matmul(x, w)
+    assert TUNER.unsettled() == 1
+    calls = settle_tuning(lambda: [pyw8a8.matmul(x, w) for _ in range(8)])
+    assert TUNER.unsettled() == 0 and 1 < calls < SETTLE_ENCODES
+    assert settle_tuning(lambda: pyw8a8.matmul(x, w)) == 1  # settled: one call, the minimum
