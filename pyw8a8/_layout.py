@@ -12,8 +12,10 @@ from ._kernels import W8_A_ROW_PAD, W8_EXACT_K, W8_KPAD, W8_NR, data_address  # 
 from ._outputs import (  # noqa: F401
     ALIGN_BYTES,
     ALIGNED_FROM_BYTES,
-    PLAIN_PAGES_FROM_BYTES,
+    RECYCLED_BUFFERS,
+    RECYCLED_BYTES,
     empty_output,
+    recycled_bytes,
 )
 
 

@@ -4,5 +4,7 @@ import numpy.typing as npt
 
 ALIGN_BYTES: int
 ALIGNED_FROM_BYTES: int
-PLAIN_PAGES_FROM_BYTES: int
+RECYCLED_BUFFERS: int
+RECYCLED_BYTES: int
+def recycled_bytes() -> int: ...
 def empty_output(shape: tuple[int, ...]) -> npt.NDArray[np.float32]: ...

@@ -14,59 +14,106 @@ cnp.import_array()
 # the output 16 bytes off, the AMX product at 256 x 1152 x 6912 took 1.5x as long, and a
 # split line costs the AVX-512 loads too.
 ALIGN_BYTES = 64
-# Smaller outputs (empty_output) come straight from numpy's allocator: aligning costs 0.4 us
-# a call (a view of a larger buffer), more than the split lines cost an output written once
-# by a call that reads 16 or more weight bytes per output byte (a decode step's, M = 1).
+# Smaller outputs (empty_output) come straight from numpy's allocator: aligning one costs
+# 0.4 us a call (measured as a view of a larger buffer), more than the split lines cost an
+# output written once by a call that reads 16 or more weight bytes per output byte (M = 1).
 ALIGNED_FROM_BYTES = 64 * 1024
 cdef cnp.npy_intp _align_bytes = ALIGN_BYTES, _aligned_from_bytes = ALIGNED_FROM_BYTES
 
 
-# From 4 MiB on, numpy asks the kernel for transparent huge pages (madvise), and where the
-# kernel then compacts memory to find them (defrag "madvise", the default of many systems)
-# each fresh output pays for it: on the Zen 5 host, an 18 MiB array took 42 ms to allocate
-# and fill against 7.5 ms without the advice, and a sentence encoder's linear layers twice
-# their time alone.  An output is written once and read by the next operation, which huge
-# pages do not speed up, so large ones come from malloc, as torch's tensors do.
-PLAIN_PAGES_FROM_BYTES = 1 << 22
-cdef cnp.npy_intp _plain_pages_from_bytes = PLAIN_PAGES_FROM_BYTES
+# Outputs from ALIGNED_FROM_BYTES on own their memory (posix_memalign: aligned, and without
+# the transparent-huge-page advice numpy gives arrays from 4 MiB on, which on the Zen 5 host
+# made the kernel compact memory for each fresh output: an 18 MiB array took 42 ms to
+# allocate and fill against 7.5 ms without it).  Freed, that memory is kept for the next
+# output of about its size (RECYCLED_*): a model's layers free and allocate outputs of the
+# same few shapes call after call, and memory glibc has given back to the system returns
+# as fresh pages, faulted and zeroed on the product's first write.  The sentence encoder
+# through pyw8a8.torch encoded 1.07x as fast on a Zen 3 with each output's memory reused
+# (paired in one process).
+cdef enum:
+    _RECYCLED_SLOTS = 8                   # freed buffers kept at most
+cdef size_t _recycled_limit = 1 << 28     # and at most this many bytes of them
+RECYCLED_BUFFERS, RECYCLED_BYTES = _RECYCLED_SLOTS, _recycled_limit
+cdef void *_recycled[_RECYCLED_SLOTS]
+cdef size_t _recycled_size[_RECYCLED_SLOTS]
+cdef int _recycled_count = 0
+cdef size_t _recycled_bytes = 0
+
+
+cdef void *_take_recycled(size_t nbytes, size_t *size) noexcept:
+    """The most recently freed kept buffer of nbytes to 2 * nbytes bytes (its size to
+    `size`), no longer kept; NULL if none.  Called with the GIL held, as _recycle is."""
+    global _recycled_count, _recycled_bytes
+    cdef int i, j
+    cdef void *data
+    for i in range(_recycled_count - 1, -1, -1):
+        if nbytes <= _recycled_size[i] <= 2 * nbytes:
+            data, size[0] = _recycled[i], _recycled_size[i]
+            for j in range(i, _recycled_count - 1):
+                _recycled[j], _recycled_size[j] = _recycled[j + 1], _recycled_size[j + 1]
+            _recycled_count -= 1
+            _recycled_bytes -= size[0]
+            return data
+    return NULL
+
+
+cdef void _recycle(void *data, size_t size) noexcept:
+    """Keep a freed output's memory for a later output, dropping the oldest kept buffers
+    to stay within RECYCLED_BUFFERS and RECYCLED_BYTES; free it if it alone exceeds them."""
+    global _recycled_count, _recycled_bytes
+    cdef int j
+    if size > _recycled_limit:
+        free(data)
+        return
+    while _recycled_count == _RECYCLED_SLOTS or _recycled_bytes + size > _recycled_limit:
+        free(_recycled[0])
+        _recycled_bytes -= _recycled_size[0]
+        for j in range(_recycled_count - 1):
+            _recycled[j], _recycled_size[j] = _recycled[j + 1], _recycled_size[j + 1]
+        _recycled_count -= 1
+    _recycled[_recycled_count], _recycled_size[_recycled_count] = data, size
+    _recycled_count += 1
+    _recycled_bytes += size
+
+
+def recycled_bytes():
+    """Bytes of freed output memory kept for later outputs."""
+    return _recycled_bytes
 
 
 cdef class _OutputMemory:
-    """The memory of one large output array (its base): freed with the array."""
+    """The memory of one output array (its base): kept for a later output, or freed, with
+    the array."""
     cdef void *data
+    cdef size_t size
 
     def __dealloc__(self):
-        free(self.data)
+        if self.data != NULL:
+            _recycle(self.data, self.size)
 
 
 cdef cnp.ndarray _empty_output(int nd, cnp.npy_intp *dims):
     cdef cnp.npy_intp nbytes = sizeof(float), i
-    cdef char *data
     cdef _OutputMemory memory
     for i in range(nd):
         nbytes *= dims[i]
     if nbytes < _aligned_from_bytes:
         return cnp.PyArray_EMPTY(nd, dims, cnp.NPY_FLOAT32, 0)
-    if nbytes >= _plain_pages_from_bytes:
-        memory = _OutputMemory.__new__(_OutputMemory)
+    memory = _OutputMemory.__new__(_OutputMemory)
+    memory.data = _take_recycled(nbytes, &memory.size)
+    if memory.data == NULL:
         if posix_memalign(&memory.data, _align_bytes, nbytes) != 0:
+            memory.data = NULL
             raise MemoryError(f"no memory for a {nbytes}-byte output")
-        arr = cnp.PyArray_SimpleNewFromData(nd, dims, cnp.NPY_FLOAT32, memory.data)
-        cnp.set_array_base(arr, memory)
-        return arr
-    nbytes += _align_bytes
-    buf = cnp.PyArray_EMPTY(1, &nbytes, cnp.NPY_UINT8, 0)
-    data = <char *>cnp.PyArray_DATA(buf)
-    data += (-<size_t>data) % <size_t>_align_bytes
-    arr = cnp.PyArray_SimpleNewFromData(nd, dims, cnp.NPY_FLOAT32, data)
-    cnp.set_array_base(arr, buf)
+        memory.size = nbytes
+    arr = cnp.PyArray_SimpleNewFromData(nd, dims, cnp.NPY_FLOAT32, memory.data)
+    cnp.set_array_base(arr, memory)
     return arr
 
 
 def empty_output(tuple shape):
     """An uninitialized C-contiguous float32 array of `shape`: from ALIGNED_FROM_BYTES on,
-    its data starts on an ALIGN_BYTES boundary (a view of a slightly larger buffer), from
-    PLAIN_PAGES_FROM_BYTES on in memory of its own without huge-page advice."""
+    in memory of its own (recycled when freed) starting on an ALIGN_BYTES boundary."""
     cdef cnp.npy_intp dims[64]
     cdef int i, nd = len(shape)
     if nd > 64:

@@ -9,11 +9,13 @@ import pyw8a8
 from pyw8a8._layout import (
     ALIGN_BYTES,
     ALIGNED_FROM_BYTES,
-    PLAIN_PAGES_FROM_BYTES,
+    RECYCLED_BUFFERS,
+    RECYCLED_BYTES,
     data_address,
     empty_aligned,
     empty_output,
     is_aligned,
+    recycled_bytes,
 )
 
 
@@ -48,25 +50,51 @@ def test_empty_output_is_float32_aligned_from_its_threshold(shape):
     assert (arr == 1).all()
 
 
-@pytest.mark.parametrize("rows", [PLAIN_PAGES_FROM_BYTES // 4096 - 1,
-                                  PLAIN_PAGES_FROM_BYTES // 4096])
-def test_large_outputs_have_memory_of_their_own_freed_with_them(rows):
-    """From PLAIN_PAGES_FROM_BYTES on, an output owns plain malloc memory (no numpy
-    huge-page advice, _kernels says why), still aligned, pickled by value, and freed with
-    its array: many calls do not grow the process."""
+@pytest.mark.parametrize("rows", [ALIGNED_FROM_BYTES // 4096, 1024, RECYCLED_BYTES // 4096 + 1])
+def test_outputs_own_their_memory_and_recycle_it(rows):
+    """From ALIGNED_FROM_BYTES on an output owns plain memory (no numpy huge-page advice,
+    _outputs says why), aligned, pickled by value; freed, it is kept for the next output of
+    about its size (the same address comes back), within RECYCLED_BYTES: many calls do not
+    grow the process, and a buffer larger than the limit is freed, not kept."""
     import gc
     import resource
     arr = empty_output((rows, 1024))
-    plain = arr.nbytes >= PLAIN_PAGES_FROM_BYTES
-    assert (type(arr.base).__name__ == "_OutputMemory") == plain
+    assert type(arr.base).__name__ == "_OutputMemory"
     assert is_aligned(arr) and arr.flags.writeable
     arr[...] = 2
     assert np.array_equal(pickle.loads(pickle.dumps(arr)), arr)
+    address, kept, held = data_address(arr), arr.nbytes <= RECYCLED_BYTES, recycled_bytes()
+    del arr
+    gc.collect()
+    if kept:
+        assert data_address(empty_output((rows, 1024))) == address
+    else:
+        assert recycled_bytes() == held
+    assert recycled_bytes() <= RECYCLED_BYTES
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    for _ in range(50):  # 200 MiB in all, one array at a time
+    for _ in range(50 if kept else 4):  # one at a time
         empty_output((rows, 1024)).fill(1)
     gc.collect()
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 64 * 1024  # KiB
+
+
+def test_recycling_keeps_the_newest_buffers_and_takes_one_of_about_the_size():
+    """Outputs of 12 sizes freed in turn: the last RECYCLED_BUFFERS are kept; a request
+    takes the newest kept buffer of its size to twice it, and one larger than every kept
+    buffer gets memory of its own."""
+    sizes = [ALIGNED_FROM_BYTES // 4 + 1024 * i for i in range(12)]
+    arrays = [empty_output((n,)) for n in sizes]
+    addresses = [data_address(a) for a in arrays]
+    for i in range(len(arrays)):
+        arrays[i] = None
+    assert recycled_bytes() <= RECYCLED_BYTES
+    kept = addresses[len(sizes) - RECYCLED_BUFFERS:]
+    largest = empty_output((sizes[-1],))
+    assert data_address(largest) == addresses[-1]
+    smallest = empty_output((sizes[0],))  # every kept one is under twice its size
+    assert data_address(smallest) == kept[-2]
+    huge = empty_output((64 * ALIGNED_FROM_BYTES,))
+    assert data_address(huge) not in addresses
 
 
 def test_empty_output_refuses_too_many_dimensions():
