@@ -1,9 +1,9 @@
 """Blocking parameters per shape, tuned on real calls and cached.
 
 Results never depend on the blocking: every product's integer sums are exact and
-converted to float once (see ``matmul``). The K-range width kc follows from the ISA's
-tile (its B micro-panel fills L1); what is tuned is the M block mc and the task split over
-N and M. The first
+converted to float once (see ``matmul``). What is tuned is the K-range width kc (the
+ISA's B micro-panels filling L1, or the whole K), the M block mc and the task split over N
+and M. The first
 calls of a new shape try each candidate in turn (round-robin, like gemma.cpp's autotuner);
 afterwards the fastest is used. The cache key holds the kernel (ISA and weight encoding),
 an M bucket, K, N and the thread count, so different kernels never share an entry.
@@ -73,19 +73,34 @@ def _task_splits(ops, m, n, kp, nthreads, streams):
 
 
 def candidates(ops, m, n, kp, nthreads, streams=1):
-    """(mc, nc, m_step, n_step) choices, the heuristic default first."""
-    kc = kc_for(ops, kp, streams)
+    """(kc, mc, nc, m_step, n_step) choices, the heuristic default first.
+
+    Besides the K-ranges whose B micro-panels fill L1, each task split is tried once over
+    the whole K where its panels fit in half of L2: a K-range costs a pass over the output's
+    int32 sums, and on Zen 3 (avx2, 2 threads, forced blockings taking turns in one process)
+    the whole K ran 0.79-0.96x the time of kc = 1024 at K = 1152 to 2048 (64 to 1024 rows),
+    0.99x at K = 4096.  `m` is the bucket's first call's (exact up to 16 rows, so calls of
+    one or two row tiles all take the whole K, as kc_for says)."""
+    kc = kc_for(ops, kp, streams, m)
     ncols = W8_NR * ops.npanels
-    mc_fit = max(ops.mr, (_L2_BYTES // 2 // max(kc, 1)) // ops.mr * ops.mr)
+
+    def mc_fit(width):  # an A block of `width` values a row in half of L2
+        return max(ops.mr, (_L2_BYTES // 2 // max(width, 1)) // ops.mr * ops.mr)
+
     # nc: the whole task, or a block whose B part (nc x kc) stays in L2.
     nc_l2 = max(ncols, (_L2_BYTES // 2 // max(kc * streams, 1)) // ncols * ncols)
+    whole_k = kc < kp and kp * ncols * streams <= _L2_BYTES // 2  # B panels in half of L2
     out = []
     for m_step, n_step in _task_splits(ops, m, n, kp, nthreads, streams):
-        for mc in (mc_fit, max(ops.mr, mc_fit // 4 // ops.mr * ops.mr)):
-            for nc in (n_step, min(n_step, nc_l2)):
-                cand = (min(mc, max(m_step, ops.mr)), nc, m_step, n_step)
-                if cand not in out:
-                    out.append(cand)
+        fit = mc_fit(kc)
+        blocks = [(kc, mc, nc) for mc in (fit, max(ops.mr, fit // 4 // ops.mr * ops.mr))
+                  for nc in (n_step, min(n_step, nc_l2))]
+        if whole_k:
+            blocks.append((kp, mc_fit(kp), n_step))
+        for width, mc, nc in blocks:
+            cand = (width, min(mc, max(m_step, ops.mr)), nc, m_step, n_step)
+            if cand not in out:
+                out.append(cand)
     return out
 
 
@@ -121,7 +136,6 @@ class Tuner:
         tiles each read `streams` weights (two for a gated pair); index is None once the
         shape is settled, and -1 for its untimed first call."""
         key = (ops.name, enc, group, streams, m_bucket(m), kp, n, nthreads)
-        kc = kc_for(ops, kp, streams, m)
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
@@ -130,12 +144,12 @@ class Tuner:
                 # candidate, the default least of all, is judged on it.
                 entry = self._entries[key] = _Entry(
                     candidates(ops, m, n, kp, nthreads, streams))
-                return key, -1, (kc,) + _fit(entry.cands[0], m)
+                return key, -1, _fit(entry.cands[0], m)
             if entry.best is not None:
-                return key, None, (kc,) + _fit(entry.best, m)
+                return key, None, _fit(entry.best, m)
             index = entry.alive[entry.calls % len(entry.alive)]
             entry.calls += 1
-        return key, index, (kc,) + _fit(entry.cands[index], m)
+        return key, index, _fit(entry.cands[index], m)
 
     def unsettled(self):
         """How many shapes are still being tuned (their calls still try candidates)."""
@@ -165,8 +179,8 @@ class Tuner:
 
 def _fit(cand, m):
     """A bucket's candidate adapted to this call's exact M."""
-    mc, nc, m_step, n_step = cand
-    return max(1, min(mc, m)), nc, max(1, min(m_step, m)), n_step
+    kc, mc, nc, m_step, n_step = cand
+    return kc, max(1, min(mc, m)), nc, max(1, min(m_step, m)), n_step
 
 
 TUNER = Tuner()

@@ -14,10 +14,10 @@ THREADS = 2
 
 def _splits(ops, n, kp):
     cands = tuning.candidates(ops, M, n, kp, THREADS)
-    owning = [c for c in cands if c[3] >= n]
+    owning = [c for c in cands if c[4] >= n]
     # Both kinds must be there, or the comparison below would not test the owning split.
     assert owning and len(owning) < len(cands), cands
-    return [(tuning.kc_for(ops, kp),) + tuning._fit(c, M) for c in cands]
+    return [tuning._fit(c, M) for c in cands]
 
 
 def _run(ops, x, plans, outs, blocking, glu=False, act=0):
@@ -72,14 +72,14 @@ def test_a_bad_row_is_reported_by_every_split(any_isa, bad_rows):
 def test_the_owning_split_is_the_default_where_the_weight_fits_in_l2():
     ops = _dispatch.IsaOps("scalar")
     small = tuning.candidates(ops, 1024, W8_NR * 4, 256, THREADS)
-    assert small[0][3] >= W8_NR * 4  # over M only: each task all the columns
+    assert small[0][4] >= W8_NR * 4  # over M only: each task all the columns
     large = tuning.candidates(ops, 1024, 1 << 16, 1 << 12, THREADS)
-    assert large[0][3] < 1 << 16
+    assert large[0][4] < 1 << 16
     # From one row tile a thread, the split over M only is a candidate (the default where
     # the weight fits in L2); with fewer rows, the split is over N only.
     one_tile = tuning.candidates(ops, ops.mr * THREADS, W8_NR * 4, 256, THREADS)
-    assert one_tile[0][2:] == (ops.mr, W8_NR * 4)
-    assert any(c[3] == 1 << 16
+    assert one_tile[0][3:] == (ops.mr, W8_NR * 4)
+    assert any(c[4] == 1 << 16
                for c in tuning.candidates(ops, ops.mr * THREADS, 1 << 16, 1 << 12, THREADS))
     fewer = tuning.candidates(ops, ops.mr * THREADS - 1, 1 << 16, 1 << 12, THREADS)
-    assert all(c[3] < 1 << 16 for c in fewer)
+    assert all(c[4] < 1 << 16 for c in fewer)

@@ -1,6 +1,6 @@
 """The blocking tuner: which candidate it settles on, and what it never judges."""
 from pyw8a8 import _dispatch, _kernels
-from pyw8a8.tuning import ROUNDS, Tuner, _fit, candidates, kc_for
+from pyw8a8.tuning import ROUNDS, Tuner, _fit, candidates, kc_for, m_bucket
 
 SHAPE = dict(m=64, n=512, kp=640, nthreads=2)
 
@@ -15,20 +15,19 @@ def test_first_call_is_untimed_and_the_fastest_candidate_settles():
     cands = candidates(ops, SHAPE["m"], SHAPE["n"], SHAPE["kp"], SHAPE["nthreads"])
     assert len(cands) > 1
     tuner = Tuner()
-    kc = kc_for(ops, SHAPE["kp"])
     key, index, blocking = _choose(tuner, ops)
     # The shape's first call (its one-time costs) runs the default and is never recorded.
-    assert index == -1 and blocking == (kc,) + _fit(cands[0], SHAPE["m"])
+    assert index == -1 and blocking == _fit(cands[0], SHAPE["m"])
     tuner.record(key, index, 1e9)
     fastest = len(cands) - 1
     for _ in range(ROUNDS * len(cands)):
         key, index, blocking = _choose(tuner, ops)
         if index is None:
             break
-        assert blocking == (kc,) + _fit(cands[index], SHAPE["m"])
+        assert blocking == _fit(cands[index], SHAPE["m"])
         tuner.record(key, index, 1.0 if index != fastest else 0.5)
     key, index, blocking = _choose(tuner, ops)
-    assert index is None and blocking == (kc,) + _fit(cands[fastest], SHAPE["m"])
+    assert index is None and blocking == _fit(cands[fastest], SHAPE["m"])
 
 
 def test_two_weights_of_one_shape_in_one_call_settle():
@@ -73,6 +72,30 @@ def test_calls_of_one_or_two_row_tiles_take_the_whole_k():
     tuner = Tuner()
     for m, kc in ((1, kp), (2 * ops.mr, kp), (8 * ops.mr, kc_for(ops, kp))):
         assert tuner.choose(ops, 0, 1, m, 512, kp, 2)[2][0] == kc
+    # Their candidates are those of one bucket per row count (so no other call's K-range
+    # comes with them): every ISA that K-blocks has tiles of at most 8 rows.
+    for name in _dispatch.isa_names():
+        isa = _dispatch.IsaOps(name)
+        assert isa.whole_k or m_bucket(2 * isa.mr) == 2 * isa.mr, name
+
+
+def test_the_whole_k_is_a_candidate_where_its_panels_fit_in_half_of_l2():
+    """A K-range costs a pass over the output's sums: where the B micro-panels over the
+    whole K fit in half of L2, each task split is also tried over the whole K."""
+    from pyw8a8 import tuning
+    ops = _dispatch.IsaOps("scalar")
+    ncols = _kernels.W8_NR * ops.npanels
+    fitting = tuning._L2_BYTES // 2 // ncols // 64 * 64
+    for kp, tried in ((fitting, True), (fitting + 64, False)):
+        assert kc_for(ops, kp) < kp
+        cands = candidates(ops, 256, 512, kp, 2)
+        assert cands[0][0] == kc_for(ops, kp)  # the default keeps the L1-sized ranges
+        whole = [c for c in cands if c[0] == kp]
+        assert bool(whole) == tried, kp
+        if tried:  # one per task split
+            assert {c[3:] for c in whole} == {c[3:] for c in cands}
+    # An ISA that never K-blocks, and a K that fits one range, have nothing to add.
+    assert all(c[0] == 256 for c in candidates(ops, 256, 512, 256, 2))
 
 
 def test_unsettled_counts_the_shapes_still_tried_and_settling_waits_for_them():
