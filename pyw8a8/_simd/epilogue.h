@@ -7,8 +7,8 @@
  *                       store too
  *   <prefix>_epilogue   w8_epilogue_fn of common.h: the scaling over a tile's whole vectors,
  *                       w8_scalar_epilogue (the reference) over the columns past them
- *   <prefix>_activate   one vector of pre-activations -> their activations (W8_ACT_* of
- *                       common.h)
+ *   <prefix>_activate_n n vectors of pre-activations -> their activations (W8_ACT_* of
+ *                       common.h), stage by stage over the n; <prefix>_activate one vector
  *   <prefix>_act_tile   w8_act_tile_fn of common.h: the activation, then the gate's product
  *                       with the up projection, over whole vectors of a tile in place
  *                       (w8_scalar_act_tile over the columns past them)
@@ -99,82 +99,131 @@ W8_V_TARGET W8_INLINE W8_V(f32) W8_V(scale_pow2)(W8_V(f32) v, W8_V(i32) n)
                          W8_V(pow2_i32)(W8_V(sub_i32)(n, half)));
 }
 
-W8_V_TARGET W8_INLINE W8_V(f32) W8_V(activate)(W8_V(f32) x, int act)
+/* Activations of n <= W8_EP_BATCH vectors, stage by stage over all of them: each vector's
+ * evaluation is one chain of dependent operations (gelu's: a division, two nine-step
+ * polynomials and the exponential, some 150 cycles on Zen 3), so one vector at a time ran
+ * at the chain's latency; n chains side by side run at the pipes' throughput, the same
+ * operations on each lane, so the same bits.  Constant n (as act_tile passes) unrolls. */
+#define W8_EP_BATCH 4
+W8_V_TARGET W8_INLINE void W8_V(activate_n)(W8_V(f32) *v, const int n, int act)
 {
-    if (act == W8_ACT_RELU) return W8_V(max_f32)(W8_V(set_f32)(0.0f), x);
-    const W8_V(f32) xc = W8_V(max_f32)(W8_V(set_f32)(-1e4f), x);
-    const W8_V(f64) lo = W8_V(lo_f64)(xc), hi = W8_V(hi_f64)(xc);
-    W8_V(f64) ylo, yhi;
-    W8_V(f32) tau = W8_V(set_f32)(0.0f);
+    if (act == W8_ACT_RELU) {
+        for (int i = 0; i < n; i++) v[i] = W8_V(max_f32)(W8_V(set_f32)(0.0f), v[i]);
+        return;
+    }
+    W8_V(f32) xc[W8_EP_BATCH], tau[W8_EP_BATCH];
+    W8_V(f64) lo[W8_EP_BATCH], hi[W8_EP_BATCH], ylo[W8_EP_BATCH], yhi[W8_EP_BATCH];
+    for (int i = 0; i < n; i++) {
+        xc[i] = W8_V(max_f32)(W8_V(set_f32)(-1e4f), v[i]);
+        lo[i] = W8_V(lo_f64)(xc[i]);
+        hi[i] = W8_V(hi_f64)(xc[i]);
+        tau[i] = W8_V(set_f32)(0.0f);
+    }
     if (act == W8_ACT_GELU) {
         /* z = |x| / sqrt 2, tau and q(tau) in double: q sums terms of either sign up to
          * 1.5, whose float roundings would cost several units of the result near x = 0. */
         const W8_V(f64) one = W8_V(set_f64)(1.0), half = W8_V(set_f64)(0.5),
                       neg_sqrt_half = W8_V(set_f64)(-0.70710678118654752);
-        const W8_V(f64) zlo = W8_V(mul_f64)(W8_V(negabs_f64)(lo), neg_sqrt_half),
-                      zhi = W8_V(mul_f64)(W8_V(negabs_f64)(hi), neg_sqrt_half);
-        const W8_V(f64) tlo = W8_V(div_f64)(one, W8_V(add_f64)(one, W8_V(mul_f64)(half, zlo))),
-                      thi = W8_V(div_f64)(one, W8_V(add_f64)(one, W8_V(mul_f64)(half, zhi)));
         static const double coef[10] = {0.17087277,  -0.82215223, 1.48851587, -1.13520398,
                                         0.27886807,  -0.18628806, 0.09678418, 0.37409196,
                                         1.00002368, -1.26551223};
-        W8_V(f64) qlo = W8_V(set_f64)(coef[0]), qhi = W8_V(set_f64)(coef[0]);
-        for (int i = 1; i < 10; i++) {
-            qlo = W8_V(add_f64)(W8_V(mul_f64)(qlo, tlo), W8_V(set_f64)(coef[i]));
-            qhi = W8_V(add_f64)(W8_V(mul_f64)(qhi, thi), W8_V(set_f64)(coef[i]));
+        W8_V(f64) tlo[W8_EP_BATCH], thi[W8_EP_BATCH], qlo[W8_EP_BATCH], qhi[W8_EP_BATCH];
+        for (int i = 0; i < n; i++) {
+            const W8_V(f64) zlo = W8_V(mul_f64)(W8_V(negabs_f64)(lo[i]), neg_sqrt_half),
+                          zhi = W8_V(mul_f64)(W8_V(negabs_f64)(hi[i]), neg_sqrt_half);
+            tlo[i] = W8_V(div_f64)(one, W8_V(add_f64)(one, W8_V(mul_f64)(half, zlo)));
+            thi[i] = W8_V(div_f64)(one, W8_V(add_f64)(one, W8_V(mul_f64)(half, zhi)));
+            qlo[i] = qhi[i] = W8_V(set_f64)(coef[0]);
         }
-        tau = W8_V(narrow_f64)(tlo, thi);
-        ylo = W8_V(sub_f64)(qlo, W8_V(mul_f64)(W8_V(mul_f64)(lo, lo), half));
-        yhi = W8_V(sub_f64)(qhi, W8_V(mul_f64)(W8_V(mul_f64)(hi, hi), half));
+        for (int c = 1; c < 10; c++)
+            for (int i = 0; i < n; i++) {
+                qlo[i] = W8_V(add_f64)(W8_V(mul_f64)(qlo[i], tlo[i]), W8_V(set_f64)(coef[c]));
+                qhi[i] = W8_V(add_f64)(W8_V(mul_f64)(qhi[i], thi[i]), W8_V(set_f64)(coef[c]));
+            }
+        for (int i = 0; i < n; i++) {
+            tau[i] = W8_V(narrow_f64)(tlo[i], thi[i]);
+            ylo[i] = W8_V(sub_f64)(qlo[i], W8_V(mul_f64)(W8_V(mul_f64)(lo[i], lo[i]), half));
+            yhi[i] = W8_V(sub_f64)(qhi[i], W8_V(mul_f64)(W8_V(mul_f64)(hi[i], hi[i]), half));
+        }
     } else if (act == W8_ACT_GELU_TANH) {
         const W8_V(f64) c1 = W8_V(set_f64)(W8_EP_GELU_TANH_C1),
                       c2 = W8_V(set_f64)(W8_EP_GELU_TANH_C2);
-        ylo = W8_V(negabs_f64)(
-            W8_V(mul_f64)(lo, W8_V(add_f64)(c1, W8_V(mul_f64)(c2, W8_V(mul_f64)(lo, lo)))));
-        yhi = W8_V(negabs_f64)(
-            W8_V(mul_f64)(hi, W8_V(add_f64)(c1, W8_V(mul_f64)(c2, W8_V(mul_f64)(hi, hi)))));
+        for (int i = 0; i < n; i++) {
+            ylo[i] = W8_V(negabs_f64)(W8_V(mul_f64)(
+                lo[i], W8_V(add_f64)(c1, W8_V(mul_f64)(c2, W8_V(mul_f64)(lo[i], lo[i])))));
+            yhi[i] = W8_V(negabs_f64)(W8_V(mul_f64)(
+                hi[i], W8_V(add_f64)(c1, W8_V(mul_f64)(c2, W8_V(mul_f64)(hi[i], hi[i])))));
+        }
     } else { /* W8_ACT_SILU */
-        ylo = W8_V(negabs_f64)(lo);
-        yhi = W8_V(negabs_f64)(hi);
+        for (int i = 0; i < n; i++) {
+            ylo[i] = W8_V(negabs_f64)(lo[i]);
+            yhi[i] = W8_V(negabs_f64)(hi[i]);
+        }
     }
     const W8_V(f64) lowest = W8_V(set_f64)(-125.0);
-    W8_V(i32) n;
-    const W8_V(f32) p = W8_V(exp_parts)(W8_V(max_f64)(lowest, ylo), W8_V(max_f64)(lowest, yhi), &n);
-    /* Only a negative x takes the exponent n into its result; elsewhere the branch not
-     * taken, and the terms that vanish next to 1 or 2, are scaled by 2^-64 at the least (one
-     * exact step), so no subnormal number is formed (an x86 assist costs a hundred cycles)
-     * unless the result itself is one. */
-    const W8_V(i32) n_result = W8_V(select_neg_i32)(xc, n, W8_V(set_i32)(0));
-    const W8_V(i32) n_small = W8_V(max_i32)(n, W8_V(set_i32)(-64));
-    if (act == W8_ACT_GELU) {
-        /* x < 0: x erfc(z) / 2; x >= 0: x (2 - erfc(z)) / 2, with erfc(z) = tau p 2^n. */
-        const W8_V(f32) half_x = W8_V(mul_f32)(W8_V(set_f32)(0.5f), xc);
-        const W8_V(f32) erfc = W8_V(mul_f32)(W8_V(mul_f32)(tau, p), W8_V(pow2_i32)(n_small));
-        return W8_V(select_neg_f32)(
-            xc, W8_V(scale_pow2)(W8_V(mul_f32)(W8_V(mul_f32)(half_x, tau), p), n_result),
-            W8_V(mul_f32)(half_x, W8_V(sub_f32)(W8_V(set_f32)(2.0f), erfc)));
+    for (int i = 0; i < n; i++) {
+        W8_V(i32) e;
+        const W8_V(f32) p = W8_V(exp_parts)(W8_V(max_f64)(lowest, ylo[i]),
+                                            W8_V(max_f64)(lowest, yhi[i]), &e);
+        /* Only a negative x takes the exponent e into its result; elsewhere the branch not
+         * taken, and the terms that vanish next to 1 or 2, are scaled by 2^-64 at the least
+         * (one exact step), so no subnormal number is formed (an x86 assist costs a hundred
+         * cycles) unless the result itself is one. */
+        const W8_V(i32) e_result = W8_V(select_neg_i32)(xc[i], e, W8_V(set_i32)(0));
+        const W8_V(i32) e_small = W8_V(max_i32)(e, W8_V(set_i32)(-64));
+        if (act == W8_ACT_GELU) {
+            /* x < 0: x erfc(z) / 2; x >= 0: x (2 - erfc(z)) / 2, erfc(z) = tau p 2^e. */
+            const W8_V(f32) half_x = W8_V(mul_f32)(W8_V(set_f32)(0.5f), xc[i]);
+            const W8_V(f32) erfc =
+                W8_V(mul_f32)(W8_V(mul_f32)(tau[i], p), W8_V(pow2_i32)(e_small));
+            v[i] = W8_V(select_neg_f32)(
+                xc[i], W8_V(scale_pow2)(W8_V(mul_f32)(W8_V(mul_f32)(half_x, tau[i]), p), e_result),
+                W8_V(mul_f32)(half_x, W8_V(sub_f32)(W8_V(set_f32)(2.0f), erfc)));
+        } else {
+            /* x < 0: x (p / (1 + e^t)) 2^e; x >= 0: x (1 / (1 + e^-t)); e^-|t| = p 2^e. */
+            const W8_V(f32) den =
+                W8_V(add_f32)(W8_V(set_f32)(1.0f), W8_V(mul_f32)(p, W8_V(pow2_i32)(e_small)));
+            const W8_V(f32) ratio =
+                W8_V(div_f32)(W8_V(select_neg_f32)(xc[i], p, W8_V(set_f32)(1.0f)), den);
+            v[i] = W8_V(scale_pow2)(W8_V(mul_f32)(xc[i], ratio), e_result);
+        }
     }
-    /* x < 0: x (p / (1 + e^t)) 2^n; x >= 0: x (1 / (1 + e^-t)); e^-|t| = p 2^n. */
-    const W8_V(f32) den =
-        W8_V(add_f32)(W8_V(set_f32)(1.0f), W8_V(mul_f32)(p, W8_V(pow2_i32)(n_small)));
-    const W8_V(f32) ratio = W8_V(div_f32)(W8_V(select_neg_f32)(xc, p, W8_V(set_f32)(1.0f)), den);
-    return W8_V(scale_pow2)(W8_V(mul_f32)(xc, ratio), n_result);
+}
+
+W8_V_TARGET W8_INLINE W8_V(f32) W8_V(activate)(W8_V(f32) x, int act)
+{
+    W8_V(activate_n)(&x, 1, act);
+    return x;
+}
+
+/* One tile row's vectors from column j on, n of them: the activation, then the gate's
+ * product with the up projection. */
+W8_V_TARGET W8_INLINE void W8_V(act_vectors)(float *p, const int n, int r, int j,
+                                             const w8_tile_finish *fin)
+{
+    W8_V(f32) v[W8_EP_BATCH];
+    for (int i = 0; i < n; i++) v[i] = W8_V(load_f32)(p + i * W8_V(lanes));
+    if (fin->act) W8_V(activate_n)(v, n, fin->act);
+    for (int i = 0; i < n; i++) {
+        const int col = j + i * W8_V(lanes);
+        if (fin->up)
+            v[i] = W8_V(mul_f32)(v[i], W8_V(scaled)(W8_V(load_i32)(fin->up + r * fin->ld_up + col),
+                                                    &fin->u, r, col));
+        W8_V(store_f32)(p + i * W8_V(lanes), v[i]);
+    }
 }
 
 W8_V_TARGET static void W8_V(act_tile)(float *out, int64_t ldo, int rows, int cols,
                                          const w8_tile_finish *fin)
 {
+    const int batch = W8_EP_BATCH * W8_V(lanes);
     const int whole = cols / W8_V(lanes) * W8_V(lanes);
-    for (int r = 0; r < rows; r++)
-        for (int j = 0; j < whole; j += W8_V(lanes)) {
-            float *p = out + r * ldo + j;
-            W8_V(f32) v = W8_V(load_f32)(p);
-            if (fin->act) v = W8_V(activate)(v, fin->act);
-            if (fin->up)
-                v = W8_V(mul_f32)(v, W8_V(scaled)(W8_V(load_i32)(fin->up + r * fin->ld_up + j),
-                                                &fin->u, r, j));
-            W8_V(store_f32)(p, v);
-        }
+    for (int r = 0; r < rows; r++) {
+        int j = 0;
+        for (; j + batch <= whole; j += batch)
+            W8_V(act_vectors)(out + r * ldo + j, W8_EP_BATCH, r, j, fin);
+        for (; j < whole; j += W8_V(lanes)) W8_V(act_vectors)(out + r * ldo + j, 1, r, j, fin);
+    }
     if (whole < cols) {
         const w8_tile_finish tail = w8_finish_from_column(fin, whole);
         w8_scalar_act_tile(out + whole, ldo, rows, cols - whole, &tail);
@@ -184,3 +233,4 @@ W8_V_TARGET static void W8_V(act_tile)(float *out, int64_t ldo, int rows, int co
 #undef W8_EP_GELU_TANH_C1
 #undef W8_EP_GELU_TANH_C2
 #undef W8_EP_SHIFTER
+#undef W8_EP_BATCH
