@@ -103,8 +103,11 @@ W8_V_TARGET W8_INLINE W8_V(f32) W8_V(scale_pow2)(W8_V(f32) v, W8_V(i32) n)
  * evaluation is one chain of dependent operations (gelu's: a division, two nine-step
  * polynomials and the exponential, some 150 cycles on Zen 3), so one vector at a time ran
  * at the chain's latency; n chains side by side run at the pipes' throughput, the same
- * operations on each lane, so the same bits.  Constant n (as act_tile passes) unrolls. */
-#define W8_EP_BATCH 4
+ * operations on each lane, so the same bits.  Constant n (as act_tile passes) unrolls.
+ * Two, not more: gelu's pass alone on Zen 3 (one thread, against torch's gelu in turns)
+ * took 3.0-3.7x torch's time one vector at a time, 2.1-2.4x two, 2.7-2.9x three or four
+ * (their doubles no longer fit the 16 registers). */
+#define W8_EP_BATCH 2
 W8_V_TARGET W8_INLINE void W8_V(activate_n)(W8_V(f32) *v, const int n, int act)
 {
     if (act == W8_ACT_RELU) {
