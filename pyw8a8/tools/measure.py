@@ -9,13 +9,16 @@ the others all the same (``bench --check-isolation`` compares the two).
 import contextlib
 import multiprocessing
 import statistics
+import sys
 import time
 import traceback
 
 SETTLE_SECONDS = 0.2
 # Calls of a contender before it is timed: first-call costs, caches, and pyw8a8's blocking
-# tuner, which tries its candidates on the first calls of a shape (3 rounds of at most 12).
+# tuner, which tries its candidates on the first calls of a shape (3 rounds of up to 23):
+# where the tuner is still trying them, the warm-up goes on, up to MAX_WARM_CALLS.
 WARM_CALLS = 40
+MAX_WARM_CALLS = 120
 # Untimed calls that open each block: after the pause before it (SETTLE_SECONDS), the
 # cores have clocked down, and the first calls of a block took 2-4x the steady time on the
 # Xeon (1.1-1.7 ms against 0.36 ms at 64 x 1152 x 6912, for pyw8a8 and ONNX Runtime
@@ -24,8 +27,16 @@ WARM_CALLS = 40
 REWARM_SECONDS = 0.01
 
 
+def _tuner_settling():
+    """Whether pyw8a8's blocking tuner, where this process uses it, is still trying
+    candidates: calls timed then would time them, not the blocking it settles on."""
+    tuning = sys.modules.get("pyw8a8.tuning")
+    return tuning is not None and tuning.TUNER.unsettled() > 0
+
+
 def warm_up(fn, min_time):
-    """Call `fn` WARM_CALLS times and for at least `min_time` seconds.
+    """Call `fn` WARM_CALLS times and for at least `min_time` seconds, and on until pyw8a8's
+    tuner has settled (at most MAX_WARM_CALLS calls).
 
     Returns
     -------
@@ -35,7 +46,8 @@ def warm_up(fn, min_time):
     """
     times = []
     start = time.perf_counter()
-    while len(times) < WARM_CALLS or time.perf_counter() - start < min_time:
+    while (len(times) < WARM_CALLS or time.perf_counter() - start < min_time or
+           (_tuner_settling() and len(times) < MAX_WARM_CALLS)):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)

@@ -31,15 +31,16 @@ import time
 
 from . import encode_timing
 
-#: At most this many encodes warm pyw8a8's model up before it is timed (settle_tuning).
-SETTLE_ENCODES = 12
+#: At most this many encodes warm pyw8a8's model up before it is timed (settle_tuning):
+#: the encoder's shapes settled after 8-11 on a Zen 3 (up to 19 candidates a shape).
+SETTLE_ENCODES = 16
 
 
 def settle_tuning(encode) -> int:
     """Call `encode()` until pyw8a8's tuner has settled every shape it met, at most
     SETTLE_ENCODES times; how many calls that took.  An encode makes each of its products'
-    shapes a few calls (six layers, two batches), and a shape tries each of its 10-16
-    blocking candidates three times before it settles: without this, the first rounds of
+    shapes a few calls (six layers, two batches), and a shape tries each of its 10-19
+    blocking candidates up to three times before it settles: without this, the first rounds of
     a timing would include candidates that were being tried (up to 1.13x the fastest's
     time, measured at 672 x 384 x 1536 on a Zen 3), which is the tuning, not the speed a
     model runs at afterwards."""

@@ -172,6 +172,24 @@ def test_check_isolation_times_each_contender_alone_and_beside():
     assert len(bench.format_isolation([(shape, gops)], names)) == 2 + len(names) + 2
 
 
+def test_warm_up_goes_on_until_the_tuner_settles(monkeypatch):
+    """A contender is timed once pyw8a8's tuner stopped trying blockings, however many
+    calls its candidates take past WARM_CALLS (here 2, fewer than any shape's tuning)."""
+    from pyw8a8.tools import measure
+    from pyw8a8.tuning import TUNER
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((96, 256)).astype(np.float32)
+    w = pyw8a8.pack_weight(rng.standard_normal((192, 256)).astype(np.float32))
+    monkeypatch.setattr(measure, "WARM_CALLS", 2)
+    TUNER.clear()
+    calls = []
+    measure.warm_up(lambda: calls.append(pyw8a8.matmul(x, w)), 0.0)
+    assert TUNER.unsettled() == 0 and 2 < len(calls) <= measure.MAX_WARM_CALLS
+    calls.clear()
+    measure.warm_up(lambda: calls.append(None), 0.0)  # settled: WARM_CALLS, no more
+    assert len(calls) == 2
+
+
 def test_an_isolated_contender_reports_its_failure():
     from pyw8a8.tools.measure import Isolated
     with Isolated(contenders.build_contender, 1) as worker:
