@@ -19,25 +19,36 @@
  *
  * The arithmetic.  silu(x) = x s(x) and gelu_tanh(x) = x s(t), t = x (C1 + C2 x^2), with the
  * logistic s(t) = 1 / (1 + e^-t) for t >= 0 and e^t / (1 + e^t) below, so e^-|t| <= 1 never
- * overflows and the small results keep their precision; gelu(x) = x Phi(x) = x erfc(-x /
- * sqrt 2) / 2 the same way, erfc(z) = tau exp(q(tau) - z^2) for z >= 0, tau = 1 / (1 + z / 2)
- * (the Chebyshev fit of Numerical Recipes' erfcc, relative error below 1.2e-7).  Where the
- * result is ill-conditioned, far in the negative tail (gelu_tanh at x = -10: a relative error
- * d in t costs 87 d), the argument of the exponential and its reduction run in double: t,
- * q - z^2 (z^2 = x^2 / 2 exact in double) and r = y - n ln 2, n = round(y / ln 2).  The rest
- * is float: e^r by its degree-7 Taylor polynomial (|r| <= ln 2 / 2: truncation 5e-9), the
- * scaling by 2^n in two exact-or-once-rounded steps (so results reach the subnormal range
- * correctly), the logistic's sum and quotient (gelu's tau and q(tau) are double too).  The
- * exponent's argument is clamped to [-125, 0] and x to [-1e4, +inf]: beyond them every
- * result rounds to 0 or is x itself, and the limits at -inf come out as -0 instead of
- * -inf * 0.  NaN propagates (every comparison
- * is ordered so that a NaN operand passes through).
+ * overflows and the small results keep their precision; gelu(x) = x Phi(x) = x erfc(z) / 2,
+ * z = -x / sqrt 2, the same way: erfc(|z|) = R(a) e^(-a^2 / 2), a = |x|, where R(a) =
+ * erfcx(a / sqrt 2) = 1 / (1 + a h(t)), t = (a - 3.5) / (a + 3.5) in [-1, 0.62] for a <= 15,
+ * h a degree-10 polynomial fitted to relative error 1.1e-8 (3.6e-8 with its coefficients
+ * rounded to float); h lies in [0.79, 1.06], so its terms are small beside the first and the
+ * evaluation's roundings stay near one unit, and R(0) is 1 exactly.  The exponentials are
+ * e^y = p 2^n, n = round(y / ln 2), p = e^r, r = y - n ln 2 (|r| <= ln 2 / 2), p by its
+ * degree-7 Taylor polynomial (truncation 5e-9), with fused multiply-adds.  Where the result
+ * is ill-conditioned, far in the negative tail, y must be exact beyond a float: gelu's y =
+ * -a^2 / 2 is the float a * a plus its rounding error (one fused multiply-add), carried into
+ * r; silu's -|x| is exact; gelu_tanh's t (at x = -10 a relative error d in t costs 87 d)
+ * and its reduction to r run in double.  r = y - n ln 2 is exact for a float y (Cody and
+ * Waite: ln 2 in a 16-bit head and a tail).  The scaling by 2^n takes two exact-or-once-
+ * rounded steps, so results reach the subnormal range correctly.  The exponent's argument
+ * is clamped to [-125, 0] (gelu's a to 15) and x to [-1e4, +inf]: beyond them every result
+ * rounds to 0 or is x itself, and the limits at -inf come out as -0 instead of -inf * 0.
+ * NaN propagates (every comparison is ordered so that a NaN operand passes through).
+ * Against float64 (tests/layer/test_fused_layer.py): gelu within 3.6 units in the last
+ * place, gelu_tanh and silu within 3.5.
  */
 
 #define W8_EP_GELU_TANH_C1 1.5957691216057308    /* 2 sqrt(2 / pi) */
 #define W8_EP_GELU_TANH_C2 0.071354816272600250  /* 2 sqrt(2 / pi) 0.044715 */
 #define W8_EP_SHIFTER 6755399441055744.0 /* 1.5 * 2^52: y + it rounds y to an integer
                                              (half to even), held in its low bits */
+#define W8_EP_SHIFTER_F 12582912.0f      /* 1.5 * 2^23, the same in float */
+#define W8_EP_LN2_HI 0.693145751953125f  /* ln 2 to 16 bits: n ln2_hi is exact for |n| < 256 */
+#define W8_EP_LN2_LO 1.42860677e-6f      /* ln 2 - ln2_hi */
+#define W8_EP_GELU_K 3.5f                /* the centre of gelu's t */
+#define W8_EP_GELU_A_MAX 15.0f           /* gelu's a beyond it: erfc below 1e-49 */
 
 /* The scaling of one vector of a tile's sums (tile row r, columns col on): the corrections
  * subtracted modulo 2^32 (the compensated sum fits in int32, see W8_EXACT_K), one
@@ -68,8 +79,34 @@ W8_V_TARGET static void W8_V(epilogue)(const int32_t *acc, int64_t ldacc, int ro
     }
 }
 
-/* e^y = p * 2^n for -125 <= y <= 0 (both halves of a vector): returns p, sets n. */
-W8_V_TARGET W8_INLINE W8_V(f32) W8_V(exp_parts)(W8_V(f64) ylo, W8_V(f64) yhi, W8_V(i32) *n)
+/* e^r for |r| <= ln 2 / 2 (a little past it: n is rounded from an inexact y / ln 2). */
+W8_V_TARGET W8_INLINE W8_V(f32) W8_V(exp_poly)(W8_V(f32) r)
+{
+    static const float inverse_factorial[7] = {1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f,
+                                               1.0f / 6.0f,   0.5f,          1.0f, 1.0f};
+    W8_V(f32) p = W8_V(set_f32)(1.0f / 5040.0f);
+    for (int c = 0; c < 7; c++) p = W8_V(fma_f32)(p, r, W8_V(set_f32)(inverse_factorial[c]));
+    return p;
+}
+
+/* e^(y + tail) = p * 2^n for -125 <= y <= 0 and a tail below y's last place: returns p,
+ * sets n.  y - n ln2_hi is exact: n = 0 where |y| < ln 2 / 2, and from there on both are
+ * multiples of 2^-25 whose difference is below 1/2, so r has the roundings of n ln2_lo and
+ * the tail only. */
+W8_V_TARGET W8_INLINE W8_V(f32) W8_V(exp_parts_f32)(W8_V(f32) y, W8_V(f32) tail, W8_V(i32) *n)
+{
+    const W8_V(f32) shifter = W8_V(set_f32)(W8_EP_SHIFTER_F);
+    const W8_V(f32) nf = W8_V(sub_f32)(
+        W8_V(fma_f32)(y, W8_V(set_f32)(1.44269504f), shifter), shifter);
+    W8_V(f32) r = W8_V(fma_f32)(nf, W8_V(set_f32)(-W8_EP_LN2_HI), y);
+    r = W8_V(add_f32)(W8_V(fma_f32)(nf, W8_V(set_f32)(-W8_EP_LN2_LO), r), tail);
+    *n = W8_V(to_i32)(nf);
+    return W8_V(exp_poly)(r);
+}
+
+/* The same from a y in double (both halves of a vector), where a float's y is not exact
+ * enough: the reduction in double, then p from r in float. */
+W8_V_TARGET W8_INLINE W8_V(f32) W8_V(exp_parts_f64)(W8_V(f64) ylo, W8_V(f64) yhi, W8_V(i32) *n)
 {
     const W8_V(f64) shifter = W8_V(set_f64)(W8_EP_SHIFTER),
                   log2e = W8_V(set_f64)(1.4426950408889634),
@@ -79,15 +116,7 @@ W8_V_TARGET W8_INLINE W8_V(f32) W8_V(exp_parts)(W8_V(f64) ylo, W8_V(f64) yhi, W8
     const W8_V(f64) rlo = W8_V(sub_f64)(ylo, W8_V(mul_f64)(W8_V(sub_f64)(tlo, shifter), ln2)),
                   rhi = W8_V(sub_f64)(yhi, W8_V(mul_f64)(W8_V(sub_f64)(thi, shifter), ln2));
     *n = W8_V(low32_f64)(tlo, thi);
-    const W8_V(f32) r = W8_V(narrow_f64)(rlo, rhi);
-    W8_V(f32) p = W8_V(set_f32)(1.0f / 5040.0f);
-    p = W8_V(add_f32)(W8_V(mul_f32)(p, r), W8_V(set_f32)(1.0f / 720.0f));
-    p = W8_V(add_f32)(W8_V(mul_f32)(p, r), W8_V(set_f32)(1.0f / 120.0f));
-    p = W8_V(add_f32)(W8_V(mul_f32)(p, r), W8_V(set_f32)(1.0f / 24.0f));
-    p = W8_V(add_f32)(W8_V(mul_f32)(p, r), W8_V(set_f32)(1.0f / 6.0f));
-    p = W8_V(add_f32)(W8_V(mul_f32)(p, r), W8_V(set_f32)(0.5f));
-    p = W8_V(add_f32)(W8_V(mul_f32)(p, r), W8_V(set_f32)(1.0f));
-    return W8_V(add_f32)(W8_V(mul_f32)(p, r), W8_V(set_f32)(1.0f));
+    return W8_V(exp_poly)(W8_V(narrow_f64)(rlo, rhi));
 }
 
 /* v * 2^n for -181 <= n <= 0, as (v * 2^(n >> 1)) * 2^(n - (n >> 1)): both factors are
@@ -100,13 +129,11 @@ W8_V_TARGET W8_INLINE W8_V(f32) W8_V(scale_pow2)(W8_V(f32) v, W8_V(i32) n)
 }
 
 /* Activations of n <= W8_EP_BATCH vectors, stage by stage over all of them: each vector's
- * evaluation is one chain of dependent operations (gelu's: a division, two nine-step
- * polynomials and the exponential, some 150 cycles on Zen 3), so one vector at a time ran
- * at the chain's latency; n chains side by side run at the pipes' throughput, the same
- * operations on each lane, so the same bits.  Constant n (as act_tile passes) unrolls.
- * Two, not more: gelu's pass alone on Zen 3 (one thread, against torch's gelu in turns)
- * took 3.0-3.7x torch's time one vector at a time, 2.1-2.4x two, 2.7-2.9x three or four
- * (their doubles no longer fit the 16 registers). */
+ * evaluation is one chain of dependent operations (some 150 cycles on Zen 3 for gelu in
+ * double before), so one vector at a time ran at the chain's latency; n chains side by side
+ * run at the pipes' throughput, the same operations on each lane, so the same bits.
+ * Constant n (as act_tile passes) unrolls.  Two, not more: gelu_tanh's doubles no longer
+ * fit the 16 registers of AVX2 at three. */
 #define W8_EP_BATCH 2
 W8_V_TARGET W8_INLINE void W8_V(activate_n)(W8_V(f32) *v, const int n, int act)
 {
@@ -114,81 +141,76 @@ W8_V_TARGET W8_INLINE void W8_V(activate_n)(W8_V(f32) *v, const int n, int act)
         for (int i = 0; i < n; i++) v[i] = W8_V(max_f32)(W8_V(set_f32)(0.0f), v[i]);
         return;
     }
-    W8_V(f32) xc[W8_EP_BATCH], tau[W8_EP_BATCH];
-    W8_V(f64) lo[W8_EP_BATCH], hi[W8_EP_BATCH], ylo[W8_EP_BATCH], yhi[W8_EP_BATCH];
+    const W8_V(f32) zero = W8_V(set_f32)(0.0f), one = W8_V(set_f32)(1.0f);
+    W8_V(f32) xc[W8_EP_BATCH], ratio[W8_EP_BATCH], p[W8_EP_BATCH];
+    W8_V(i32) e[W8_EP_BATCH];
     for (int i = 0; i < n; i++) {
         xc[i] = W8_V(max_f32)(W8_V(set_f32)(-1e4f), v[i]);
-        lo[i] = W8_V(lo_f64)(xc[i]);
-        hi[i] = W8_V(hi_f64)(xc[i]);
-        tau[i] = W8_V(set_f32)(0.0f);
+        ratio[i] = one; /* gelu's R; unused by the others */
     }
     if (act == W8_ACT_GELU) {
-        /* z = |x| / sqrt 2, tau and q(tau) in double: q sums terms of either sign up to
-         * 1.5, whose float roundings would cost several units of the result near x = 0. */
-        const W8_V(f64) one = W8_V(set_f64)(1.0), half = W8_V(set_f64)(0.5),
-                      neg_sqrt_half = W8_V(set_f64)(-0.70710678118654752);
-        static const double coef[10] = {0.17087277,  -0.82215223, 1.48851587, -1.13520398,
-                                        0.27886807,  -0.18628806, 0.09678418, 0.37409196,
-                                        1.00002368, -1.26551223};
-        W8_V(f64) tlo[W8_EP_BATCH], thi[W8_EP_BATCH], qlo[W8_EP_BATCH], qhi[W8_EP_BATCH];
+        static const float h[11] = {1.05762053f,      0.248677433f,    -0.0425017551f,
+                                    -0.0238854773f,   0.013791888f,    0.00330572878f,
+                                    -0.00434121955f,  -0.000529218407f, 0.00121357664f,
+                                    0.000232905732f,  -9.71004702e-05f};
+        const W8_V(f32) k = W8_V(set_f32)(W8_EP_GELU_K), minus_half = W8_V(set_f32)(-0.5f);
+        W8_V(f32) a[W8_EP_BATCH], t[W8_EP_BATCH], q[W8_EP_BATCH];
         for (int i = 0; i < n; i++) {
-            const W8_V(f64) zlo = W8_V(mul_f64)(W8_V(negabs_f64)(lo[i]), neg_sqrt_half),
-                          zhi = W8_V(mul_f64)(W8_V(negabs_f64)(hi[i]), neg_sqrt_half);
-            tlo[i] = W8_V(div_f64)(one, W8_V(add_f64)(one, W8_V(mul_f64)(half, zlo)));
-            thi[i] = W8_V(div_f64)(one, W8_V(add_f64)(one, W8_V(mul_f64)(half, zhi)));
-            qlo[i] = qhi[i] = W8_V(set_f64)(coef[0]);
+            a[i] = W8_V(min_f32)(W8_V(abs_f32)(xc[i]), W8_V(set_f32)(W8_EP_GELU_A_MAX));
+            t[i] = W8_V(div_f32)(W8_V(sub_f32)(a[i], k), W8_V(add_f32)(a[i], k));
+            q[i] = W8_V(set_f32)(h[10]);
         }
-        for (int c = 1; c < 10; c++)
-            for (int i = 0; i < n; i++) {
-                qlo[i] = W8_V(add_f64)(W8_V(mul_f64)(qlo[i], tlo[i]), W8_V(set_f64)(coef[c]));
-                qhi[i] = W8_V(add_f64)(W8_V(mul_f64)(qhi[i], thi[i]), W8_V(set_f64)(coef[c]));
-            }
+        for (int c = 9; c >= 0; c--)
+            for (int i = 0; i < n; i++) q[i] = W8_V(fma_f32)(q[i], t[i], W8_V(set_f32)(h[c]));
         for (int i = 0; i < n; i++) {
-            tau[i] = W8_V(narrow_f64)(tlo[i], thi[i]);
-            ylo[i] = W8_V(sub_f64)(qlo[i], W8_V(mul_f64)(W8_V(mul_f64)(lo[i], lo[i]), half));
-            yhi[i] = W8_V(sub_f64)(qhi[i], W8_V(mul_f64)(W8_V(mul_f64)(hi[i], hi[i]), half));
+            /* R(a) = 1 / (1 + a h); -a^2 / 2 as the float -a * a / 2 and the rest. */
+            ratio[i] = W8_V(div_f32)(one, W8_V(fma_f32)(a[i], q[i], one));
+            const W8_V(f32) square = W8_V(mul_f32)(a[i], a[i]);
+            const W8_V(f32) rest = W8_V(fma_f32)(a[i], a[i], W8_V(sub_f32)(zero, square));
+            p[i] = W8_V(exp_parts_f32)(W8_V(mul_f32)(minus_half, square),
+                                       W8_V(mul_f32)(minus_half, rest), &e[i]);
         }
     } else if (act == W8_ACT_GELU_TANH) {
         const W8_V(f64) c1 = W8_V(set_f64)(W8_EP_GELU_TANH_C1),
-                      c2 = W8_V(set_f64)(W8_EP_GELU_TANH_C2);
+                      c2 = W8_V(set_f64)(W8_EP_GELU_TANH_C2), lowest = W8_V(set_f64)(-125.0);
         for (int i = 0; i < n; i++) {
-            ylo[i] = W8_V(negabs_f64)(W8_V(mul_f64)(
-                lo[i], W8_V(add_f64)(c1, W8_V(mul_f64)(c2, W8_V(mul_f64)(lo[i], lo[i])))));
-            yhi[i] = W8_V(negabs_f64)(W8_V(mul_f64)(
-                hi[i], W8_V(add_f64)(c1, W8_V(mul_f64)(c2, W8_V(mul_f64)(hi[i], hi[i])))));
+            const W8_V(f64) lo = W8_V(lo_f64)(xc[i]), hi = W8_V(hi_f64)(xc[i]);
+            const W8_V(f64) ylo = W8_V(negabs_f64)(
+                W8_V(mul_f64)(lo, W8_V(add_f64)(c1, W8_V(mul_f64)(c2, W8_V(mul_f64)(lo, lo)))));
+            const W8_V(f64) yhi = W8_V(negabs_f64)(
+                W8_V(mul_f64)(hi, W8_V(add_f64)(c1, W8_V(mul_f64)(c2, W8_V(mul_f64)(hi, hi)))));
+            p[i] = W8_V(exp_parts_f64)(W8_V(max_f64)(lowest, ylo), W8_V(max_f64)(lowest, yhi),
+                                       &e[i]);
         }
     } else { /* W8_ACT_SILU */
-        for (int i = 0; i < n; i++) {
-            ylo[i] = W8_V(negabs_f64)(lo[i]);
-            yhi[i] = W8_V(negabs_f64)(hi[i]);
-        }
+        /* -|x| clamped, a NaN to -125 too (max_f32 passes its second operand), so n is
+         * never converted from a NaN. */
+        for (int i = 0; i < n; i++)
+            p[i] = W8_V(exp_parts_f32)(
+                W8_V(max_f32)(W8_V(sub_f32)(zero, W8_V(abs_f32)(xc[i])), W8_V(set_f32)(-125.0f)),
+                zero, &e[i]);
     }
-    const W8_V(f64) lowest = W8_V(set_f64)(-125.0);
     for (int i = 0; i < n; i++) {
-        W8_V(i32) e;
-        const W8_V(f32) p = W8_V(exp_parts)(W8_V(max_f64)(lowest, ylo[i]),
-                                            W8_V(max_f64)(lowest, yhi[i]), &e);
         /* Only a negative x takes the exponent e into its result; elsewhere the branch not
          * taken, and the terms that vanish next to 1 or 2, are scaled by 2^-64 at the least
          * (one exact step), so no subnormal number is formed (an x86 assist costs a hundred
          * cycles) unless the result itself is one. */
-        const W8_V(i32) e_result = W8_V(select_neg_i32)(xc[i], e, W8_V(set_i32)(0));
-        const W8_V(i32) e_small = W8_V(max_i32)(e, W8_V(set_i32)(-64));
+        const W8_V(i32) e_result = W8_V(select_neg_i32)(xc[i], e[i], W8_V(set_i32)(0));
+        const W8_V(f32) small = W8_V(pow2_i32)(W8_V(max_i32)(e[i], W8_V(set_i32)(-64)));
         if (act == W8_ACT_GELU) {
-            /* x < 0: x erfc(z) / 2; x >= 0: x (2 - erfc(z)) / 2, erfc(z) = tau p 2^e. */
+            /* x < 0: x erfc(z) / 2; x >= 0: x (2 - erfc(z)) / 2, erfc(z) = R p 2^e. */
             const W8_V(f32) half_x = W8_V(mul_f32)(W8_V(set_f32)(0.5f), xc[i]);
-            const W8_V(f32) erfc =
-                W8_V(mul_f32)(W8_V(mul_f32)(tau[i], p), W8_V(pow2_i32)(e_small));
+            const W8_V(f32) erfc = W8_V(mul_f32)(W8_V(mul_f32)(ratio[i], p[i]), small);
             v[i] = W8_V(select_neg_f32)(
-                xc[i], W8_V(scale_pow2)(W8_V(mul_f32)(W8_V(mul_f32)(half_x, tau[i]), p), e_result),
+                xc[i],
+                W8_V(scale_pow2)(W8_V(mul_f32)(W8_V(mul_f32)(half_x, ratio[i]), p[i]), e_result),
                 W8_V(mul_f32)(half_x, W8_V(sub_f32)(W8_V(set_f32)(2.0f), erfc)));
         } else {
             /* x < 0: x (p / (1 + e^t)) 2^e; x >= 0: x (1 / (1 + e^-t)); e^-|t| = p 2^e. */
-            const W8_V(f32) den =
-                W8_V(add_f32)(W8_V(set_f32)(1.0f), W8_V(mul_f32)(p, W8_V(pow2_i32)(e_small)));
-            const W8_V(f32) ratio =
-                W8_V(div_f32)(W8_V(select_neg_f32)(xc[i], p, W8_V(set_f32)(1.0f)), den);
-            v[i] = W8_V(scale_pow2)(W8_V(mul_f32)(xc[i], ratio), e_result);
+            const W8_V(f32) den = W8_V(add_f32)(one, W8_V(mul_f32)(p[i], small));
+            const W8_V(f32) logistic =
+                W8_V(div_f32)(W8_V(select_neg_f32)(xc[i], p[i], one), den);
+            v[i] = W8_V(scale_pow2)(W8_V(mul_f32)(xc[i], logistic), e_result);
         }
     }
 }
@@ -236,4 +258,9 @@ W8_V_TARGET static void W8_V(act_tile)(float *out, int64_t ldo, int rows, int co
 #undef W8_EP_GELU_TANH_C1
 #undef W8_EP_GELU_TANH_C2
 #undef W8_EP_SHIFTER
+#undef W8_EP_SHIFTER_F
+#undef W8_EP_LN2_HI
+#undef W8_EP_LN2_LO
+#undef W8_EP_GELU_K
+#undef W8_EP_GELU_A_MAX
 #undef W8_EP_BATCH

@@ -28,7 +28,7 @@ typedef int32x4_t w8_neon_i32;
 W8_NEON_ALL_TYPES(add)
 W8_NEON_ALL_TYPES(sub)
 W8_NEON_FLOATS(mul)
-W8_NEON_FLOATS(div)
+W8_NEON_BINARY(float32x4_t, div_f32, vdivq_f32)
 W8_NEON_BINARY(int32x4_t, max_i32, vmaxq_s32)
 
 #undef W8_NEON_BINARY
@@ -56,6 +56,12 @@ W8_INLINE float64x2_t w8_neon_max_f64(float64x2_t a, float64x2_t b)
 {
     return vbslq_f64(vcgtq_f64(a, b), a, b);
 }
+W8_INLINE float32x4_t w8_neon_fma_f32(float32x4_t a, float32x4_t b, float32x4_t c)
+{
+    return vfmaq_f32(c, a, b);
+}
+/* Truncation, exact for an integral f. */
+W8_INLINE int32x4_t w8_neon_to_i32(float32x4_t f) { return vcvtq_s32_f32(f); }
 W8_INLINE float32x4_t w8_neon_abs_f32(float32x4_t v) { return vabsq_f32(v); }
 /* vcleq is false for NaN. */
 W8_INLINE int w8_neon_above_f32(float32x4_t v, float32x4_t c)

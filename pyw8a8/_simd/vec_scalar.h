@@ -16,11 +16,13 @@
  *   <p>_f32, <p>_f64, <p>_i32            the vector types
  *   set_f32(c), load_f32(p), store_f32(p, v)           unaligned
  *   add_f32, sub_f32, mul_f32, div_f32
+ *   fma_f32(a, b, c)  a * b + c rounded once (the fused multiply-add of every ISA)
+ *   to_i32(f)         an integral f (|f| < 2^31) as int32, exactly
  *   max_f32(a, b)     a > b ? a : b in each lane (x86 maxps: NaN in b passes); min_f32 as <
  *   abs_f32(v)        |v| (the sign bit cleared)
  *   above_f32(v, c)   an int, nonzero where a lane is NaN or above c (c ordered)
  *   select_neg_f32(c, x, y)     c < 0 ? x : y in each lane; select_neg_i32 the same on i32
- *   set_f64, add_f64, sub_f64, mul_f64, div_f64, max_f64 (as max_f32)
+ *   set_f64, add_f64, sub_f64, mul_f64, max_f64 (as max_f32)
  *   negabs_f64(a)     -|a| (the sign bit set)
  *   lo_f64(f), hi_f64(f)         the two halves of f in double (exact)
  *   narrow_f64(lo, hi)           both halves rounded to float (to nearest even), as one f32
@@ -30,8 +32,9 @@
  *   cvt_i32(i)        to float, to nearest even
  *   pow2_i32(i)       2^i as float, -126 <= i <= 127
  *
- * Every operation is the IEEE one (no fused multiply-add: -ffp-contract=off), so one
- * sequence of them gives the same bits at every width. */
+ * Every operation is the IEEE one, rounded once (fma_f32 is a fused multiply-add only where
+ * a template asks for one: -ffp-contract=off keeps the compiler from fusing any other), so
+ * one sequence of them gives the same bits at every width. */
 #ifndef PYW8A8_SIMD_VEC_SCALAR_H
 #define PYW8A8_SIMD_VEC_SCALAR_H
 
@@ -49,6 +52,10 @@ W8_INLINE float w8_scalar_add_f32(float a, float b) { return a + b; }
 W8_INLINE float w8_scalar_sub_f32(float a, float b) { return a - b; }
 W8_INLINE float w8_scalar_mul_f32(float a, float b) { return a * b; }
 W8_INLINE float w8_scalar_div_f32(float a, float b) { return a / b; }
+/* C99's fmaf: one instruction where the compiler targets FMA, else libm's, correctly
+ * rounded either way. */
+W8_INLINE float w8_scalar_fma_f32(float a, float b, float c) { return fmaf(a, b, c); }
+W8_INLINE int32_t w8_scalar_to_i32(float f) { return (int32_t)f; }
 W8_INLINE float w8_scalar_max_f32(float a, float b) { return a > b ? a : b; }
 W8_INLINE float w8_scalar_min_f32(float a, float b) { return a < b ? a : b; }
 W8_INLINE float w8_scalar_abs_f32(float v) { return fabsf(v); }
@@ -59,7 +66,6 @@ W8_INLINE double w8_scalar_set_f64(double c) { return c; }
 W8_INLINE double w8_scalar_add_f64(double a, double b) { return a + b; }
 W8_INLINE double w8_scalar_sub_f64(double a, double b) { return a - b; }
 W8_INLINE double w8_scalar_mul_f64(double a, double b) { return a * b; }
-W8_INLINE double w8_scalar_div_f64(double a, double b) { return a / b; }
 W8_INLINE double w8_scalar_max_f64(double a, double b) { return a > b ? a : b; }
 W8_INLINE double w8_scalar_negabs_f64(double a) { return -fabs(a); }
 /* One lane: both "halves" are the value itself (the second is never used). */

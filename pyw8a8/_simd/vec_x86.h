@@ -26,7 +26,7 @@
 W8_VX_FLOATS(add)
 W8_VX_FLOATS(sub)
 W8_VX_FLOATS(mul)
-W8_VX_FLOATS(div)
+W8_VX_BINARY(W8_VX(f32), div_f32, div_ps)
 W8_VX_FLOATS(max)
 W8_VX_BINARY(W8_VX(f32), min_f32, min_ps)
 W8_VX_BINARY(W8_VX(i32), add_i32, add_epi32)
@@ -55,6 +55,15 @@ W8_VX_TARGET W8_INLINE void W8_VX(store_i32)(int32_t *p, W8_VX(i32) v)
     W8_VX_MM(W8_VX_CAT(storeu_si, W8_VX_BITS))((void *)p, v);
 }
 
+W8_VX_TARGET W8_INLINE W8_VX(f32) W8_VX(fma_f32)(W8_VX(f32) a, W8_VX(f32) b, W8_VX(f32) c)
+{
+    return W8_VX_MM(fmadd_ps)(a, b, c);
+}
+/* Exact for an integral f, whatever the rounding mode. */
+W8_VX_TARGET W8_INLINE W8_VX(i32) W8_VX(to_i32)(W8_VX(f32) f)
+{
+    return W8_VX_MM(cvtps_epi32)(f);
+}
 W8_VX_TARGET W8_INLINE W8_VX(i32) W8_VX(sra1_i32)(W8_VX(i32) i)
 {
     return W8_VX_MM(srai_epi32)(i, 1);
