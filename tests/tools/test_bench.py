@@ -297,3 +297,29 @@ def test_summary_says_plainly_where_a_peer_is_faster():
     assert bench.summary_lines(bench.table_header(names), ahead, ["avx2"])[0].endswith(
         "ahead of every peer at every shape")
     assert bench.summary_lines(bench.table_header(names[:3]), rows, ["avx2"]) == []
+
+
+def test_torch_sharing_runs_its_three_processes_in_turns_and_takes_medians(monkeypatch):
+    """bench --torch's sharing table: both, torch alone and pyw8a8 alone run in turns, PASSES
+    times (a slow stretch of the host falls on all three), each share the median of its
+    processes' medians."""
+    from pyw8a8.tools import torch_sharing
+    order, beside = [], iter([0.20, 0.90, 0.22])
+    torch_alone, pyw8a8_alone = iter([0.10, 0.50, 0.12]), iter([0.30, 0.31, 0.95])
+
+    def role(name, *payload):
+        order.append(name)
+        if name == "_both":
+            return {"torch": next(beside) / 2, "pyw8a8": 0.40, "calls": [[8, 16, 16, 0]]}
+        assert payload[0] == [[8, 16, 16, 0]]  # the replay of what the model called
+        return {"pyw8a8": next(pyw8a8_alone)}
+
+    def in_process(args):
+        order.append("torch alone")
+        return {"torch": next(torch_alone)}
+    monkeypatch.setattr(torch_sharing, "_role", role)
+    monkeypatch.setattr(torch_sharing, "_in_process", in_process)
+    shares = torch_sharing.run(["a text"], rounds=1)
+    assert order == ["_both", "torch alone", "_pyw8a8_alone"] * torch_sharing.PASSES
+    assert shares == pytest.approx({"torch beside": 0.11, "torch alone": 0.12,
+                                    "pyw8a8 beside": 0.40, "pyw8a8 alone": 0.31})
