@@ -26,29 +26,33 @@
  * rounded to float); h lies in [0.79, 1.06], so its terms are small beside the first and the
  * evaluation's roundings stay near one unit, and R(0) is 1 exactly.  The exponentials are
  * e^y = p 2^n, n = round(y / ln 2), p = e^r, r = y - n ln 2 (|r| <= ln 2 / 2), p by its
- * degree-7 Taylor polynomial (truncation 5e-9), with fused multiply-adds.  Where the result
- * is ill-conditioned, far in the negative tail, y must be exact beyond a float: gelu's y =
- * -a^2 / 2 is the float a * a plus its rounding error (one fused multiply-add), carried into
- * r; silu's -|x| is exact; gelu_tanh's t (at x = -10 a relative error d in t costs 87 d)
- * and its reduction to r run in double.  r = y - n ln 2 is exact for a float y (Cody and
- * Waite: ln 2 in a 16-bit head and a tail).  The scaling by 2^n takes two exact-or-once-
- * rounded steps, so results reach the subnormal range correctly.  The exponent's argument
- * is clamped to [-125, 0] (gelu's a to 15) and x to [-1e4, +inf]: beyond them every result
- * rounds to 0 or is x itself, and the limits at -inf come out as -0 instead of -inf * 0.
- * NaN propagates (every comparison is ordered so that a NaN operand passes through).
- * Against float64 (tests/layer/test_fused_layer.py): gelu within 3.6 units in the last
- * place, gelu_tanh and silu within 3.5.
+ * degree-7 Taylor polynomial (truncation 5e-9).  All of it is float32 with fused
+ * multiply-adds (fma_f32), the same on every ISA.  Where the result is ill-conditioned, far
+ * in the negative tail, y must be exact beyond a float, and is carried as a float and a
+ * tail into r: silu's -|x| is exact; gelu's -a^2 / 2 is the float a * a and its rounding
+ * error (one fused multiply-add); gelu_tanh's |t| (at x = -10 a relative error d in t costs
+ * 87 d) is a (C1 + C2 a^2) with the rounding error of each product and sum kept, about 44
+ * bits.  r = y - n ln 2 is exact for a float y (Cody and Waite: ln 2 in a 16-bit head and a
+ * tail).  The scaling by 2^n takes two exact-or-once-rounded steps, so results reach the
+ * subnormal range correctly.  The exponent's argument is clamped to [-125, 0] (gelu's a to
+ * 15, gelu_tanh's to 12) and x to [-1e4, +inf]: beyond them every result rounds to 0 or is
+ * x itself, and the limits at -inf come out as -0 instead of -inf * 0.  NaN propagates
+ * (every comparison is ordered so that a NaN operand passes through).  Against float64
+ * (tests/layer/test_fused_layer.py): gelu within 4.4 units in the last place, gelu_tanh
+ * and silu within 3.5.
  */
 
-#define W8_EP_GELU_TANH_C1 1.5957691216057308    /* 2 sqrt(2 / pi) */
-#define W8_EP_GELU_TANH_C2 0.071354816272600250  /* 2 sqrt(2 / pi) 0.044715 */
-#define W8_EP_SHIFTER 6755399441055744.0 /* 1.5 * 2^52: y + it rounds y to an integer
-                                             (half to even), held in its low bits */
-#define W8_EP_SHIFTER_F 12582912.0f      /* 1.5 * 2^23, the same in float */
-#define W8_EP_LN2_HI 0.693145751953125f  /* ln 2 to 16 bits: n ln2_hi is exact for |n| < 256 */
-#define W8_EP_LN2_LO 1.42860677e-6f      /* ln 2 - ln2_hi */
-#define W8_EP_GELU_K 3.5f                /* the centre of gelu's t */
-#define W8_EP_GELU_A_MAX 15.0f           /* gelu's a beyond it: erfc below 1e-49 */
+#define W8_EP_GELU_TANH_C1 1.59576917f     /* 2 sqrt(2 / pi), to float */
+#define W8_EP_GELU_TANH_C1_LO -4.53406805e-08f /* and the rest */
+#define W8_EP_GELU_TANH_C2 0.0713548139f   /* 2 sqrt(2 / pi) 0.044715, to float */
+#define W8_EP_GELU_TANH_C2_LO 2.39883247e-09f
+#define W8_EP_GELU_TANH_A_MAX 12.0f        /* |t| = 142 there: e^-|t| x rounds to 0 */
+#define W8_EP_SHIFTER 12582912.0f          /* 1.5 * 2^23: y + it rounds y to an integer */
+#define W8_EP_LOG2E 1.44269504f             /* 1 / ln 2 */
+#define W8_EP_LN2_HI 0.693145751953125f    /* ln 2 to 16 bits: n ln2_hi is exact, |n| < 256 */
+#define W8_EP_LN2_LO 1.42860677e-6f        /* ln 2 - ln2_hi */
+#define W8_EP_GELU_K 3.5f                  /* the centre of gelu's t */
+#define W8_EP_GELU_A_MAX 15.0f             /* gelu's a beyond it: erfc below 1e-49 */
 
 /* The scaling of one vector of a tile's sums (tile row r, columns col on): the corrections
  * subtracted modulo 2^32 (the compensated sum fits in int32, see W8_EXACT_K), one
@@ -93,30 +97,15 @@ W8_V_TARGET W8_INLINE W8_V(f32) W8_V(exp_poly)(W8_V(f32) r)
  * sets n.  y - n ln2_hi is exact: n = 0 where |y| < ln 2 / 2, and from there on both are
  * multiples of 2^-25 whose difference is below 1/2, so r has the roundings of n ln2_lo and
  * the tail only. */
-W8_V_TARGET W8_INLINE W8_V(f32) W8_V(exp_parts_f32)(W8_V(f32) y, W8_V(f32) tail, W8_V(i32) *n)
+W8_V_TARGET W8_INLINE W8_V(f32) W8_V(exp_parts)(W8_V(f32) y, W8_V(f32) tail, W8_V(i32) *n)
 {
-    const W8_V(f32) shifter = W8_V(set_f32)(W8_EP_SHIFTER_F);
+    const W8_V(f32) shifter = W8_V(set_f32)(W8_EP_SHIFTER);
     const W8_V(f32) nf = W8_V(sub_f32)(
-        W8_V(fma_f32)(y, W8_V(set_f32)(1.44269504f), shifter), shifter);
+        W8_V(fma_f32)(y, W8_V(set_f32)(W8_EP_LOG2E), shifter), shifter);
     W8_V(f32) r = W8_V(fma_f32)(nf, W8_V(set_f32)(-W8_EP_LN2_HI), y);
     r = W8_V(add_f32)(W8_V(fma_f32)(nf, W8_V(set_f32)(-W8_EP_LN2_LO), r), tail);
     *n = W8_V(to_i32)(nf);
     return W8_V(exp_poly)(r);
-}
-
-/* The same from a y in double (both halves of a vector), where a float's y is not exact
- * enough: the reduction in double, then p from r in float. */
-W8_V_TARGET W8_INLINE W8_V(f32) W8_V(exp_parts_f64)(W8_V(f64) ylo, W8_V(f64) yhi, W8_V(i32) *n)
-{
-    const W8_V(f64) shifter = W8_V(set_f64)(W8_EP_SHIFTER),
-                  log2e = W8_V(set_f64)(1.4426950408889634),
-                  ln2 = W8_V(set_f64)(0.69314718055994531);
-    const W8_V(f64) tlo = W8_V(add_f64)(W8_V(mul_f64)(ylo, log2e), shifter),
-                  thi = W8_V(add_f64)(W8_V(mul_f64)(yhi, log2e), shifter);
-    const W8_V(f64) rlo = W8_V(sub_f64)(ylo, W8_V(mul_f64)(W8_V(sub_f64)(tlo, shifter), ln2)),
-                  rhi = W8_V(sub_f64)(yhi, W8_V(mul_f64)(W8_V(sub_f64)(thi, shifter), ln2));
-    *n = W8_V(low32_f64)(tlo, thi);
-    return W8_V(exp_poly)(W8_V(narrow_f64)(rlo, rhi));
 }
 
 /* v * 2^n for -181 <= n <= 0, as (v * 2^(n >> 1)) * 2^(n - (n >> 1)): both factors are
@@ -129,11 +118,12 @@ W8_V_TARGET W8_INLINE W8_V(f32) W8_V(scale_pow2)(W8_V(f32) v, W8_V(i32) n)
 }
 
 /* Activations of n <= W8_EP_BATCH vectors, stage by stage over all of them: each vector's
- * evaluation is one chain of dependent operations (some 150 cycles on Zen 3 for gelu in
- * double before), so one vector at a time ran at the chain's latency; n chains side by side
- * run at the pipes' throughput, the same operations on each lane, so the same bits.
- * Constant n (as act_tile passes) unrolls.  Two, not more: gelu_tanh's doubles no longer
- * fit the 16 registers of AVX2 at three. */
+ * evaluation is one chain of dependent operations (gelu's: two divisions and some twenty
+ * multiply-adds), so one vector at a time runs at the chain's latency; n chains side by
+ * side run at the pipes' throughput, the same operations on each lane, so the same bits.
+ * Constant n (as act_tile passes) unrolls.  Two, not three: a tile row holds two vectors
+ * (amx, avxvnni) or four, so three would leave vectors alone (over whole rows, the unfused
+ * pass, three ran gelu 1.10x as fast with AVX-512 and 1.18x with AVX2 on Zen 4). */
 #define W8_EP_BATCH 2
 W8_V_TARGET W8_INLINE void W8_V(activate_n)(W8_V(f32) *v, const int n, int act)
 {
@@ -167,26 +157,43 @@ W8_V_TARGET W8_INLINE void W8_V(activate_n)(W8_V(f32) *v, const int n, int act)
             ratio[i] = W8_V(div_f32)(one, W8_V(fma_f32)(a[i], q[i], one));
             const W8_V(f32) square = W8_V(mul_f32)(a[i], a[i]);
             const W8_V(f32) rest = W8_V(fma_f32)(a[i], a[i], W8_V(sub_f32)(zero, square));
-            p[i] = W8_V(exp_parts_f32)(W8_V(mul_f32)(minus_half, square),
+            p[i] = W8_V(exp_parts)(W8_V(mul_f32)(minus_half, square),
                                        W8_V(mul_f32)(minus_half, rest), &e[i]);
         }
     } else if (act == W8_ACT_GELU_TANH) {
-        const W8_V(f64) c1 = W8_V(set_f64)(W8_EP_GELU_TANH_C1),
-                      c2 = W8_V(set_f64)(W8_EP_GELU_TANH_C2), lowest = W8_V(set_f64)(-125.0);
+        /* |t| = a (C1 + C2 a^2), a = |x|: a^2 = square + its rounding error (exact), C2 a^2
+         * = u + u_rest (the error of the product and the terms of the constants' and the
+         * square's rests), C1 + u = w + w_rest (Knuth's two-sum: exact), then a w. */
+        const W8_V(f32) c1 = W8_V(set_f32)(W8_EP_GELU_TANH_C1),
+                      c2 = W8_V(set_f32)(W8_EP_GELU_TANH_C2);
         for (int i = 0; i < n; i++) {
-            const W8_V(f64) lo = W8_V(lo_f64)(xc[i]), hi = W8_V(hi_f64)(xc[i]);
-            const W8_V(f64) ylo = W8_V(negabs_f64)(
-                W8_V(mul_f64)(lo, W8_V(add_f64)(c1, W8_V(mul_f64)(c2, W8_V(mul_f64)(lo, lo)))));
-            const W8_V(f64) yhi = W8_V(negabs_f64)(
-                W8_V(mul_f64)(hi, W8_V(add_f64)(c1, W8_V(mul_f64)(c2, W8_V(mul_f64)(hi, hi)))));
-            p[i] = W8_V(exp_parts_f64)(W8_V(max_f64)(lowest, ylo), W8_V(max_f64)(lowest, yhi),
-                                       &e[i]);
+            const W8_V(f32) a = W8_V(min_f32)(W8_V(abs_f32)(xc[i]),
+                                              W8_V(set_f32)(W8_EP_GELU_TANH_A_MAX));
+            const W8_V(f32) square = W8_V(mul_f32)(a, a);
+            const W8_V(f32) square_rest = W8_V(fma_f32)(a, a, W8_V(sub_f32)(zero, square));
+            const W8_V(f32) u = W8_V(mul_f32)(c2, square);
+            const W8_V(f32) u_rest = W8_V(fma_f32)(
+                c2, square_rest,
+                W8_V(fma_f32)(W8_V(set_f32)(W8_EP_GELU_TANH_C2_LO), square,
+                              W8_V(fma_f32)(c2, square, W8_V(sub_f32)(zero, u))));
+            const W8_V(f32) w = W8_V(add_f32)(c1, u);
+            const W8_V(f32) u_part = W8_V(sub_f32)(w, c1);
+            const W8_V(f32) w_rest = W8_V(add_f32)(
+                W8_V(add_f32)(W8_V(sub_f32)(c1, W8_V(sub_f32)(w, u_part)),
+                              W8_V(sub_f32)(u, u_part)),
+                W8_V(add_f32)(W8_V(set_f32)(W8_EP_GELU_TANH_C1_LO), u_rest));
+            const W8_V(f32) t = W8_V(mul_f32)(a, w);
+            const W8_V(f32) t_rest =
+                W8_V(fma_f32)(a, w_rest, W8_V(fma_f32)(a, w, W8_V(sub_f32)(zero, t)));
+            p[i] = W8_V(exp_parts)(
+                W8_V(max_f32)(W8_V(sub_f32)(zero, t), W8_V(set_f32)(-125.0f)),
+                W8_V(sub_f32)(zero, t_rest), &e[i]);
         }
     } else { /* W8_ACT_SILU */
         /* -|x| clamped, a NaN to -125 too (max_f32 passes its second operand), so n is
          * never converted from a NaN. */
         for (int i = 0; i < n; i++)
-            p[i] = W8_V(exp_parts_f32)(
+            p[i] = W8_V(exp_parts)(
                 W8_V(max_f32)(W8_V(sub_f32)(zero, W8_V(abs_f32)(xc[i])), W8_V(set_f32)(-125.0f)),
                 zero, &e[i]);
     }
@@ -256,9 +263,12 @@ W8_V_TARGET static void W8_V(act_tile)(float *out, int64_t ldo, int rows, int co
 }
 
 #undef W8_EP_GELU_TANH_C1
+#undef W8_EP_GELU_TANH_C1_LO
 #undef W8_EP_GELU_TANH_C2
+#undef W8_EP_GELU_TANH_C2_LO
+#undef W8_EP_GELU_TANH_A_MAX
 #undef W8_EP_SHIFTER
-#undef W8_EP_SHIFTER_F
+#undef W8_EP_LOG2E
 #undef W8_EP_LN2_HI
 #undef W8_EP_LN2_LO
 #undef W8_EP_GELU_K

@@ -1,7 +1,6 @@
-/* The vector vocabulary of the ymm ISAs (avx2, avxvnni): 8 lanes of __m256 /
- * __m256i, doubles in __m256d (4 lanes), prefix w8_avx2.  The names and their meaning are
- * vec_scalar.h's; the operations that are the same at either x86 width come from
- * vec_x86.h. */
+/* The vector vocabulary of the ymm ISAs (avx2, avxvnni): 8 lanes of __m256 / __m256i,
+ * prefix w8_avx2.  The names and their meaning are vec_scalar.h's; the operations that are
+ * the same at either x86 width come from vec_x86.h. */
 #ifndef PYW8A8_SIMD_VEC_AVX2_H
 #define PYW8A8_SIMD_VEC_AVX2_H
 
@@ -12,7 +11,6 @@
 
 enum { w8_avx2_lanes = 8 };
 typedef __m256 w8_avx2_f32;
-typedef __m256d w8_avx2_f64;
 typedef __m256i w8_avx2_i32;
 
 #define W8_VX(name) w8_avx2_##name
@@ -37,33 +35,6 @@ W8_AVX2 W8_INLINE __m256i w8_avx2_select_neg_i32(__m256 c, __m256i i, __m256i j)
 W8_AVX2 W8_INLINE int w8_avx2_above_f32(__m256 v, __m256 c)
 {
     return _mm256_movemask_ps(_mm256_cmp_ps(v, c, _CMP_NLE_UQ));
-}
-
-W8_AVX2 W8_INLINE __m256d w8_avx2_negabs_f64(__m256d a)
-{
-    return _mm256_or_pd(a, _mm256_set1_pd(-0.0));
-}
-W8_AVX2 W8_INLINE __m256d w8_avx2_lo_f64(__m256 f)
-{
-    return _mm256_cvtps_pd(_mm256_castps256_ps128(f));
-}
-W8_AVX2 W8_INLINE __m256d w8_avx2_hi_f64(__m256 f)
-{
-    return _mm256_cvtps_pd(_mm256_extractf128_ps(f, 1));
-}
-W8_AVX2 W8_INLINE __m256 w8_avx2_narrow_f64(__m256d lo, __m256d hi)
-{
-    return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm256_cvtpd_ps(lo)),
-                                _mm256_cvtpd_ps(hi), 1);
-}
-/* The even int32 halves of both, gathered into the low 128 bits of each, then joined. */
-W8_AVX2 W8_INLINE __m256i w8_avx2_low32_f64(__m256d lo, __m256d hi)
-{
-    const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
-    return _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm256_castsi256_si128(
-            _mm256_permutevar8x32_epi32(_mm256_castpd_si256(lo), even))),
-        _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(hi), even)), 1);
 }
 
 #endif

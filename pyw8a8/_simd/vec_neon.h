@@ -1,6 +1,6 @@
 /* The vector vocabulary of the Arm ISAs (neon, neondot): 4 lanes of float32x4_t /
- * int32x4_t, doubles in float64x2_t (2 lanes), prefix w8_neon; baseline armv8-a.  The names
- * and their meaning are vec_scalar.h's: vcvtq_f32_s32 rounds to nearest even, like the
+ * int32x4_t, prefix w8_neon; baseline armv8-a.  The names and their meaning are
+ * vec_scalar.h's: vcvtq_f32_s32 rounds to nearest even, like the
  * scalar conversion, and the comparisons and selections are spelled out as x86's maxps
  * orders them (vmaxq would prefer +0 to -0, and NaN to either operand). */
 #ifndef PYW8A8_SIMD_VEC_NEON_H
@@ -13,30 +13,26 @@
 /* Baseline NEON: no target attribute (W8_V_TARGET of the Arm headers is empty). */
 enum { w8_neon_lanes = 4 };
 typedef float32x4_t w8_neon_f32;
-typedef float64x2_t w8_neon_f64;
 typedef int32x4_t w8_neon_i32;
 
-/* One function of two vectors of type T, one intrinsic; op of f32 (v<op>q_f32), f64
- * (v<op>q_f64) and, with W8_NEON_ALL_TYPES, i32 (v<op>q_s32) vectors. */
+/* One function of two vectors of type T, one intrinsic; op of f32 (v<op>q_f32) and i32
+ * (v<op>q_s32) vectors. */
 #define W8_NEON_BINARY(T, name, intrinsic)                                               \
     W8_INLINE T w8_neon_##name(T a, T b) { return intrinsic(a, b); }
-#define W8_NEON_FLOATS(op)                                                               \
+#define W8_NEON_ALL_TYPES(op)                                                            \
     W8_NEON_BINARY(float32x4_t, op##_f32, v##op##q_f32)                                  \
-    W8_NEON_BINARY(float64x2_t, op##_f64, v##op##q_f64)
-#define W8_NEON_ALL_TYPES(op) W8_NEON_FLOATS(op) W8_NEON_BINARY(int32x4_t, op##_i32, v##op##q_s32)
+    W8_NEON_BINARY(int32x4_t, op##_i32, v##op##q_s32)
 
 W8_NEON_ALL_TYPES(add)
 W8_NEON_ALL_TYPES(sub)
-W8_NEON_FLOATS(mul)
+W8_NEON_BINARY(float32x4_t, mul_f32, vmulq_f32)
 W8_NEON_BINARY(float32x4_t, div_f32, vdivq_f32)
 W8_NEON_BINARY(int32x4_t, max_i32, vmaxq_s32)
 
 #undef W8_NEON_BINARY
-#undef W8_NEON_FLOATS
 #undef W8_NEON_ALL_TYPES
 
 W8_INLINE float32x4_t w8_neon_set_f32(float c) { return vdupq_n_f32(c); }
-W8_INLINE float64x2_t w8_neon_set_f64(double c) { return vdupq_n_f64(c); }
 W8_INLINE int32x4_t w8_neon_set_i32(int32_t c) { return vdupq_n_s32(c); }
 W8_INLINE float32x4_t w8_neon_load_f32(const float *p) { return vld1q_f32(p); }
 W8_INLINE void w8_neon_store_f32(float *p, float32x4_t v) { vst1q_f32(p, v); }
@@ -51,10 +47,6 @@ W8_INLINE float32x4_t w8_neon_max_f32(float32x4_t a, float32x4_t b)
 W8_INLINE float32x4_t w8_neon_min_f32(float32x4_t a, float32x4_t b)
 {
     return vbslq_f32(vcltq_f32(a, b), a, b);
-}
-W8_INLINE float64x2_t w8_neon_max_f64(float64x2_t a, float64x2_t b)
-{
-    return vbslq_f64(vcgtq_f64(a, b), a, b);
 }
 W8_INLINE float32x4_t w8_neon_fma_f32(float32x4_t a, float32x4_t b, float32x4_t c)
 {
@@ -75,19 +67,6 @@ W8_INLINE float32x4_t w8_neon_select_neg_f32(float32x4_t c, float32x4_t x, float
 W8_INLINE int32x4_t w8_neon_select_neg_i32(float32x4_t c, int32x4_t i, int32x4_t j)
 {
     return vbslq_s32(vcltq_f32(c, vdupq_n_f32(0.0f)), i, j);
-}
-
-W8_INLINE float64x2_t w8_neon_negabs_f64(float64x2_t a) { return vnegq_f64(vabsq_f64(a)); }
-W8_INLINE float64x2_t w8_neon_lo_f64(float32x4_t f) { return vcvt_f64_f32(vget_low_f32(f)); }
-W8_INLINE float64x2_t w8_neon_hi_f64(float32x4_t f) { return vcvt_high_f64_f32(f); }
-W8_INLINE float32x4_t w8_neon_narrow_f64(float64x2_t lo, float64x2_t hi)
-{
-    return vcvt_high_f32_f64(vcvt_f32_f64(lo), hi);
-}
-W8_INLINE int32x4_t w8_neon_low32_f64(float64x2_t lo, float64x2_t hi)
-{
-    return vcombine_s32(vmovn_s64(vreinterpretq_s64_f64(lo)),
-                        vmovn_s64(vreinterpretq_s64_f64(hi)));
 }
 
 W8_INLINE int32x4_t w8_neon_sra1_i32(int32x4_t i) { return vshrq_n_s32(i, 1); }

@@ -10,10 +10,9 @@
  * includes the templates, and undefines the two at its end.  A new vector width is one
  * such header; a new kernel on an existing width states only its dot step (ukernel.h).
  *
- * The vocabulary (f32: LANES floats; f64: doubles of half of them, one here; i32: LANES
- * int32):
+ * The vocabulary (f32: LANES floats; i32: LANES int32):
  *   <p>_lanes                            an enum constant, LANES
- *   <p>_f32, <p>_f64, <p>_i32            the vector types
+ *   <p>_f32, <p>_i32                     the vector types
  *   set_f32(c), load_f32(p), store_f32(p, v)           unaligned
  *   add_f32, sub_f32, mul_f32, div_f32
  *   fma_f32(a, b, c)  a * b + c rounded once (the fused multiply-add of every ISA)
@@ -22,11 +21,6 @@
  *   abs_f32(v)        |v| (the sign bit cleared)
  *   above_f32(v, c)   an int, nonzero where a lane is NaN or above c (c ordered)
  *   select_neg_f32(c, x, y)     c < 0 ? x : y in each lane; select_neg_i32 the same on i32
- *   set_f64, add_f64, sub_f64, mul_f64, max_f64 (as max_f32)
- *   negabs_f64(a)     -|a| (the sign bit set)
- *   lo_f64(f), hi_f64(f)         the two halves of f in double (exact)
- *   narrow_f64(lo, hi)           both halves rounded to float (to nearest even), as one f32
- *   low32_f64(lo, hi)            the low 32 bits of each double's bit pattern, as one i32
  *   set_i32(c), load_i32(p), store_i32(p, v)           unaligned
  *   add_i32, sub_i32 (modulo 2^32), max_i32, sra1_i32(i) (i >> 1, arithmetic)
  *   cvt_i32(i)        to float, to nearest even
@@ -42,7 +36,6 @@
 
 enum { w8_scalar_lanes = 1 };
 typedef float w8_scalar_f32;
-typedef double w8_scalar_f64;
 typedef int32_t w8_scalar_i32;
 
 W8_INLINE float w8_scalar_set_f32(float c) { return c; }
@@ -61,28 +54,6 @@ W8_INLINE float w8_scalar_min_f32(float a, float b) { return a < b ? a : b; }
 W8_INLINE float w8_scalar_abs_f32(float v) { return fabsf(v); }
 W8_INLINE int w8_scalar_above_f32(float v, float c) { return !(v <= c); }
 W8_INLINE float w8_scalar_select_neg_f32(float c, float x, float y) { return c < 0.0f ? x : y; }
-
-W8_INLINE double w8_scalar_set_f64(double c) { return c; }
-W8_INLINE double w8_scalar_add_f64(double a, double b) { return a + b; }
-W8_INLINE double w8_scalar_sub_f64(double a, double b) { return a - b; }
-W8_INLINE double w8_scalar_mul_f64(double a, double b) { return a * b; }
-W8_INLINE double w8_scalar_max_f64(double a, double b) { return a > b ? a : b; }
-W8_INLINE double w8_scalar_negabs_f64(double a) { return -fabs(a); }
-/* One lane: both "halves" are the value itself (the second is never used). */
-W8_INLINE double w8_scalar_lo_f64(float f) { return (double)f; }
-W8_INLINE double w8_scalar_hi_f64(float f) { return (double)f; }
-W8_INLINE float w8_scalar_narrow_f64(double lo, double hi)
-{
-    (void)hi;
-    return (float)lo;
-}
-W8_INLINE int32_t w8_scalar_low32_f64(double lo, double hi)
-{
-    uint64_t u;
-    (void)hi;
-    memcpy(&u, &lo, 8);
-    return (int32_t)(uint32_t)u;
-}
 
 W8_INLINE int32_t w8_scalar_set_i32(int32_t c) { return c; }
 W8_INLINE int32_t w8_scalar_load_i32(const int32_t *p) { return *p; }

@@ -6,8 +6,8 @@
  *   W8_VX_TARGET  its target attribute
  *   W8_VX_BITS    its vector width in bits, 256 or 512: the intrinsics are _mm<bits>_<op>
  *
- * and the types W8_VX(f32), W8_VX(f64), W8_VX(i32); they add the operations whose
- * intrinsics differ (the selections, the double halves).  The names and their meaning are
+ * and the types W8_VX(f32), W8_VX(i32); they add the operations whose intrinsics differ
+ * (the selections).  The names and their meaning are
  * vec_scalar.h's, but for the two operand loads of the x86 microkernels at the end (their
  * traits in ukernel.h).  At its end this file undefines the three and its own macros. */
 
@@ -19,22 +19,17 @@
 /* One function of two vectors of type T, one intrinsic. */
 #define W8_VX_BINARY(T, name, op)                                                        \
     W8_VX_TARGET W8_INLINE T W8_VX(name)(T a, T b) { return W8_VX_MM(op)(a, b); }
-/* op of two f32 (_ps) and of two f64 (_pd) vectors. */
-#define W8_VX_FLOATS(op)                                                                 \
-    W8_VX_BINARY(W8_VX(f32), op##_f32, op##_ps) W8_VX_BINARY(W8_VX(f64), op##_f64, op##_pd)
-
-W8_VX_FLOATS(add)
-W8_VX_FLOATS(sub)
-W8_VX_FLOATS(mul)
+W8_VX_BINARY(W8_VX(f32), add_f32, add_ps)
+W8_VX_BINARY(W8_VX(f32), sub_f32, sub_ps)
+W8_VX_BINARY(W8_VX(f32), mul_f32, mul_ps)
 W8_VX_BINARY(W8_VX(f32), div_f32, div_ps)
-W8_VX_FLOATS(max)
+W8_VX_BINARY(W8_VX(f32), max_f32, max_ps)
 W8_VX_BINARY(W8_VX(f32), min_f32, min_ps)
 W8_VX_BINARY(W8_VX(i32), add_i32, add_epi32)
 W8_VX_BINARY(W8_VX(i32), sub_i32, sub_epi32)
 W8_VX_BINARY(W8_VX(i32), max_i32, max_epi32)
 
 W8_VX_TARGET W8_INLINE W8_VX(f32) W8_VX(set_f32)(float c) { return W8_VX_MM(set1_ps)(c); }
-W8_VX_TARGET W8_INLINE W8_VX(f64) W8_VX(set_f64)(double c) { return W8_VX_MM(set1_pd)(c); }
 W8_VX_TARGET W8_INLINE W8_VX(i32) W8_VX(set_i32)(int32_t c) { return W8_VX_MM(set1_epi32)(c); }
 
 W8_VX_TARGET W8_INLINE W8_VX(f32) W8_VX(load_f32)(const float *p)
@@ -103,7 +98,6 @@ W8_VX_TARGET W8_INLINE W8_VX(i32) W8_VX(load_quads)(const uint8_t *p, int biased
 #undef W8_VX_CAT
 #undef W8_VX_MM
 #undef W8_VX_BINARY
-#undef W8_VX_FLOATS
 #undef W8_VX
 #undef W8_VX_TARGET
 #undef W8_VX_BITS
