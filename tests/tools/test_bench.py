@@ -305,14 +305,15 @@ def test_torch_sharing_runs_its_three_processes_in_turns_and_takes_medians(monke
     processes' medians."""
     from pyw8a8.tools import torch_sharing
     order, beside = [], iter([0.20, 0.90, 0.22])
-    torch_alone, pyw8a8_alone = iter([0.10, 0.50, 0.12]), iter([0.30, 0.31, 0.95])
+    torch_alone, pyw8a8_alone = iter([0.10, 0.50, 0.12]), iter([0.30, 0.32, 0.95])
 
     def role(name, *payload):
         order.append(name)
         if name == "_both":
             return {"torch": next(beside) / 2, "pyw8a8": 0.40, "calls": [[8, 16, 16, 0]]}
         assert payload[0] == [[8, 16, 16, 0]]  # the replay of what the model called
-        return {"pyw8a8": next(pyw8a8_alone)}
+        hot = next(pyw8a8_alone)
+        return {"pyw8a8": hot, "pyw8a8 swept": hot + 0.04}
 
     def in_process(args):
         order.append("torch alone")
@@ -322,4 +323,7 @@ def test_torch_sharing_runs_its_three_processes_in_turns_and_takes_medians(monke
     shares = torch_sharing.run(["a text"], rounds=1)
     assert order == ["_both", "torch alone", "_pyw8a8_alone"] * torch_sharing.PASSES
     assert shares == pytest.approx({"torch beside": 0.11, "torch alone": 0.12,
-                                    "pyw8a8 beside": 0.40, "pyw8a8 alone": 0.31})
+                                    "pyw8a8 beside": 0.40, "pyw8a8 alone": 0.32,
+                                    "pyw8a8 alone swept": 0.36})
+    table = torch_sharing.format_table(shares)
+    assert [line.split(" | ")[-1] for line in table[2:5]] == ["1.09x |", "0.80x |", "0.90x |"]
