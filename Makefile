@@ -18,7 +18,8 @@ PYTHON ?= python
 CC ?= gcc
 SANITIZE_TESTS ?= tests/api/test_properties.py tests/api/test_hostile.py \
 	tests/processes/test_threads_memory.py tests/kernels/test_int8_matmul.py \
-	tests/api/test_matmul.py tests/api/test_quantize.py tests/kernels/test_rotation.py
+	tests/api/test_matmul.py tests/api/test_quantize.py tests/kernels/test_rotation.py \
+	tests/layer/test_fused_layer.py
 SANITIZE_PYTEST_ARGS ?= -q -m "not slow" -p no:cacheprovider --capture=sys
 
 .PHONY: sanitize arm-tools dist
