@@ -83,6 +83,12 @@ W8_V_TARGET static void W8_V(epilogue)(const int32_t *acc, int64_t ldacc, int ro
     }
 }
 
+/* The rounding error of the float product ab = a * b, exactly: a * b = ab + it. */
+W8_V_TARGET W8_INLINE W8_V(f32) W8_V(product_error)(W8_V(f32) a, W8_V(f32) b, W8_V(f32) ab)
+{
+    return W8_V(fma_f32)(a, b, W8_V(sub_f32)(W8_V(set_f32)(0.0f), ab));
+}
+
 /* e^r for |r| <= ln 2 / 2 (a little past it: n is rounded from an inexact y / ln 2). */
 W8_V_TARGET W8_INLINE W8_V(f32) W8_V(exp_poly)(W8_V(f32) r)
 {
@@ -131,11 +137,11 @@ W8_V_TARGET W8_INLINE void W8_V(activate_n)(W8_V(f32) *v, const int n, int act)
         return;
     }
     const W8_V(f32) zero = W8_V(set_f32)(0.0f), one = W8_V(set_f32)(1.0f);
-    W8_V(f32) xc[W8_EP_BATCH], den[W8_EP_BATCH], p[W8_EP_BATCH];
+    W8_V(f32) xc[W8_EP_BATCH], gelu_den[W8_EP_BATCH], p[W8_EP_BATCH];
     W8_V(i32) e[W8_EP_BATCH];
     for (int i = 0; i < n; i++) {
         xc[i] = W8_V(max_f32)(W8_V(set_f32)(-1e4f), v[i]);
-        den[i] = one; /* gelu's 1 / R; unused by the others */
+        gelu_den[i] = one; /* 1 / R(a); unused by the others */
     }
     if (act == W8_ACT_GELU) {
         static const float h[11] = {1.05762053f,      0.248677433f,    -0.0425017551f,
@@ -153,11 +159,11 @@ W8_V_TARGET W8_INLINE void W8_V(activate_n)(W8_V(f32) *v, const int n, int act)
             for (int i = 0; i < n; i++) q[i] = W8_V(fma_f32)(q[i], t[i], W8_V(set_f32)(h[c]));
         for (int i = 0; i < n; i++) {
             /* R(a) = 1 / (1 + a h); -a^2 / 2 as the float -a * a / 2 and the rest. */
-            den[i] = W8_V(fma_f32)(a[i], q[i], one);
+            gelu_den[i] = W8_V(fma_f32)(a[i], q[i], one);
             const W8_V(f32) square = W8_V(mul_f32)(a[i], a[i]);
-            const W8_V(f32) rest = W8_V(fma_f32)(a[i], a[i], W8_V(sub_f32)(zero, square));
-            p[i] = W8_V(exp_parts)(W8_V(mul_f32)(minus_half, square),
-                                       W8_V(mul_f32)(minus_half, rest), &e[i]);
+            p[i] = W8_V(exp_parts)(
+                W8_V(mul_f32)(minus_half, square),
+                W8_V(mul_f32)(minus_half, W8_V(product_error)(a[i], a[i], square)), &e[i]);
         }
     } else if (act == W8_ACT_GELU_TANH) {
         /* |t| = a (C1 + C2 a^2), a = |x|: a^2 = square + its rounding error (exact), C2 a^2
@@ -169,12 +175,11 @@ W8_V_TARGET W8_INLINE void W8_V(activate_n)(W8_V(f32) *v, const int n, int act)
             const W8_V(f32) a = W8_V(min_f32)(W8_V(abs_f32)(xc[i]),
                                               W8_V(set_f32)(W8_EP_GELU_TANH_A_MAX));
             const W8_V(f32) square = W8_V(mul_f32)(a, a);
-            const W8_V(f32) square_rest = W8_V(fma_f32)(a, a, W8_V(sub_f32)(zero, square));
             const W8_V(f32) u = W8_V(mul_f32)(c2, square);
             const W8_V(f32) u_rest = W8_V(fma_f32)(
-                c2, square_rest,
+                c2, W8_V(product_error)(a, a, square),
                 W8_V(fma_f32)(W8_V(set_f32)(W8_EP_GELU_TANH_C2_LO), square,
-                              W8_V(fma_f32)(c2, square, W8_V(sub_f32)(zero, u))));
+                              W8_V(product_error)(c2, square, u)));
             const W8_V(f32) w = W8_V(add_f32)(c1, u);
             const W8_V(f32) u_part = W8_V(sub_f32)(w, c1);
             const W8_V(f32) w_rest = W8_V(add_f32)(
@@ -182,8 +187,7 @@ W8_V_TARGET W8_INLINE void W8_V(activate_n)(W8_V(f32) *v, const int n, int act)
                               W8_V(sub_f32)(u, u_part)),
                 W8_V(add_f32)(W8_V(set_f32)(W8_EP_GELU_TANH_C1_LO), u_rest));
             const W8_V(f32) t = W8_V(mul_f32)(a, w);
-            const W8_V(f32) t_rest =
-                W8_V(fma_f32)(a, w_rest, W8_V(fma_f32)(a, w, W8_V(sub_f32)(zero, t)));
+            const W8_V(f32) t_rest = W8_V(fma_f32)(a, w_rest, W8_V(product_error)(a, w, t));
             p[i] = W8_V(exp_parts)(
                 W8_V(max_f32)(W8_V(sub_f32)(zero, t), W8_V(set_f32)(-125.0f)),
                 W8_V(sub_f32)(zero, t_rest), &e[i]);
@@ -207,7 +211,7 @@ W8_V_TARGET W8_INLINE void W8_V(activate_n)(W8_V(f32) *v, const int n, int act)
             /* x < 0: x erfc(z) / 2; x >= 0: x (2 - erfc(z)) / 2, erfc(z) = (p / (1 + a h))
              * 2^e, the quotient rounded once. */
             const W8_V(f32) half_x = W8_V(mul_f32)(W8_V(set_f32)(0.5f), xc[i]);
-            const W8_V(f32) erfc_part = W8_V(div_f32)(p[i], den[i]);
+            const W8_V(f32) erfc_part = W8_V(div_f32)(p[i], gelu_den[i]);
             const W8_V(f32) erfc = W8_V(mul_f32)(erfc_part, small);
             v[i] = W8_V(select_neg_f32)(
                 xc[i], W8_V(scale_pow2)(W8_V(mul_f32)(half_x, erfc_part), e_result),
