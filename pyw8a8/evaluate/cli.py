@@ -15,6 +15,7 @@ import numpy as np
 
 from ..models import gemma3
 from .configs import DEFAULT_CONFIGS, NOISE_FLOOR, parse_config_list
+from .download import QuestionsUnavailable
 from .plot import plot_kl
 from .report import build_comparison, render_markdown
 from .samples import load_samples
@@ -109,12 +110,15 @@ def _check_args(p, args):
 
 
 def _load_data(p, args):
-    """The questions and their source; a bad --data file is a usage error."""
+    """The questions and their source; a bad --data file is a usage error, and default
+    questions that cannot be fetched an environment error (one line, status 2)."""
     try:
         return load_samples(args.data, args.limit)
+    except QuestionsUnavailable as exc:
+        p.exit(2, f"pyw8a8 eval: {exc}, or pass --data FILE\n")
     except OSError as exc:
         if args.data is None:
-            raise  # fetching the default data failed: not a usage problem
+            raise  # the cache itself cannot be written or read: not a usage problem
         p.error(f"--data: cannot read {exc.filename or args.data}: {exc.strerror or exc}")
     except ValueError as exc:
         if args.data is None:

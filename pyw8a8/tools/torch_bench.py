@@ -116,18 +116,19 @@ def format_table(results: dict[str, dict[str, float]], label: str, count: int) -
 
 def main(rounds: int, machine_lines: list[str], count: int = 64) -> int:
     """``bench --torch``: the machine, a table per text set, and torch and pyw8a8 beside each
-    other against alone; status 1 where a package is missing."""
+    other against alone; status 1 where a package or the texts are missing."""
+    from ..evaluate.download import QuestionsUnavailable
     for line in machine_lines:
         print(line)
     try:
+        sets = texts(count)  # first: without them, nothing to quantize a model for
         models = variants(load_encoder())
-    except ImportError as exc:
+    except (ImportError, QuestionsUnavailable) as exc:
         print(f"bench --torch: {exc}")
         return 1
     from ..torch._runtime import shares_runtime
     print("OpenMP runtime: " + ("one copy, shared by torch and pyw8a8" if shares_runtime()
                                 else "torch's and pyw8a8's own, apart"))
-    sets = texts(count)
     for label, group in sets.items():
         for line in format_table(run(models, group, rounds), label, count):
             print(line)

