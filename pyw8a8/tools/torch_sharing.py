@@ -34,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from . import encode_timing
 
@@ -69,18 +70,35 @@ def _both(texts, rounds):
     return {"torch": total - linear, "pyw8a8": linear, "calls": calls}
 
 
-#: Bytes read before each product of the swept replay: past the last-level cache of every CPU
-#: measured here (32 MiB on the Zen 3 and Zen 4, up to 105 MiB on the AMX Xeons), so each
-#: product starts with its weight and input in memory, as in the model, where the layers
-#: between move their own activations through the caches.
+#: The least the swept replay reads before each product: past the last-level cache of the
+#: 2-vCPU machines measured here (32 MiB on the Zen 3 and Zen 4, up to 105 MiB on the AMX
+#: Xeons); sweep_bytes() reads twice a larger one (300 MiB on a 16-core Xeon).
 SWEEP_BYTES = 128 << 20
+
+
+def sweep_bytes(cache_dir="/sys/devices/system/cpu/cpu0/cache"):
+    """Bytes read before each product of the swept replay, so that it starts with its weight
+    and input in memory, as in the model, where the layers between move their own
+    activations through the caches: twice the last-level cache that Linux reports under
+    `cache_dir`, at least SWEEP_BYTES (also where it reports none)."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    caches = []
+    for index in Path(cache_dir).glob("index*"):
+        try:
+            level = int((index / "level").read_text())
+            size = (index / "size").read_text().strip()
+            caches.append((level, int(size[:-1]) * units[size[-1]] if size[-1] in units
+                           else int(size)))
+        except (OSError, ValueError):
+            continue
+    return max(SWEEP_BYTES, 2 * max(caches)[1]) if caches else SWEEP_BYTES
 
 
 def _pyw8a8_alone(calls, rounds):
     """The encode's products replayed: as in the model, each layer has a weight and a bias of
     its own and each call an input of its own, so the replay moves as much memory through
     the caches as the model's products.  Each round replays them back to back (hot), then
-    with the caches swept before each product (SWEEP_BYTES read, not timed)."""
+    with the caches swept before each product (sweep_bytes() read, not timed)."""
     import numpy as np
 
     from .._probes import read_bytes
@@ -92,7 +110,7 @@ def _pyw8a8_alone(calls, rounds):
                for _, k, n, layer in calls}
     biases = {layer: rng.standard_normal(n).astype(np.float32) for _, _, n, layer in calls}
     inputs = [rng.standard_normal((m, k), np.float32) for m, k, _, _ in calls]
-    sweep = np.ones(SWEEP_BYTES, np.uint8)
+    sweep = np.ones(sweep_bytes(), np.uint8)
 
     def replay(swept=False):
         seconds = 0.0
@@ -169,6 +187,6 @@ def format_table(shares: dict[str, float]) -> list[str]:
                      f"{alone / beside:.2f}x |")
     lines.append("torch: attention, LayerNorm, GELU and the rest of the encode; pyw8a8: its "
                  "linear layers (replayed alone with pyw8a8.matmul, torch not imported); caches "
-                 f"swept: {SWEEP_BYTES >> 20} MiB read before each product alone, as the "
+                 f"swept: {sweep_bytes() >> 20} MiB read before each product alone, as the "
                  "model's other layers move its activations through the caches between them")
     return lines

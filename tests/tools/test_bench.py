@@ -317,6 +317,21 @@ def test_summary_says_plainly_where_a_peer_is_faster():
     assert bench.summary_lines(bench.table_header(names[:3]), rows, ["avx2"]) == []
 
 
+@pytest.mark.parametrize("sizes, expected", [
+    ({1: "32K", 2: "1024K", 3: "32768K"}, 128 << 20),  # a Zen 4's: the least sweep
+    ({1: "48K", 2: "2048K", 3: "300M"}, 600 << 20),    # a 16-core Xeon's: twice its L3
+    ({}, 128 << 20),                                    # none reported
+])
+def test_the_sweep_reads_past_the_last_level_cache(tmp_path, sizes, expected):
+    from pyw8a8.tools import torch_sharing
+    for i, (level, size) in enumerate(sizes.items()):
+        index = tmp_path / f"index{i}"
+        index.mkdir()
+        (index / "level").write_text(f"{level}\n")
+        (index / "size").write_text(f"{size}\n")
+    assert torch_sharing.sweep_bytes(tmp_path) == expected
+
+
 def test_torch_sharing_runs_its_three_processes_in_turns_and_takes_medians(monkeypatch):
     """bench --torch's sharing table: both, torch alone and pyw8a8 alone run in turns, PASSES
     times (a slow stretch of the host falls on all three), each share the median of its
