@@ -15,7 +15,7 @@ strides included; the result comes back with ``torch.from_numpy``.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -31,6 +31,37 @@ HEADER_FIELDS = ("format_version", "out_features", "in_features", "encoding", "r
 # The dtypes a layer computes from: float32 as it is, bfloat16 widened to float32 (exact).
 # float16 is refused: its range (65504) would be a silent trap for an int8 scale.
 INPUT_DTYPES = (torch.float32, torch.bfloat16)
+
+INFERENCE_ONLY = ("requires grad, and pyw8a8 layers are inference only: run the model under "
+                  "torch.inference_mode() or torch.no_grad()")
+
+
+def check_input(x: Any, in_features: int, name: str = "x") -> None:
+    """What a pyw8a8 layer computes from: a CPU float32 or bfloat16 tensor of `in_features`
+    features, and no gradient to record.
+
+    Raises
+    ------
+    TypeError
+        `x` is not a tensor, or not float32 / bfloat16.
+    ValueError
+        `x` is not on the CPU, or its last dimension is not `in_features`.
+    RuntimeError
+        A gradient would be recorded (autograd is on and `x` requires one).
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.device.type != "cpu":
+        raise ValueError(f"{name} is on {x.device}; pyw8a8 layers run on the CPU "
+                         f"(move the input with .cpu())")
+    if x.dtype not in INPUT_DTYPES:
+        raise TypeError(f"{name} must be float32 or bfloat16, got {x.dtype} (convert it "
+                        f"with .float())")
+    if x.dim() == 0 or x.shape[-1] != in_features:
+        raise ValueError(f"{name} must have {in_features} features in its last dimension, "
+                         f"got shape {tuple(x.shape)}")
+    if x.requires_grad and torch.is_grad_enabled():
+        raise RuntimeError(f"{name} {INFERENCE_ONLY}")
 
 
 def header(packed: PackedWeight) -> torch.Tensor:
@@ -139,7 +170,9 @@ def gated_product(x: torch.Tensor, gate: PackedWeight, up: PackedWeight,
 def linear(x: torch.Tensor, panels: torch.Tensor, psum: torch.Tensor, scales: torch.Tensor,
            head: torch.Tensor, bias: Optional[torch.Tensor], activation: str) -> torch.Tensor:
     """``activation(x @ w.T + bias)`` in W8A8; `activation` '' for none."""
-    return product(x, packed_from(panels, psum, scales, head), bias, activation or None)
+    packed = packed_from(panels, psum, scales, head)
+    check_input(x, packed.shape[1])  # a graph (compiled, exported, scripted) checks here
+    return product(x, packed, bias, activation or None)
 
 
 @linear.register_fake
@@ -154,8 +187,10 @@ def gated_linear(x: torch.Tensor, panels1: torch.Tensor, psum1: torch.Tensor,
                  bias1: Optional[torch.Tensor], bias2: Optional[torch.Tensor],
                  glu: str) -> torch.Tensor:
     """``glu(x @ w1.T + bias1) * (x @ w2.T + bias2)`` in W8A8, quantizing x once."""
-    return gated_product(x, packed_from(panels1, psum1, scales1, head1),
-                         packed_from(panels2, psum2, scales2, head2), bias1, bias2, glu)
+    gate = packed_from(panels1, psum1, scales1, head1)
+    check_input(x, gate.shape[1])
+    return gated_product(x, gate, packed_from(panels2, psum2, scales2, head2), bias1, bias2,
+                         glu)
 
 
 @gated_linear.register_fake

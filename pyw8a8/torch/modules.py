@@ -24,33 +24,12 @@ ACTIVATIONS = (None, "relu", "gelu", "gelu_tanh", "silu")
 PARTS = ("panels", "psum", "scales", "header")
 
 
-def check_input(x: Any, in_features: int, name: str = "x") -> None:
-    """What a pyw8a8 layer computes from: a CPU float32 or bfloat16 tensor of `in_features`
-    features, and no gradient to record.
-
-    Raises
-    ------
-    TypeError
-        `x` is not a tensor, or not float32 / bfloat16.
-    ValueError
-        `x` is not on the CPU, or its last dimension is not `in_features`.
-    RuntimeError
-        A gradient would be recorded (autograd is on and `x` requires one).
-    """
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.device.type != "cpu":
-        raise ValueError(f"{name} is on {x.device}; pyw8a8 layers run on the CPU "
-                         f"(move the input with .cpu())")
-    if x.dtype not in _ops.INPUT_DTYPES:
-        raise TypeError(f"{name} must be float32 or bfloat16, got {x.dtype} (convert it "
-                        f"with .float())")
-    if x.dim() == 0 or x.shape[-1] != in_features:
-        raise ValueError(f"{name} must have {in_features} features in its last dimension, "
-                         f"got shape {tuple(x.shape)}")
-    if x.requires_grad and torch.is_grad_enabled():
-        raise RuntimeError(f"{name} requires grad, and pyw8a8 layers are inference only: run "
-                           f"the model under torch.inference_mode() or torch.no_grad()")
+def _records_ops() -> bool:
+    """Whether this forward is being captured as a graph of torch operators, which must then
+    call the product as one (``torch.ops.pyw8a8``): ``torch.compile`` and ``torch.export``
+    trace it, and ``torch.jit.trace`` records only dispatcher calls, so the eager path's
+    numpy product would enter its graph as a constant, the traced input's result."""
+    return torch.compiler.is_compiling() or torch.jit.is_tracing()
 
 
 def _activation(value: Optional[str], name: str) -> Optional[str]:
@@ -209,8 +188,8 @@ class Linear(_PackedModule):
     (channels-last included): float32 crosses to numpy without a copy, bfloat16 is widened
     to float32 (exactly) and the result rounded back to bfloat16; the output has x's
     dtype and shape (..., N).  It is the same computation, bit for bit, as
-    :func:`pyw8a8.matmul` on the same packed weight, eager, under ``torch.compile`` and
-    from ``torch.export`` (``torch.ops.pyw8a8.linear``).
+    :func:`pyw8a8.matmul` on the same packed weight, eager, under ``torch.compile``, from
+    ``torch.export`` and in TorchScript (``torch.ops.pyw8a8.linear``).
 
     Examples
     --------
@@ -292,12 +271,26 @@ class Linear(_PackedModule):
         return cls.from_packed(packed, bias, activation=activation)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_input(x, self.in_features)
+        if torch.jit.is_scripting():
+            # TorchScript compiles this branch alone (_forward's Python it cannot): the
+            # operator, which checks its input as check_input does, but for the gradient,
+            # which a call below autograd does not see.
+            if x.requires_grad and torch.is_grad_enabled():
+                raise RuntimeError("x " + _ops.INFERENCE_ONLY)
+            activation = self.activation
+            return torch.ops.pyw8a8.linear(x, self.weight_panels, self.weight_psum,
+                                           self.weight_scales, self.weight_header, self.bias,
+                                           "" if activation is None else activation)
+        return self._forward(x)
+
+    @torch.jit.unused
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
+        _ops.check_input(x, self.in_features)
         # The buffers read from the dict itself (_tensors): nn.Module's attribute lookup costs
         # about a microsecond each, a fifth of a one-token product.
         weight = self._tensors("weight")
         bias = self._buffers["bias"]
-        if torch.compiler.is_compiling():
+        if _records_ops():
             return torch.ops.pyw8a8.linear(x, *weight, bias, self.activation or "")
         # Eager: the product itself, without the dispatcher's few microseconds a call.
         return _ops.product(x, _ops.packed_from(*weight), bias, self.activation)
@@ -383,10 +376,21 @@ class GatedLinear(_PackedModule):
         return unit
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_input(x, self.in_features)
+        if torch.jit.is_scripting():
+            if x.requires_grad and torch.is_grad_enabled():
+                raise RuntimeError("x " + _ops.INFERENCE_ONLY)
+            return torch.ops.pyw8a8.gated_linear(
+                x, self.gate_panels, self.gate_psum, self.gate_scales, self.gate_header,
+                self.up_panels, self.up_psum, self.up_scales, self.up_header, self.gate_bias,
+                self.up_bias, self.glu)
+        return self._forward(x)
+
+    @torch.jit.unused
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
+        _ops.check_input(x, self.in_features)
         gate, up = self._tensors("gate"), self._tensors("up")
         bias1, bias2 = self._buffers["gate_bias"], self._buffers["up_bias"]
-        if torch.compiler.is_compiling():
+        if _records_ops():
             return torch.ops.pyw8a8.gated_linear(x, *gate, *up, bias1, bias2, self.glu)
         return _ops.gated_product(x, _ops.packed_from(*gate), _ops.packed_from(*up), bias1,
                                   bias2, self.glu)

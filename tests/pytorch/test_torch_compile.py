@@ -1,7 +1,9 @@
-"""pyw8a8.torch under torch.compile and torch.export: the custom operators' schemas and fake
-implementations (torch.library.opcheck), one graph with no breaks, and the same bits as the
-eager layers.  Skipped, with the reason shown, where torch is not installed."""
+"""pyw8a8.torch under torch.compile, torch.export and TorchScript: the custom operators'
+schemas and fake implementations (torch.library.opcheck), one graph with no breaks, and the
+same bits as the eager layers.  Skipped, with the reason shown, where torch is not
+installed."""
 import io
+import warnings
 
 import pytest
 
@@ -103,3 +105,52 @@ def test_a_compiled_model_still_refuses_what_the_eager_one_refuses(model):
     compiled = torch.compile(model, fullgraph=True)
     with pytest.raises(Exception, match="inference_mode"):
         compiled(torch.randn(2, 12, 64, requires_grad=True))
+
+
+def _torchscript(build):
+    """`build()` with TorchScript's deprecation warnings (torch 2.13 warns at every
+    torch.jit.trace and torch.jit.script) silenced."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        return build()
+
+
+def test_torch_jit_trace_records_the_operators_not_the_traced_result(model):
+    # Traced through the eager path, the numpy product entered the graph as a constant:
+    # the traced module returned the traced input's result for every input.
+    x, = inputs()
+    with torch.no_grad():
+        traced = _torchscript(lambda: torch.jit.trace(model, (x,)))
+        kinds = {node.kind() for node in traced.inlined_graph.nodes()}
+        assert {"pyw8a8::linear", "pyw8a8::gated_linear"} <= kinds, kinds
+        other = torch.randn(2, 12, 64)
+        assert torch.equal(traced(other), model(other))
+
+
+def test_torch_jit_script_runs_the_layers_and_round_trips_through_a_file(model):
+    scripted = _torchscript(lambda: torch.jit.script(model))
+    buffer = io.BytesIO()
+    torch.jit.save(scripted, buffer)
+    buffer.seek(0)
+    loaded = torch.jit.load(buffer)  # the operators are pyw8a8.torch's, registered here
+    with torch.no_grad():
+        for x in (torch.randn(2, 12, 64), torch.randn(1, 5, 64).bfloat16().float()):
+            expected = model(x)
+            assert torch.equal(scripted(x), expected)
+            assert torch.equal(loaded(x), expected)
+
+
+@pytest.mark.parametrize("x, message", [
+    (lambda: torch.randn(2, 64).half(), "must be float32 or bfloat16, got torch.float16"),
+    (lambda: torch.randn(2, 63), "must have 64 features"),
+    (lambda: torch.randn(2, 64, requires_grad=True), r"inference_mode\(\)"),
+])
+def test_a_scripted_layer_refuses_what_the_eager_one_refuses(x, message):
+    torch.manual_seed(2)
+    for layer in (pt.Linear.from_float(torch.nn.Linear(64, 32)),
+                  pt.GatedLinear.from_float(torch.nn.Linear(64, 16), torch.nn.Linear(64, 16))):
+        scripted = _torchscript(lambda: torch.jit.script(layer))
+        with pytest.raises(Exception, match=message):
+            scripted(x())

@@ -151,7 +151,7 @@ def test_bad_inputs_name_the_argument(x, error, match):
 
 
 def test_a_cuda_tensor_is_refused_before_any_work():
-    from pyw8a8.torch.modules import check_input
+    from pyw8a8.torch._ops import check_input
 
     class FakeCuda:  # no CUDA here: the check reads the device alone
         device = torch.device("cuda", 0)
