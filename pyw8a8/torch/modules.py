@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import numpy as np
 import torch
-from torch import nn
+from torch import fx, nn
 
 from .._validation import bias_vector
 from ..packing import PackedWeight, pack_weight
@@ -28,7 +28,8 @@ def _records_ops() -> bool:
     """Whether this forward is being captured as a graph of torch operators, which must then
     call the product as one (``torch.ops.pyw8a8``): ``torch.compile`` and ``torch.export``
     trace it, and ``torch.jit.trace`` records only dispatcher calls, so the eager path's
-    numpy product would enter its graph as a constant, the traced input's result."""
+    numpy product would enter its graph as a constant, the traced input's result.
+    (``torch.fx`` traces with proxies, which the forward recognizes itself.)"""
     return torch.compiler.is_compiling() or torch.jit.is_tracing()
 
 
@@ -277,23 +278,28 @@ class Linear(_PackedModule):
             # which a call below autograd does not see.
             if x.requires_grad and torch.is_grad_enabled():
                 raise RuntimeError("x " + _ops.INFERENCE_ONLY)
-            activation = self.activation
-            return torch.ops.pyw8a8.linear(x, self.weight_panels, self.weight_psum,
-                                           self.weight_scales, self.weight_header, self.bias,
-                                           "" if activation is None else activation)
+            return self._operator(x)
         return self._forward(x)
 
     @torch.jit.unused
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
+        if isinstance(x, fx.Proxy):  # torch.fx symbolic tracing: checked when the graph runs
+            return self._operator(x)
         _ops.check_input(x, self.in_features)
-        # The buffers read from the dict itself (_tensors): nn.Module's attribute lookup costs
-        # about a microsecond each, a fifth of a one-token product.
-        weight = self._tensors("weight")
-        bias = self._buffers["bias"]
         if _records_ops():
-            return torch.ops.pyw8a8.linear(x, *weight, bias, self.activation or "")
-        # Eager: the product itself, without the dispatcher's few microseconds a call.
-        return _ops.product(x, _ops.packed_from(*weight), bias, self.activation)
+            return self._operator(x)
+        # Eager: the product itself, without the dispatcher's few microseconds a call; the
+        # buffers read from the dict itself (_tensors): nn.Module's attribute lookup costs
+        # about a microsecond each, a fifth of a one-token product.
+        return _ops.product(x, _ops.packed_from(*self._tensors("weight")),
+                            self._buffers["bias"], self.activation)
+
+    def _operator(self, x: torch.Tensor) -> torch.Tensor:
+        """The product as the call a graph records, ``torch.ops.pyw8a8.linear``."""
+        activation = self.activation
+        return torch.ops.pyw8a8.linear(x, self.weight_panels, self.weight_psum,
+                                       self.weight_scales, self.weight_header, self.bias,
+                                       "" if activation is None else activation)
 
     def extra_repr(self) -> str:
         packed = self.packed("weight")
@@ -376,24 +382,30 @@ class GatedLinear(_PackedModule):
         return unit
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.jit.is_scripting():
+        if torch.jit.is_scripting():  # as Linear.forward
             if x.requires_grad and torch.is_grad_enabled():
                 raise RuntimeError("x " + _ops.INFERENCE_ONLY)
-            return torch.ops.pyw8a8.gated_linear(
-                x, self.gate_panels, self.gate_psum, self.gate_scales, self.gate_header,
-                self.up_panels, self.up_psum, self.up_scales, self.up_header, self.gate_bias,
-                self.up_bias, self.glu)
+            return self._operator(x)
         return self._forward(x)
 
     @torch.jit.unused
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
+        if isinstance(x, fx.Proxy):
+            return self._operator(x)
         _ops.check_input(x, self.in_features)
-        gate, up = self._tensors("gate"), self._tensors("up")
-        bias1, bias2 = self._buffers["gate_bias"], self._buffers["up_bias"]
         if _records_ops():
-            return torch.ops.pyw8a8.gated_linear(x, *gate, *up, bias1, bias2, self.glu)
-        return _ops.gated_product(x, _ops.packed_from(*gate), _ops.packed_from(*up), bias1,
-                                  bias2, self.glu)
+            return self._operator(x)
+        return _ops.gated_product(x, _ops.packed_from(*self._tensors("gate")),
+                                  _ops.packed_from(*self._tensors("up")),
+                                  self._buffers["gate_bias"], self._buffers["up_bias"],
+                                  self.glu)
+
+    def _operator(self, x: torch.Tensor) -> torch.Tensor:
+        """The unit as the call a graph records, ``torch.ops.pyw8a8.gated_linear``."""
+        return torch.ops.pyw8a8.gated_linear(
+            x, self.gate_panels, self.gate_psum, self.gate_scales, self.gate_header,
+            self.up_panels, self.up_psum, self.up_scales, self.up_header, self.gate_bias,
+            self.up_bias, self.glu)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "

@@ -154,3 +154,22 @@ def test_a_scripted_layer_refuses_what_the_eager_one_refuses(x, message):
         scripted = _torchscript(lambda: torch.jit.script(layer))
         with pytest.raises(Exception, match=message):
             scripted(x())
+
+
+def test_torch_fx_symbolic_trace_records_the_operators(model):
+    # A pyw8a8 layer is no leaf of fx's default tracer (its module is not torch.nn's), so
+    # fx traces into its forward, which records the operator on the layer's buffers.
+    torch.manual_seed(3)
+    layers = torch.nn.Sequential(
+        pt.Linear.from_float(torch.nn.Linear(64, 96), activation="gelu"),
+        pt.GatedLinear.from_float(torch.nn.Linear(96, 80, bias=False),
+                                  torch.nn.Linear(96, 80, bias=False), glu="gelu_tanh"),
+        pt.Linear.from_float(torch.nn.Linear(80, 32, bias=False)))
+    for module in (layers, model):
+        graph = torch.fx.symbolic_trace(module)
+        targets = [str(node.target) for node in graph.graph.nodes
+                   if node.op == "call_function"]
+        assert any(t.startswith("pyw8a8.") for t in targets), targets
+        with torch.no_grad():
+            for x in (torch.randn(3, 64), torch.randn(2, 12, 64)):
+                assert torch.equal(graph(x), module(x))
