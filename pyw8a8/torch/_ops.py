@@ -43,7 +43,7 @@ def check_input(x: Any, in_features: int, name: str = "x") -> None:
     Raises
     ------
     TypeError
-        `x` is not a tensor, or not float32 / bfloat16.
+        `x` is not a tensor, is sparse or nested, or is not float32 / bfloat16.
     ValueError
         `x` is not on the CPU, or its last dimension is not `in_features`.
     RuntimeError
@@ -54,6 +54,10 @@ def check_input(x: Any, in_features: int, name: str = "x") -> None:
     if x.device.type != "cpu":
         raise ValueError(f"{name} is on {x.device}; pyw8a8 layers run on the CPU "
                          f"(move the input with .cpu())")
+    if x.is_nested or x.layout != torch.strided:
+        kind = "a nested tensor" if x.is_nested else f"layout {x.layout}"
+        raise TypeError(f"{name} must be a dense (strided) tensor, got {kind} (convert it with "
+                        f".to_dense(), a nested one with .to_padded_tensor(0.0))")
     if x.dtype not in INPUT_DTYPES:
         raise TypeError(f"{name} must be float32 or bfloat16, got {x.dtype} (convert it "
                         f"with .float())")
@@ -197,3 +201,31 @@ def gated_linear(x: torch.Tensor, panels1: torch.Tensor, psum1: torch.Tensor,
 def _gated_linear_fake(x, panels1, psum1, scales1, head1, panels2, psum2, scales2, head2,
                        bias1, bias2, glu):
     return x.new_empty((*x.shape[:-1], scales1.shape[0]))
+
+
+def under_functorch(x: torch.Tensor) -> bool:
+    """Whether `x` is wrapped by a torch.func transform (vmap's batched tensors): the
+    product must then go through the operator, whose vmap rule (below) unwraps it."""
+    return torch._C._functorch.is_functorch_wrapped_tensor(x)
+
+
+def _vmapped_input(in_dims, x):
+    """x with vmap's batch dimension first: a product maps each row alone, so a batch of
+    inputs is more leading dimensions.  A batch of weights or biases has no such meaning."""
+    if in_dims[0] is None or any(d is not None for d in in_dims[1:]):
+        raise ValueError("torch.func.vmap over a pyw8a8 layer maps over its input only, "
+                         "not over its packed weights or biases")
+    return x.movedim(in_dims[0], 0)
+
+
+@linear.register_vmap
+def _linear_vmap(info, in_dims, x, panels, psum, scales, head, bias, activation):
+    return linear(_vmapped_input(in_dims, x), panels, psum, scales, head, bias,
+                  activation), 0
+
+
+@gated_linear.register_vmap
+def _gated_linear_vmap(info, in_dims, x, panels1, psum1, scales1, head1, panels2, psum2,
+                       scales2, head2, bias1, bias2, glu):
+    return gated_linear(_vmapped_input(in_dims, x), panels1, psum1, scales1, head1, panels2,
+                        psum2, scales2, head2, bias1, bias2, glu), 0

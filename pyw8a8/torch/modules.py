@@ -286,7 +286,7 @@ class Linear(_PackedModule):
         if isinstance(x, fx.Proxy):  # torch.fx symbolic tracing: checked when the graph runs
             return self._operator(x)
         _ops.check_input(x, self.in_features)
-        if _records_ops():
+        if _records_ops() or _ops.under_functorch(x):
             return self._operator(x)
         # Eager: the product itself, without the dispatcher's few microseconds a call; the
         # buffers read from the dict itself (_tensors): nn.Module's attribute lookup costs
@@ -393,7 +393,7 @@ class GatedLinear(_PackedModule):
         if isinstance(x, fx.Proxy):
             return self._operator(x)
         _ops.check_input(x, self.in_features)
-        if _records_ops():
+        if _records_ops() or _ops.under_functorch(x):
             return self._operator(x)
         return _ops.gated_product(x, _ops.packed_from(*self._tensors("gate")),
                                   _ops.packed_from(*self._tensors("up")),

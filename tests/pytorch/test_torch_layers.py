@@ -143,11 +143,34 @@ def test_a_forward_that_needs_gradients_says_to_use_inference_mode():
     (lambda: torch.randn(2, 63), ValueError, "x must have 64 features"),
     (lambda: torch.tensor(1.0), ValueError, "x must have 64 features"),
     (lambda: np.ones((2, 64), np.float32), TypeError, "x must be a torch.Tensor"),
+    (lambda: torch.randn(2, 64).to_sparse(), TypeError,
+     r"x must be a dense \(strided\) tensor, got layout torch.sparse_coo"),
+    (lambda: torch.nested.as_nested_tensor([torch.randn(2, 64), torch.randn(3, 64)]),
+     TypeError, r"x must be a dense \(strided\) tensor, got a nested tensor"),
 ])
 def test_bad_inputs_name_the_argument(x, error, match):
     layer = pt.Linear.from_float(dense(64, 8))
     with torch.no_grad(), pytest.raises(error, match=match):
         layer(x())
+
+
+def test_torch_func_vmap_maps_the_input_and_grad_is_refused():
+    torch.manual_seed(4)
+    layers = (pt.Linear.from_float(dense(64, 32), activation="silu"),
+              pt.GatedLinear.from_float(dense(64, 16, seed=1), dense(64, 16, seed=2)))
+    x = torch.randn(4, 5, 64)
+    with torch.no_grad():
+        for layer in layers:
+            assert torch.equal(torch.func.vmap(layer)(x), layer(x))
+            assert torch.equal(torch.func.vmap(layer, in_dims=1)(x), layer(x.movedim(1, 0)))
+            twice = torch.func.vmap(torch.func.vmap(layer))(x.reshape(2, 2, 5, 64))
+            assert torch.equal(twice, layer(x).reshape(2, 2, 5, -1))
+    with pytest.raises(RuntimeError, match=r"inference_mode\(\)"):
+        torch.func.grad(lambda t: layers[0](t).sum())(torch.randn(3, 64))
+    weights = layers[0]._tensors("weight")
+    with torch.no_grad(), pytest.raises(ValueError, match="maps over its input only"):
+        torch.func.vmap(torch.ops.pyw8a8.linear, in_dims=(0, 0, None, None, None, None, None))(
+            x, torch.stack([weights[0]] * 4), *weights[1:], layers[0].bias, "")
 
 
 def test_a_cuda_tensor_is_refused_before_any_work():
