@@ -218,14 +218,19 @@ def _vmapped_input(in_dims, x):
     return x.movedim(in_dims[0], 0)
 
 
-@linear.register_vmap
 def _linear_vmap(info, in_dims, x, panels, psum, scales, head, bias, activation):
     return linear(_vmapped_input(in_dims, x), panels, psum, scales, head, bias,
                   activation), 0
 
 
-@gated_linear.register_vmap
 def _gated_linear_vmap(info, in_dims, x, panels1, psum1, scales1, head1, panels2, psum2,
                        scales2, head2, bias1, bias2, glu):
     return gated_linear(_vmapped_input(in_dims, x), panels1, psum1, scales1, head1, panels2,
                         psum2, scales2, head2, bias1, bias2, glu), 0
+
+
+# CustomOpDef.register_vmap came with torch 2.5; under 2.4, which the [torch] extra allows,
+# vmap over a layer fails at the operator, which has no batching rule there.
+if hasattr(linear, "register_vmap"):
+    linear.register_vmap(_linear_vmap)
+    gated_linear.register_vmap(_gated_linear_vmap)

@@ -154,6 +154,8 @@ def test_bad_inputs_name_the_argument(x, error, match):
         layer(x())
 
 
+@pytest.mark.skipif(not hasattr(torch.library, "register_vmap"),
+                    reason="vmap rules for custom operators need torch 2.5")
 def test_torch_func_vmap_maps_the_input_and_grad_is_refused():
     torch.manual_seed(4)
     layers = (pt.Linear.from_float(dense(64, 32), activation="silu"),
