@@ -76,11 +76,18 @@ def header(packed: PackedWeight) -> torch.Tensor:
                          block, seed], dtype=torch.int64)
 
 
+def _version(t: torch.Tensor) -> int:
+    """`t`'s version counter; -1 for an inference tensor (one made under
+    torch.inference_mode), which has none and is written in place only inside that mode."""
+    return -1 if t.is_inference() else t._version
+
+
 def _identity(panels, psum, scales, head):
-    """What a weight kept on `panels` was built from: the other tensors' ids and every
-    tensor's version counter."""
-    return (id(psum), id(scales), id(head), panels._version, psum._version, scales._version,
-            head._version)
+    """What a weight kept on `panels` was built from: the other tensors' ids, every tensor's
+    version counter and, for a header without one, its values (the weight's settings; the
+    kernels read the other tensors' memory itself)."""
+    key = (id(psum), id(scales), id(head), *(_version(t) for t in (panels, psum, scales, head)))
+    return key + tuple(head.tolist()) if head.is_inference() else key
 
 
 def packed_from(panels: torch.Tensor, psum: torch.Tensor, scales: torch.Tensor,

@@ -73,10 +73,15 @@ class _PackedModule(nn.Module):
         super().__init_subclass__(**kwargs)
         cls._parts = {w: tuple(f"{w}_{part}" for part in PARTS) for w in cls._weights}
 
+    # The buffers are made outside inference mode, even when a layer is built or loaded
+    # inside it: an inference tensor has no version counter, which tells packed_from that a
+    # weight was written in place.
+    @torch.inference_mode(False)
     def _set_weight(self, prefix: str, packed: PackedWeight) -> None:
         for name, tensor in zip(self._parts[prefix], _ops.tensors_of(packed)):
             self.register_buffer(name, tensor)
 
+    @torch.inference_mode(False)
     def _set_bias(self, name: str, bias: Any, n: int) -> None:
         if bias is None:
             self.register_buffer(name, None)
@@ -108,6 +113,7 @@ class _PackedModule(nn.Module):
                              f"move to {moved[0][1]}")
         return result
 
+    @torch.inference_mode(False)
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
                               unexpected_keys, error_msgs):
         # Every weight is replaced whole (its layout may differ from the one this module was

@@ -124,6 +124,40 @@ def test_writing_a_buffer_in_place_is_seen_by_the_next_call():
         assert torch.equal(layer(x), other(x))
 
 
+def test_layers_built_and_loaded_inside_inference_mode():
+    # Their buffers were inference tensors, whose missing version counter ended every call
+    # (and the build itself) in "Inference tensors do not track version counter".
+    model = torch.nn.Sequential(dense(64, 48), torch.nn.GELU(), dense(48, 16, seed=1))
+    other = pt.quantize(torch.nn.Sequential(dense(64, 48, seed=2), torch.nn.GELU(),
+                                            dense(48, 16, seed=3)))
+    x = torch.randn(3, 64)
+    with torch.inference_mode():
+        quantized = pt.quantize(model)
+        expected = pt.quantize(model)(x)
+        assert torch.equal(quantized(x), expected)
+        compiled = torch.compile(quantized)
+        assert torch.equal(compiled(x), expected)
+        quantized.load_state_dict(other.state_dict())
+        assert torch.equal(quantized(x), other(x))
+        assert torch.equal(compiled(x), other(x))
+    assert not any(b.is_inference() for b in quantized.buffers())
+
+
+def test_inference_tensors_as_buffers_and_written_in_place():
+    layer = pt.Linear.from_float(dense(64, 16))
+    x = torch.randn(2, 64)
+    with torch.inference_mode():
+        buffers = {name: buf.clone() for name, buf in layer.named_buffers()}
+        assert all(buf.is_inference() for buf in buffers.values())
+        assert torch.equal(torch.func.functional_call(layer, buffers, (x,)), layer(x))
+        # An inference tensor has no version counter: a header written in place (another
+        # rotation) is told by its values.
+        other = pt.Linear.from_float(dense(64, 16, seed=3), rotate=False)
+        for name, buf in other.named_buffers():
+            buffers[name].copy_(buf)
+        assert torch.equal(torch.func.functional_call(layer, buffers, (x,)), other(x))
+
+
 def test_a_layer_is_freed_with_its_model():
     layer = pt.Linear.from_float(dense(64, 16))
     with torch.no_grad():
