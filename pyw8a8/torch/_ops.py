@@ -84,9 +84,13 @@ def _version(t: torch.Tensor) -> int:
 
 def _identity(panels, psum, scales, head):
     """What a weight kept on `panels` was built from: the other tensors' ids, every tensor's
-    version counter and, for a header without one, its values (the weight's settings; the
-    kernels read the other tensors' memory itself)."""
-    key = (id(psum), id(scales), id(head), *(_version(t) for t in (panels, psum, scales, head)))
+    memory address and version counter and, for a header without one, its values (the
+    weight's settings; the kernels read the other tensors' memory itself).  The addresses:
+    `share_memory_()` (``model.share_memory()``, for torch.multiprocessing) moves a tensor's
+    memory and keeps its version; the weight's arrays would view the freed memory."""
+    tensors = (panels, psum, scales, head)
+    key = (id(psum), id(scales), id(head), *(t.data_ptr() for t in tensors),
+           *(_version(t) for t in tensors))
     return key + tuple(head.tolist()) if head.is_inference() else key
 
 

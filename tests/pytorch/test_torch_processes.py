@@ -1,5 +1,6 @@
-"""pyw8a8.torch beside torch in one process: the thread count they agree on, and forks
-after either ran a parallel op.  Each scenario runs in a fresh interpreter with a timeout,
+"""pyw8a8.torch beside torch in one process: the thread count they agree on, forks after
+either ran a parallel op, and a model shared with torch.multiprocessing's workers.  Each
+scenario runs in a fresh interpreter with a timeout,
 so a hang fails the test instead of stalling the suite."""
 import os
 import subprocess
@@ -33,13 +34,19 @@ SETUP = textwrap.dedent("""
 """)
 
 
-def run(body, threads=2):
+def run(body, threads=2, script=None):
+    """The scenario's output words; `script`: run from that file (a spawned child imports
+    its functions from there) instead of -c."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYW8A8_ISA", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     env["OMP_NUM_THREADS"] = str(threads)
+    source = SETUP + textwrap.dedent(body)
+    if script is not None:
+        script.write_text(source)
+    command = [sys.executable] + (["-c", source] if script is None else [str(script)])
     try:
-        out = subprocess.run([sys.executable, "-c", SETUP + textwrap.dedent(body)],
-                             capture_output=True, text=True, timeout=TIMEOUT, env=env)
+        out = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT,
+                             env=env)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"hung for {TIMEOUT} s; output so far: {exc.stdout!r} {exc.stderr!r}")
     assert out.returncode == 0, out.stderr[-3000:]
@@ -90,3 +97,32 @@ def test_pyw8a8_layers_follow_torch_set_num_threads_unless_pyw8a8_sets_its_own()
             back = pyw8a8.get_num_threads()
         print(first, after_torch, override, back, torch.equal(one, two))
     """) == ["2", "1", "2", "1", "True"]
+
+
+def test_a_shared_model_gives_spawned_workers_the_parent_s_bits(tmp_path):
+    """model.share_memory(), then torch.multiprocessing workers of each start method: every
+    worker computes what the parent does (the parent's own call after share_memory() read
+    freed memory before)."""
+    out = run("""
+        import torch.multiprocessing as mp
+
+        def work(model, x, queue):
+            with torch.inference_mode():
+                queue.put(model(x).numpy().copy())
+
+        if __name__ == "__main__":
+            model = torch.nn.Sequential(layer, torch.nn.Linear(512, 64))
+            model = pt.quantize(model)
+            model.share_memory()
+            with torch.inference_mode():
+                reference = model(x)
+            for method in mp.get_all_start_methods():
+                ctx = mp.get_context(method)
+                queue = ctx.Queue()
+                worker = ctx.Process(target=work, args=(model, x, queue))
+                worker.start()
+                same = torch.equal(torch.from_numpy(queue.get(timeout=100)), reference)
+                worker.join(30)
+                print(method, same, worker.exitcode)
+    """, script=tmp_path / "shared_model.py")
+    assert len(out) >= 3 and out == [v for m in out[::3] for v in (m, "True", "0")], out

@@ -158,6 +158,21 @@ def test_inference_tensors_as_buffers_and_written_in_place():
         assert torch.equal(torch.func.functional_call(layer, buffers, (x,)), other(x))
 
 
+def test_share_memory_moves_the_buffers_and_the_next_call_reads_them_there():
+    # share_memory_() moves a tensor's memory and keeps its version counter: the weight
+    # kept for the kernels viewed the freed memory, and the next call read it.
+    model = pt.quantize(torch.nn.Sequential(dense(64, 96), torch.nn.GELU(), dense(96, 16)))
+    x = torch.randn(3, 64)
+    with torch.no_grad():
+        before = model(x)
+        addresses = [b.data_ptr() for b in model.buffers()]
+        model.share_memory()
+        assert all(b.is_shared() for b in model.buffers())
+        assert [b.data_ptr() for b in model.buffers()] != addresses
+        assert torch.equal(model(x), before)
+        assert model[0].packed("weight").panels.ctypes.data == model[0].weight_panels.data_ptr()
+
+
 def test_a_layer_is_freed_with_its_model():
     layer = pt.Linear.from_float(dense(64, 16))
     with torch.no_grad():
