@@ -62,7 +62,8 @@ class _PackedModule(nn.Module):
     """The buffers of packed weights, ``<prefix>_<part>`` for each part, and their loading.
 
     Subclasses name their weights in ``_weights`` (buffer prefixes) and biases in
-    ``_biases``.
+    ``_biases``, and define the product twice: ``_operator`` (a torch.ops.pyw8a8 call, what
+    a graph records) and ``_eager`` (the call straight into pyw8a8).
     """
 
     _weights: tuple[str, ...] = ()
@@ -160,6 +161,25 @@ class _PackedModule(nn.Module):
             unexpected_keys.extend(key for key in state_dict if key.startswith(prefix) and
                                    key[len(prefix):] not in known and
                                    key[len(prefix):].split(".", 1)[0] not in self._modules)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.jit.is_scripting():
+            # TorchScript compiles this branch alone (_forward's Python it cannot): the
+            # operator, which checks its input as check_input does, but for the gradient,
+            # which a call below autograd does not see.
+            if x.requires_grad and torch.is_grad_enabled():
+                raise RuntimeError("x " + _ops.INFERENCE_ONLY)
+            return self._operator(x)
+        return self._forward(x)
+
+    @torch.jit.unused
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
+        if isinstance(x, fx.Proxy):  # torch.fx symbolic tracing: checked when the graph runs
+            return self._operator(x)
+        _ops.check_input(x, self.in_features)
+        if _records_ops() or _ops.under_functorch(x):
+            return self._operator(x)
+        return self._eager(x)
 
     def __getstate__(self):
         # The buffers pickle (and deep-copy) as fresh views: the weight kept on a panels
@@ -277,26 +297,10 @@ class Linear(_PackedModule):
         packed = _pack(w, rotate, block, seed, encoding)
         return cls.from_packed(packed, bias, activation=activation)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.jit.is_scripting():
-            # TorchScript compiles this branch alone (_forward's Python it cannot): the
-            # operator, which checks its input as check_input does, but for the gradient,
-            # which a call below autograd does not see.
-            if x.requires_grad and torch.is_grad_enabled():
-                raise RuntimeError("x " + _ops.INFERENCE_ONLY)
-            return self._operator(x)
-        return self._forward(x)
-
-    @torch.jit.unused
-    def _forward(self, x: torch.Tensor) -> torch.Tensor:
-        if isinstance(x, fx.Proxy):  # torch.fx symbolic tracing: checked when the graph runs
-            return self._operator(x)
-        _ops.check_input(x, self.in_features)
-        if _records_ops() or _ops.under_functorch(x):
-            return self._operator(x)
-        # Eager: the product itself, without the dispatcher's few microseconds a call; the
-        # buffers read from the dict itself (_tensors): nn.Module's attribute lookup costs
-        # about a microsecond each, a fifth of a one-token product.
+    def _eager(self, x: torch.Tensor) -> torch.Tensor:
+        # The product itself, without the dispatcher's few microseconds a call; the buffers
+        # read from the dict itself (_tensors): nn.Module's attribute lookup costs about a
+        # microsecond each, a fifth of a one-token product.
         return _ops.product(x, _ops.packed_from(*self._tensors("weight")),
                             self._buffers["bias"], self.activation)
 
@@ -387,20 +391,7 @@ class GatedLinear(_PackedModule):
         unit._init(packed, [bias for _, bias in weights], glu)
         return unit
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.jit.is_scripting():  # as Linear.forward
-            if x.requires_grad and torch.is_grad_enabled():
-                raise RuntimeError("x " + _ops.INFERENCE_ONLY)
-            return self._operator(x)
-        return self._forward(x)
-
-    @torch.jit.unused
-    def _forward(self, x: torch.Tensor) -> torch.Tensor:
-        if isinstance(x, fx.Proxy):
-            return self._operator(x)
-        _ops.check_input(x, self.in_features)
-        if _records_ops() or _ops.under_functorch(x):
-            return self._operator(x)
+    def _eager(self, x: torch.Tensor) -> torch.Tensor:
         return _ops.gated_product(x, _ops.packed_from(*self._tensors("gate")),
                                   _ops.packed_from(*self._tensors("up")),
                                   self._buffers["gate_bias"], self._buffers["up_bias"],
