@@ -76,22 +76,20 @@ def header(packed: PackedWeight) -> torch.Tensor:
                          block, seed], dtype=torch.int64)
 
 
-def _version(t: torch.Tensor) -> int:
-    """`t`'s version counter; -1 for an inference tensor (one made under
-    torch.inference_mode), which has none and is written in place only inside that mode."""
-    return -1 if t.is_inference() else t._version
-
-
 def _identity(panels, psum, scales, head):
     """What a weight kept on `panels` was built from: the other tensors' ids, every tensor's
-    memory address and version counter and, for a header without one, its values (the
-    weight's settings; the kernels read the other tensors' memory itself).  The addresses:
-    `share_memory_()` (``model.share_memory()``, for torch.multiprocessing) moves a tensor's
-    memory and keeps its version; the weight's arrays would view the freed memory."""
-    tensors = (panels, psum, scales, head)
-    key = (id(psum), id(scales), id(head), *(t.data_ptr() for t in tensors),
-           *(_version(t) for t in tensors))
-    return key + tuple(head.tolist()) if head.is_inference() else key
+    version counter and memory address.  The addresses: `share_memory_()`
+    (``model.share_memory()``, for torch.multiprocessing) moves a tensor's memory and keeps
+    its version; the weight's arrays would view the freed memory.  An inference tensor (made
+    under torch.inference_mode) has no version counter: for one, the header's values (the
+    weight's settings) stand in for the versions (the kernels read the other tensors' memory
+    itself).  Written out, not looped: it runs on every call (0.8 us)."""
+    addresses = (panels.data_ptr(), psum.data_ptr(), scales.data_ptr(), head.data_ptr())
+    try:
+        return (id(psum), id(scales), id(head), panels._version, psum._version,
+                scales._version, head._version) + addresses
+    except RuntimeError:  # "Inference tensors do not track version counter"
+        return (id(psum), id(scales), id(head), *head.tolist()) + addresses
 
 
 def packed_from(panels: torch.Tensor, psum: torch.Tensor, scales: torch.Tensor,
