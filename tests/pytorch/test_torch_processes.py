@@ -99,10 +99,11 @@ def test_pyw8a8_layers_follow_torch_set_num_threads_unless_pyw8a8_sets_its_own()
     """) == ["2", "1", "2", "1", "True"]
 
 
-def test_a_shared_model_gives_spawned_workers_the_parent_s_bits(tmp_path):
-    """model.share_memory(), then torch.multiprocessing workers of each start method: every
-    worker computes what the parent does (the parent's own call after share_memory() read
-    freed memory before)."""
+def test_a_model_sent_to_workers_gives_them_and_the_parent_the_same_bits(tmp_path):
+    """torch.multiprocessing workers of each start method given the model compute the
+    parent's bits, and so does the parent after: sending a model to a spawned worker moves
+    its buffers into shared memory, as model.share_memory() does, and the parent's next
+    call read the freed memory before."""
     out = run("""
         import torch.multiprocessing as mp
 
@@ -111,9 +112,7 @@ def test_a_shared_model_gives_spawned_workers_the_parent_s_bits(tmp_path):
                 queue.put(model(x).numpy().copy())
 
         if __name__ == "__main__":
-            model = torch.nn.Sequential(layer, torch.nn.Linear(512, 64))
-            model = pt.quantize(model)
-            model.share_memory()
+            model = pt.quantize(torch.nn.Sequential(layer, torch.nn.Linear(512, 64)))
             with torch.inference_mode():
                 reference = model(x)
             for method in mp.get_all_start_methods():
@@ -123,6 +122,13 @@ def test_a_shared_model_gives_spawned_workers_the_parent_s_bits(tmp_path):
                 worker.start()
                 same = torch.equal(torch.from_numpy(queue.get(timeout=100)), reference)
                 worker.join(30)
-                print(method, same, worker.exitcode)
+                with torch.inference_mode():
+                    parent = torch.equal(model(x), reference)
+                print(method, same, parent, worker.exitcode)
+            model.share_memory()
+            with torch.inference_mode():
+                print("share_memory", torch.equal(model(x), reference))
     """, script=tmp_path / "shared_model.py")
-    assert len(out) >= 3 and out == [v for m in out[::3] for v in (m, "True", "0")], out
+    methods = out[:-2][::4]
+    assert "spawn" in methods and out[-2:] == ["share_memory", "True"], out
+    assert out[:-2] == [v for m in methods for v in (m, "True", "True", "0")], out
