@@ -56,6 +56,7 @@ def product(isa: IsaOps, x: npt.NDArray[np.float32] | npt.NDArray[np.int8],
 CALL_ONE: int
 CALL_PAIR: int
 CALL_GLU: int
+SETTLED_ROWS: int
 ACTIVATIONS: dict[str, int]
 def settled_product(
     x: object, plan1: object, plan2: object, bias1: object, bias2: object,

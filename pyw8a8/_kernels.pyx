@@ -40,7 +40,14 @@ cdef enum:
     W8_CALL_PAIR = 1
     W8_CALL_GLU = 2
     W8_CALL_KINDS = 3
+    # The row counts a weight remembers a settled blocking for, per kind: a model's layer
+    # sees a few in turn (batches of other lengths, a prompt then one token at a time).
+    # With one, a sentence encoder's two batch shapes took matmul's route in Python on
+    # every call, which between layers that stream their weights through the caches cost
+    # tens of microseconds a call in cache misses.
+    W8_SETTLED_ROWS = 4
 CALL_ONE, CALL_PAIR, CALL_GLU = W8_CALL_ONE, W8_CALL_PAIR, W8_CALL_GLU
+SETTLED_ROWS = W8_SETTLED_ROWS
 # The fused activations by name (common.h W8_ACT_*; the arithmetic is _simd/epilogue.h's).
 ACTIVATIONS = {"relu": W8_ACT_RELU, "gelu": W8_ACT_GELU, "gelu_tanh": W8_ACT_GELU_TANH,
                "silu": W8_ACT_SILU}
@@ -61,14 +68,16 @@ cdef class WeightPlan:
     pointers of its arrays (which it keeps alive), its sizes, encoding and rotation (with
     the rotation's sign table, which every activation row of its products multiplies by)."""
     cdef readonly object panels, psum, scales, shape, encoding, signs
-    # Per call kind (CALL_*), the blocking the tuner settled for this weight's last call of
-    # that kind (remember_blocking): what the next call runs with, from C in
-    # settled_product, when the ISA (by name), the rows and the threads are the same
-    # again. The tuner (tuning.TUNER) keeps the tuning; this is the weight's one record of it.
-    cdef list last_isa
-    cdef int64_t last_m[W8_CALL_KINDS]
-    cdef int last_threads[W8_CALL_KINDS]
-    cdef int64_t last_blocking[W8_CALL_KINDS][5]
+    # Per call kind (CALL_*), the blockings the tuner settled for this weight's calls of the
+    # last W8_SETTLED_ROWS row counts of that kind (remember_blocking): what a call runs
+    # with, from C in settled_product, when its ISA (by name), rows and threads are those
+    # of one of them. The tuner (tuning.TUNER) keeps the tuning; this is the weight's record
+    # of it. A new row count takes the place of the one remembered longest (settled_next).
+    cdef list settled_isa  # [kind][slot]: the ISA's name, None for an empty slot
+    cdef int64_t settled_m[W8_CALL_KINDS][W8_SETTLED_ROWS]
+    cdef int settled_threads[W8_CALL_KINDS][W8_SETTLED_ROWS]
+    cdef int64_t settled_blockings[W8_CALL_KINDS][W8_SETTLED_ROWS][5]
+    cdef int settled_next[W8_CALL_KINDS]
     cdef const uint8_t *b
     cdef const int32_t *b_psum
     cdef const float *b_scale
@@ -90,7 +99,8 @@ cdef class WeightPlan:
         self.N, self.K, self.Kp = shape[0], shape[1], kp
         self.enc = W8_ENC_SIGNED if encoding == "signed" else W8_ENC_BIASED
         self.rotate, self.block, self.seed = rotate, block, seed
-        self.last_isa = [None] * W8_CALL_KINDS
+        # (The C arrays start zeroed, as the object's memory is: settled_next at slot 0.)
+        self.settled_isa = [[None] * W8_SETTLED_ROWS for _ in range(W8_CALL_KINDS)]
         self.signs, self.sign_table = None, NULL
         if rotate and self.K:
             # Built once, by the reference: every ISA's sign application gives these bits.
@@ -101,18 +111,24 @@ cdef class WeightPlan:
     def remember_blocking(self, int kind, IsaOps ops, int64_t m, int nthreads,
                           tuple blocking):
         """Remember a settled blocking of this weight in a call of kind `kind` (CALL_*) of
-        `m` rows on ISA `ops` with `nthreads` threads, for settled_product."""
+        `m` rows on ISA `ops` with `nthreads` threads, for settled_product: in the slot of
+        that call if it has one, else in the one remembered longest."""
+        cdef int slot
         cdef int64_t *b
         if not 0 <= kind < W8_CALL_KINDS:
             raise ValueError(f"unknown call kind {kind}")
-        b = self.last_blocking[kind]
+        slot = self.settled_slot(kind, ops, m, nthreads)
+        if slot < 0:
+            slot = self.settled_next[kind]
+            self.settled_next[kind] = (slot + 1) % W8_SETTLED_ROWS
+        b = self.settled_blockings[kind][slot]
         b[0], b[1], b[2], b[3], b[4] = blocking
-        self.last_isa[kind] = ops.name
-        self.last_m[kind], self.last_threads[kind] = m, nthreads
+        self.settled_isa[kind][slot] = ops.name
+        self.settled_m[kind][slot], self.settled_threads[kind][slot] = m, nthreads
 
     def settled_blocking(self, int kind, IsaOps ops, int64_t m, int nthreads):
         """The blocking remembered for a call of kind `kind` (CALL_*) of `m` rows on ISA
-        `ops` with `nthreads` threads, as (kc, mc, nc, m_step, n_step); None if another."""
+        `ops` with `nthreads` threads, as (kc, mc, nc, m_step, n_step); None if none."""
         cdef w8_call_weight cw
         if not 0 <= kind < W8_CALL_KINDS:
             raise ValueError(f"unknown call kind {kind}")
@@ -120,15 +136,26 @@ cdef class WeightPlan:
             return None
         return (cw.kc, cw.mc, cw.nc, cw.m_step, cw.n_step)
 
+    cdef int settled_slot(self, int kind, IsaOps ops, int64_t m, int nthreads):
+        """The slot remembering this call's blocking, or -1."""
+        cdef int slot
+        names = self.settled_isa[kind]
+        for slot in range(W8_SETTLED_ROWS):
+            if self.settled_m[kind][slot] != m or self.settled_threads[kind][slot] != nthreads:
+                continue
+            isa = names[slot]
+            # The ISA by name, as the tuner settles it: use_isa builds a new IsaOps each time.
+            if isa is not None and (isa is ops.name or isa == ops.name):
+                return slot
+        return -1
+
     cdef bint settled(self, int kind, IsaOps ops, int64_t m, int nthreads,
                       w8_call_weight *cw):
         """Whether this weight settled a blocking for this call; if so, it goes to `cw`."""
-        cdef int64_t *b = self.last_blocking[kind]
-        isa = self.last_isa[kind]
-        # The ISA by name, as the tuner settles it: use_isa builds a new IsaOps each time.
-        if (self.last_m[kind] != m or self.last_threads[kind] != nthreads or isa is None
-                or (isa is not ops.name and isa != ops.name)):
+        cdef int slot = self.settled_slot(kind, ops, m, nthreads)
+        if slot < 0:
             return False
+        cdef int64_t *b = self.settled_blockings[kind][slot]
         cw.kc, cw.mc, cw.nc, cw.m_step, cw.n_step = b[0], b[1], b[2], b[3], b[4]
         return True
 

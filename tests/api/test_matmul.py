@@ -256,6 +256,27 @@ def _settle(x, packed, calls=400):
     pytest.fail(f"no blocking settled for {x.shape} in {calls} calls")
 
 
+def test_a_weight_keeps_the_settled_calls_of_its_last_row_counts():
+    """A layer sees a few row counts in turn (batches of other lengths, a prompt then one
+    token at a time): its weight keeps a settled blocking for each of the last
+    SETTLED_ROWS of them, and a new one takes the place of the one kept longest."""
+    rng = np.random.default_rng(5)
+    packed = pyw8a8.pack_weight(rng.standard_normal((40, 96)).astype(np.float32))
+    xs = [rng.standard_normal((m, 96)).astype(np.float32)
+          for m in range(1, _kernels.SETTLED_ROWS + 2)]
+    for x in xs:
+        fast, y = _settle(x, packed)
+        np.testing.assert_array_equal(fast, y)
+    plan, scratch = packed._plan, _kernels.Scratch()
+    assert _settled(xs[0], plan, scratch) is None  # the oldest, gone
+    for x in xs[1:]:
+        np.testing.assert_array_equal(_settled(x, plan, scratch), pyw8a8.matmul(x, packed))
+    pyw8a8.matmul(xs[0], packed)  # settled with the tuner: remembered again, for xs[1]'s
+    assert _settled(xs[0], plan, scratch) is not None
+    assert _settled(xs[1], plan, scratch) is None
+    assert all(_settled(x, plan, scratch) is not None for x in xs[2:])
+
+
 @pytest.mark.parametrize("rotate", [False, True])
 @pytest.mark.parametrize("lead", [(1,), (3,), (2, 20), ()], ids=str)
 def test_settled_compiled_call_equals_the_general_route(any_isa, rotate, lead):
@@ -297,9 +318,7 @@ def test_settled_compiled_call_declines_every_other_call():
                                           pyw8a8.matmul(np.array(other, np.float32), packed))
     assert _settled(x, None, scratch) is None
     assert _settled(x, plan, None) is None
-    # A weight remembers its last settled call of each kind: the 5-row calls above took its
-    # place, and the next general call of 6 rows brings it back.
-    pyw8a8.matmul(x, packed)
+    # The general calls above, of other rows, did not take the 6-row call's place.
     assert _settled(x, plan, scratch) is not None
     # Another thread count, or another ISA: not the settled call.
     if pyw8a8.get_num_threads() > 1 and 6 * 96 * 40 >= _threads.SERIAL_WORK:
