@@ -194,6 +194,16 @@ def _float_products(x, plans, outs, lead, biases, act=0, glu=False):
              x.shape, biases=biases, act=act, glu=glu)
 
 
+def settled_call(x, plan1, plan2, bias1, bias2, activation, pair, glu):
+    """The common call of matmul or (`pair`) matmul_pair from C, on this thread's scratch,
+    for a caller that has its input as an array already (pyw8a8.torch): the result, or
+    None when it is not such a call (see _kernels.settled_product: a weight's plan not
+    built yet, no blocking settled, a row holding NaN/Inf, ...), and the caller takes
+    matmul's checked route."""
+    return _kernels.settled_product(x, plan1, plan2, bias1, bias2, activation, pair, glu,
+                                    getattr(_SCRATCH, "buffer", None))
+
+
 Activation = Literal["relu", "gelu", "gelu_tanh", "silu"]
 
 

@@ -101,6 +101,13 @@ def test_strided_and_channels_last_inputs_give_the_contiguous_result():
         assert torch.equal(layer(x[:, :, ::2]), layer(x[:, :, ::2].contiguous()))
 
 
+def test_a_negative_view_is_read_as_the_values_it_shows():
+    layer = pt.Linear.from_float(dense(64, 8))
+    x = torch.randn(3, 64)
+    with torch.no_grad():
+        assert torch.equal(layer(torch._neg_view(x)), layer(-x))
+
+
 def test_empty_and_large_leading_dimensions():
     layer = pt.Linear.from_float(dense(64, 8))
     with torch.no_grad():
@@ -108,19 +115,71 @@ def test_empty_and_large_leading_dimensions():
         assert layer(torch.empty(2, 0, 64)).shape == (2, 0, 8)
 
 
+def _settle(layer, x, calls=400):
+    """Call the layer until its weight has settled a blocking for x's rows (the tuner tries
+    candidates first), so that its calls take the compiled route."""
+    from pyw8a8.torch import _ops
+    arr = x.numpy()
+    for _ in range(calls):
+        with torch.no_grad():
+            layer(x)
+        if _ops.settled_call(arr, layer.packed("weight")._plan, None, None if layer.bias is
+                             None else layer.bias.numpy(), None, layer.activation, False,
+                             False) is not None:
+            return
+    pytest.fail(f"no blocking settled for {tuple(x.shape)} in {calls} calls")
+
+
 def test_float32_crosses_to_numpy_without_a_copy(monkeypatch):
     from pyw8a8.torch import _ops
     layer = pt.Linear.from_float(dense(64, 8))
+    x = torch.randn(3, 64)
     seen = []
 
-    def spy(x, packed, **kw):
-        seen.append(x)
-        return pyw8a8.matmul(x, packed, **kw)
-    monkeypatch.setattr(_ops, "matmul", spy)
-    x = torch.randn(3, 64)
+    def spy(name, f):
+        def call(arr, *args, **kw):
+            seen.append((name, arr.ctypes.data))
+            return f(arr, *args, **kw)
+        monkeypatch.setattr(_ops, name, call)
+    spy("matmul", _ops.matmul)
+    spy("settled_call", _ops.settled_call)
     with torch.no_grad():
-        layer(x)
-    assert seen[0].ctypes.data == x.data_ptr()
+        layer(x)  # the first call of a shape: matmul's checked route
+        _settle(layer, x)
+        seen.clear()
+        layer(x)  # settled: the compiled call alone
+    assert seen == [("settled_call", x.data_ptr())]
+
+
+def test_a_settled_call_skips_the_checks_in_python_and_any_other_input_is_checked(
+        monkeypatch):
+    """Once its weight settled a blocking for a row count, a layer runs a float32 input of
+    those rows from C with no check in Python (each one costs its cache misses between a
+    model's layers); the compiled call itself refuses every input it cannot take, which
+    then gets the checked route's result or error."""
+    from pyw8a8.torch import _ops
+    layer = pt.Linear.from_float(dense(64, 8), activation="gelu")
+    x = torch.randn(5, 64)
+    _settle(layer, x)
+    checked = []
+    check = _ops.check_input
+    monkeypatch.setattr(_ops, "check_input", lambda t, k: checked.append(1) or check(t, k))
+    with torch.inference_mode():
+        y = layer(x)
+        assert checked == [] and np.array_equal(y.numpy(), reference(layer, x))
+        for other in (x.t().contiguous().t(), x.bfloat16(), x[:4]):  # strided, bf16, 4 rows
+            checked.clear()
+            expected = torch.from_numpy(reference(layer, other)).to(other.dtype)
+            assert torch.equal(layer(other), expected)
+            assert checked == [1]
+        bad = x.clone()
+        bad[3, 7] = float("inf")
+        with pytest.raises(ValueError, match="row 3"):
+            layer(bad)
+        with pytest.raises(ValueError, match="x must have 64 features"):
+            layer(torch.randn(5, 63))
+    with pytest.raises(RuntimeError, match=r"inference_mode\(\)"):
+        layer(x.clone().requires_grad_())
 
 
 # --- inference only, and the errors -------------------------------------------------
