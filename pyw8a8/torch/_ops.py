@@ -222,9 +222,8 @@ def gated_product(x: torch.Tensor, gate: PackedWeight, up: PackedWeight,
 def linear(x: torch.Tensor, panels: torch.Tensor, psum: torch.Tensor, scales: torch.Tensor,
            head: torch.Tensor, bias: Optional[torch.Tensor], activation: str) -> torch.Tensor:
     """``activation(x @ w.T + bias)`` in W8A8; `activation` '' for none."""
-    packed = packed_from(panels, psum, scales, head)
-    check_input(x, packed.shape[1])  # a graph (compiled, exported, scripted) checks here
-    return product(x, packed, bias, activation or None)
+    # A graph (compiled, exported, scripted) checks x here, in product, as the eager layer.
+    return product(x, packed_from(panels, psum, scales, head), bias, activation or None)
 
 
 @linear.register_fake
@@ -239,10 +238,8 @@ def gated_linear(x: torch.Tensor, panels1: torch.Tensor, psum1: torch.Tensor,
                  bias1: Optional[torch.Tensor], bias2: Optional[torch.Tensor],
                  glu: str) -> torch.Tensor:
     """``glu(x @ w1.T + bias1) * (x @ w2.T + bias2)`` in W8A8, quantizing x once."""
-    gate = packed_from(panels1, psum1, scales1, head1)
-    check_input(x, gate.shape[1])
-    return gated_product(x, gate, packed_from(panels2, psum2, scales2, head2), bias1, bias2,
-                         glu)
+    return gated_product(x, packed_from(panels1, psum1, scales1, head1),
+                         packed_from(panels2, psum2, scales2, head2), bias1, bias2, glu)
 
 
 @gated_linear.register_fake
