@@ -178,6 +178,9 @@ class _PackedModule(nn.Module):
             return self._operator(x)
         if type(x) is torch.Tensor and not (_records_ops() or _ops.under_functorch(x)):
             return self._eager(x)  # checks x unless the compiled call takes it (_ops)
+        # Here: a graph being recorded, or x not a plain tensor (a FakeTensor under
+        # torch.compile, a subclass, or no tensor at all, which check_input refuses before
+        # under_functorch could fail on it).
         _ops.check_input(x, self.in_features)
         if _records_ops() or _ops.under_functorch(x):
             return self._operator(x)
