@@ -52,7 +52,7 @@ def product(isa: IsaOps, x: npt.NDArray[np.float32] | npt.NDArray[np.int8],
             weights: list[WeightPlan], outs: list[npt.NDArray[Any]], scratch: Scratch,
             nthreads: int, blockings: list[tuple[int, int, int, int, int]],
             biases: list[npt.NDArray[np.float32] | None], act: int = ...,
-            glu: bool = ...) -> int: ...
+            glu: bool = ..., callers_output: bool = ...) -> int: ...
 CALL_ONE: int
 CALL_PAIR: int
 CALL_GLU: int
@@ -60,6 +60,6 @@ SETTLED_ROWS: int
 ACTIVATIONS: dict[str, int]
 def settled_product(
     x: object, plan1: object, plan2: object, bias1: object, bias2: object,
-    activation: object, pair: bool, glu: bool, scratch: object,
+    activation: object, pair: bool, glu: bool, scratch: object, out: object = ...,
 ) -> (npt.NDArray[np.float32]
       | tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]] | None): ...

@@ -192,7 +192,8 @@ cdef inline const float *_bias_data(object bias):
 
 
 def product(IsaOps isa, cnp.ndarray x, list weights, list outs, Scratch scratch,
-            int nthreads, list blockings, list biases, int act=W8_ACT_NONE, bint glu=False):
+            int nthreads, list blockings, list biases, int act=W8_ACT_NONE, bint glu=False,
+            bint callers_output=False):
     """The products of the rows of x with one or two weights, in one call of the C call
     path (``_simd/product.h``): the rows are prepared once per activation format, then
     every block of every product runs, in one parallel region, the GIL released.
@@ -206,8 +207,10 @@ def product(IsaOps isa, cnp.ndarray x, list weights, list outs, Scratch scratch,
     W8_ACT_* of the first product (float x only).  glu: the two weights are a gated pair
     of one N: a single output, outs[0] = act(x @ w0.T + b0) * (x @ w1.T + b1), finished
     tile by tile (the up projection's sums go to the scratch, never to a float array).
+    callers_output: outs[0] is the caller's array (matmul's out=), left untouched when a
+    row fails.
     Returns -1, or the index of the first row that holds NaN/Inf or whose rotation
-    overflows (the outputs are then unspecified).
+    overflows (the outputs are then unspecified, but for a caller's, untouched).
     """
     cdef int nw = len(weights), j
     cdef w8_call_weight w[W8_MAX_WEIGHTS]
@@ -226,12 +229,13 @@ def product(IsaOps isa, cnp.ndarray x, list weights, list outs, Scratch scratch,
             w[j].out, w[j].ldo = cnp.PyArray_DATA(out), out.strides[0] // out.itemsize
             w[j].out_size = out.itemsize
     return _run_product(isa, cnp.PyArray_DATA(x), cnp.PyArray_TYPE(x) == cnp.NPY_INT8,
-                        x.shape[0], x.shape[1], w, nw, scratch, nthreads, act, glu)
+                        x.shape[0], x.shape[1], w, nw, scratch, nthreads, act, glu,
+                        callers_output)
 
 
 cdef int64_t _run_product(IsaOps isa, const void *x, bint int8_input, int64_t M, int64_t K,
                           w8_call_weight *weights, int nw, Scratch scratch, int nthreads,
-                          int act, bint glu) except -2:
+                          int act, bint glu, bint callers_output) except -2:
     """product's work, from C values: lays out the scratch and the jobs, then runs them."""
     cdef WeightPlan w = <WeightPlan>weights[0].plan
     cdef bint wide = not int8_input and w.Kp > W8_EXACT_K
@@ -243,6 +247,7 @@ cdef int64_t _run_product(IsaOps isa, const void *x, bint int8_input, int64_t M,
     p.ops, p.x, p.int8_input, p.M, p.K, p.Kp = isa.ops, x, int8_input, M, K, w.Kp
     p.block = w.block if w.rotate and not int8_input else 0
     p.signs = w.sign_table
+    p.callers_output = callers_output
     _assign_formats(&p, weights, nw, fmt_of)
     _reserve_scratch(&p, weights, nw, glu, wide, scratch, nworkers, sums)
     p.njobs = 1 if glu else nw
@@ -374,7 +379,8 @@ cdef const float *_settled_bias(object bias, int64_t n, bint *ok):
 
 
 def settled_product(object x, object plan1, object plan2, object bias1, object bias2,
-                    object activation, bint pair, bint glu, object scratch):
+                    object activation, bint pair, bint glu, object scratch,
+                    object out=None):
     """The common calls of matmul and matmul_pair, from C: `x` a C-contiguous, aligned,
     native-order float32 ndarray (any leading dimensions, at least one row of K >= 1
     features); `plan1` (and with `pair`, `plan2`) the WeightPlan(s), N >= 1, of one K and
@@ -382,11 +388,14 @@ def settled_product(object x, object plan1, object plan2, object bias1, object b
     values;
     `activation` None or a name of ACTIVATIONS (with `glu`, the gate's); each weight having
     settled a blocking for this call's kind, ISA, row count and thread count
-    (WeightPlan.remember_blocking); `scratch` the thread's Scratch.
+    (WeightPlan.remember_blocking); `scratch` the thread's Scratch; `out` None, or (one
+    weight, no pair) matmul's out=: a C-contiguous, aligned, writeable, native-order
+    float32 ndarray of x's leading dimensions and N columns, not overlapping x, left
+    untouched when a row fails.
 
-    Returns matmul's output, matmul_pair's (y1, y2) or its gated output; or None when the
-    call is not such a call, or a row of x holds NaN/Inf: the caller then takes the
-    general route (which reports the row, or the argument).
+    Returns matmul's output (`out` when given), matmul_pair's (y1, y2) or its gated
+    output; or None when the call is not such a call, or a row of x holds NaN/Inf: the
+    caller then takes the general route (which reports the row, or the argument).
     """
     cdef cnp.ndarray arr, y1, y2 = None
     cdef WeightPlan w1, w2 = None
@@ -397,7 +406,8 @@ def settled_product(object x, object plan1, object plan2, object bias1, object b
     cdef w8_call_weight cw[2]
     cdef bint ok = True
     if (type(x) is not np.ndarray or type(plan1) is not WeightPlan
-            or type(scratch) is not Scratch or (pair and type(plan2) is not WeightPlan)):
+            or type(scratch) is not Scratch or (pair and type(plan2) is not WeightPlan)
+            or (out is not None and (pair or type(out) is not np.ndarray))):
         return None
     arr, w1 = x, plan1
     if pair:
@@ -427,14 +437,19 @@ def settled_product(object x, object plan1, object plan2, object bias1, object b
     cw[0].bias = _settled_bias(bias1, w1.N, &ok)
     if not ok:
         return None
-    y1 = _settled_output(arr, w1, &cw[0])
+    if out is None:
+        y1 = _settled_output(arr, w1, &cw[0])
+    elif _settled_out(arr, w1, out, &cw[0]):
+        y1 = out
+    else:
+        return None
     if w2 is not None:
         if glu:
             cw[1].plan, cw[1].out, cw[1].ldo, cw[1].out_size = <PyObject *>w2, NULL, 0, 0
         else:
             y2 = _settled_output(arr, w2, &cw[1])
     if _run_product(ops, cnp.PyArray_DATA(arr), False, M, K, cw, nw, <Scratch>scratch,
-                    nthreads, act, glu) >= 0:
+                    nthreads, act, glu, out is not None) >= 0:
         return None
     return (y1, y2) if kind == W8_CALL_PAIR else y1
 
@@ -467,3 +482,22 @@ cdef cnp.ndarray _settled_output(cnp.ndarray x, WeightPlan w, w8_call_weight *cw
     y = _empty_output(nd, dims)
     cw.plan, cw.out, cw.ldo, cw.out_size = <PyObject *>w, cnp.PyArray_DATA(y), w.N, sizeof(float)
     return y
+
+
+cdef bint _settled_out(cnp.ndarray x, WeightPlan w, cnp.ndarray out, w8_call_weight *cw):
+    """Whether `out` can take the product of x and w as it is (settled_product's
+    conditions), then set as cw's output.  Both arrays are contiguous, so they overlap
+    exactly when their byte ranges do."""
+    cdef int i, nd = x.ndim
+    cdef char *o = <char *>cnp.PyArray_DATA(out)
+    cdef char *a = <char *>cnp.PyArray_DATA(x)
+    if (out.ndim != nd or out.shape[nd - 1] != w.N or cnp.PyArray_TYPE(out) != cnp.NPY_FLOAT32
+            or not cnp.PyArray_ISCARRAY(out) or not cnp.PyArray_ISNOTSWAPPED(out)):
+        return False
+    for i in range(nd - 1):
+        if out.shape[i] != x.shape[i]:
+            return False
+    if o < a + cnp.PyArray_NBYTES(x) and a < o + cnp.PyArray_NBYTES(out):
+        return False
+    cw.plan, cw.out, cw.ldo, cw.out_size = <PyObject *>w, o, w.N, sizeof(float)
+    return True

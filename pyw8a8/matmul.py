@@ -132,12 +132,14 @@ def _activation_code(activation, name):
     return code
 
 
-def _product(rows, plans, outs, name, shape, kc=None, biases=None, act=0, glu=False):
+def _product(rows, plans, outs, name, shape, kc=None, biases=None, act=0, glu=False,
+             callers_output=False):
     """Run the products of `rows` ((M, K) C-contiguous float32, or int8 for an integer
     product; M, K >= 1) with every plan into its output, through the one compiled entry
     point (``_kernels.product``); with `glu`, the two plans are a gated pair finished into
     the one output.  A row holding NaN/Inf raises ValueError naming it in `shape`, the
-    caller's shape of `rows`; `kc` forces the K-range width (tests)."""
+    caller's shape of `rows`, having written nothing to outs[0] where `callers_output`
+    says it is the caller's array; `kc` forces the K-range width (tests)."""
     m = rows.shape[0]
     ops = _cpu.active_ops(m)
     n_total = plans[0].N if len(plans) == 1 else plans[0].N + plans[1].N
@@ -157,7 +159,7 @@ def _product(rows, plans, outs, name, shape, kc=None, biases=None, act=0, glu=Fa
         scratch = _SCRATCH.buffer = _kernels.Scratch()
     t0 = time.perf_counter() if slots else 0.0
     bad = _kernels.product(ops, rows, plans, outs, scratch, nthreads, blockings,
-                           biases or [None] * len(plans), act, glu)
+                           biases or [None] * len(plans), act, glu, callers_output)
     if bad >= 0:
         if plans[0].rotate and np.all(np.isfinite(rows[bad])):
             raise ValueError(f"{name} row {bad} is finite but too large to rotate: its "
@@ -169,11 +171,12 @@ def _product(rows, plans, outs, name, shape, kc=None, biases=None, act=0, glu=Fa
             TUNER.record(key, index, elapsed)
 
 
-def _float_products(x, plans, outs, lead, biases, act=0, glu=False):
+def _float_products(x, plans, outs, lead, biases, act=0, glu=False, callers_output=False):
     """The W8A8 products of activations x (float32, shape lead + (K,)) with every plan into
     its float32 output (shape lead + (N,), C-contiguous), each plus its bias (None or
     float32 (N,)), the first through activation `act`; with `glu`, the gated pair of the
-    two plans into the one output."""
+    two plans into the one output; `callers_output`: outs[0] is the caller's array, which
+    a failing row must leave untouched."""
     m, k = math.prod(lead), plans[0].K
     if m == 0 or all(p.N == 0 for p in plans):
         return
@@ -191,7 +194,7 @@ def _float_products(x, plans, outs, lead, biases, act=0, glu=False):
         return
     rows = np.ascontiguousarray(x).reshape(m, k)  # a view when x is C-contiguous
     _product(rows, plans, [out.reshape(m, p.N) for out, p in zip(outs, plans)], "x",
-             x.shape, biases=biases, act=act, glu=glu)
+             x.shape, biases=biases, act=act, glu=glu, callers_output=callers_output)
 
 
 def settled_call(x, plan1, plan2, bias1, bias2, activation, pair, glu):
@@ -278,11 +281,12 @@ def matmul(x: npt.ArrayLike, packed: PackedWeight, *, bias: npt.ArrayLike | None
     >>> bool(np.array_equal(z, np.maximum(y + b, 0)))
     True
     """
-    if out is None and out_dtype is None and type(packed) is PackedWeight:
-        # The common call (float32 rows, a blocking settled for them) runs from C: its setup
-        # in Python code would miss the caches the previous product flushed (_kernels).
+    if out_dtype is None and type(packed) is PackedWeight:
+        # The common call (float32 rows, a blocking settled for them, no out= or a float32
+        # C-contiguous one) runs from C: its setup in Python code would miss the caches the
+        # previous product flushed (_kernels).
         y = _kernels.settled_product(x, packed._plan, None, bias, None, activation, False,
-                                     False, getattr(_SCRATCH, "buffer", None))
+                                     False, getattr(_SCRATCH, "buffer", None), out)
         if y is not None:
             return y
     plan = _plan(packed, "packed")
@@ -291,7 +295,7 @@ def matmul(x: npt.ArrayLike, packed: PackedWeight, *, bias: npt.ArrayLike | None
     arr = _activations(x, plan.K)
     lead = arr.shape[:-1]
     result, target = _output(out, out_dtype, lead + (plan.N,), x)
-    _float_products(arr, [plan], [result], lead, [bias], act)
+    _float_products(arr, [plan], [result], lead, [bias], act, callers_output=result is out)
     return _finish(result, target)
 
 

@@ -1,5 +1,6 @@
 """matmul / matmul_pair / pack_weight against references, on every ISA and encoding."""
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -354,6 +355,61 @@ def test_settled_compiled_call_keeps_the_errors_and_the_checks():
     packed.scales = np.ones(3, np.float32)
     with pytest.raises(ValueError, match="scales"):
         pyw8a8.matmul(x, packed)
+
+
+@pytest.mark.parametrize("shape", [(64, 256, 512), (8, 64, 32), (300, 128, 640)])
+@pytest.mark.parametrize("settled", [False, True])
+def test_out_is_untouched_when_a_row_fails(isa, shape, settled):
+    """A row of x that holds NaN or Inf, or whose rotation overflows, raises and writes
+    nothing to out: also where each of two threads quantizes a block of rows and then
+    multiplies it (64 rows of 256), whose blocks were written before the failing row was
+    found, from the compiled call and from the checked route."""
+    m, k, n = shape
+    pyw8a8.set_num_threads(2)
+    rng = np.random.default_rng(5)
+    packed = pyw8a8.pack_weight(rng.standard_normal((n, k)).astype(np.float32))
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    if settled:
+        _settle(x, packed)
+    last = m - 1
+    for value, cols, error in [(np.nan, 3, rf"\bx\b.*non-finite.*row {last}\b"),
+                               (np.inf, 3, rf"\bx\b.*non-finite.*row {last}\b"),
+                               (3e38, slice(None), rf"\bx\b row {last} .*too large")]:
+        bad = x.copy()
+        bad[-1, cols] = value
+        out = np.full((m, n), 7.0, np.float32)
+        with pytest.raises(ValueError, match=error):
+            pyw8a8.matmul(bad, packed, out=out)
+        assert np.all(out == 7.0), (value, int(np.sum(out != 7.0)))
+
+
+def test_out_takes_the_compiled_call(isa, monkeypatch):
+    """A settled call into a float32 C-contiguous out runs from C, with no check in
+    Python, the same bits as without out; an out the compiled call cannot take as it is
+    (overlapping x, strided, of another shape) gets the checked route and its errors."""
+    rng = np.random.default_rng(6)
+    packed = pyw8a8.pack_weight(rng.standard_normal((32, 32)).astype(np.float32))
+    x = rng.standard_normal((4, 4, 32)).astype(np.float32)
+    bias = np.ones(32, np.float32)
+    _settle(x, packed)
+    want = pyw8a8.matmul(x, packed, bias=bias, activation="silu")
+    route = sys.modules["pyw8a8.matmul"]
+    checked_output = route._output
+
+    def checked(*args):
+        raise AssertionError("out= checked in Python")
+    monkeypatch.setattr(route, "_output", checked)
+    out = np.full((4, 4, 32), np.nan, np.float32)
+    assert pyw8a8.matmul(x, packed, bias=bias, activation="silu", out=out) is out
+    np.testing.assert_array_equal(out, want)
+    monkeypatch.setattr(route, "_output", checked_output)
+    with pytest.raises(ValueError, match=r"\bout\b.*overlaps.*\bx\b"):
+        pyw8a8.matmul(x, packed, out=x)
+    strided = np.full((4, 4, 64), np.nan, np.float32)[..., ::2]
+    assert pyw8a8.matmul(x, packed, bias=bias, activation="silu", out=strided) is strided
+    np.testing.assert_array_equal(strided, want)
+    with pytest.raises(ValueError, match=r"\bout\b.*shape"):
+        pyw8a8.matmul(x, packed, out=np.zeros((16, 32), np.float32))
 
 
 def _settle_call(call, fast, calls=400):
