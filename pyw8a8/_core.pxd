@@ -120,7 +120,6 @@ cdef extern from "_simd/dispatch.h" nogil:
         w8_gemm up
         float *wide_out[2]
         int64_t wide_ldo[W8_MAX_WEIGHTS]
-        int callers_output
     int64_t w8_run_product(w8_product *p, int nthreads)
     int w8_amx_config_roundtrip()
     # The rotation (fwht.h): the sign hash and the row transforms.

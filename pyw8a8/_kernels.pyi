@@ -52,7 +52,7 @@ def product(isa: IsaOps, x: npt.NDArray[np.float32] | npt.NDArray[np.int8],
             weights: list[WeightPlan], outs: list[npt.NDArray[Any]], scratch: Scratch,
             nthreads: int, blockings: list[tuple[int, int, int, int, int]],
             biases: list[npt.NDArray[np.float32] | None], act: int = ...,
-            glu: bool = ..., callers_output: bool = ...) -> int: ...
+            glu: bool = ...) -> int: ...
 CALL_ONE: int
 CALL_PAIR: int
 CALL_GLU: int

@@ -192,8 +192,7 @@ cdef inline const float *_bias_data(object bias):
 
 
 def product(IsaOps isa, cnp.ndarray x, list weights, list outs, Scratch scratch,
-            int nthreads, list blockings, list biases, int act=W8_ACT_NONE, bint glu=False,
-            bint callers_output=False):
+            int nthreads, list blockings, list biases, int act=W8_ACT_NONE, bint glu=False):
     """The products of the rows of x with one or two weights, in one call of the C call
     path (``_simd/product.h``): the rows are prepared once per activation format, then
     every block of every product runs, in one parallel region, the GIL released.
@@ -207,10 +206,8 @@ def product(IsaOps isa, cnp.ndarray x, list weights, list outs, Scratch scratch,
     W8_ACT_* of the first product (float x only).  glu: the two weights are a gated pair
     of one N: a single output, outs[0] = act(x @ w0.T + b0) * (x @ w1.T + b1), finished
     tile by tile (the up projection's sums go to the scratch, never to a float array).
-    callers_output: outs[0] is the caller's array (matmul's out=), left untouched when a
-    row fails.
     Returns -1, or the index of the first row that holds NaN/Inf or whose rotation
-    overflows (the outputs are then unspecified, but for a caller's, untouched).
+    overflows (no output is then written).
     """
     cdef int nw = len(weights), j
     cdef w8_call_weight w[W8_MAX_WEIGHTS]
@@ -229,13 +226,12 @@ def product(IsaOps isa, cnp.ndarray x, list weights, list outs, Scratch scratch,
             w[j].out, w[j].ldo = cnp.PyArray_DATA(out), out.strides[0] // out.itemsize
             w[j].out_size = out.itemsize
     return _run_product(isa, cnp.PyArray_DATA(x), cnp.PyArray_TYPE(x) == cnp.NPY_INT8,
-                        x.shape[0], x.shape[1], w, nw, scratch, nthreads, act, glu,
-                        callers_output)
+                        x.shape[0], x.shape[1], w, nw, scratch, nthreads, act, glu)
 
 
 cdef int64_t _run_product(IsaOps isa, const void *x, bint int8_input, int64_t M, int64_t K,
                           w8_call_weight *weights, int nw, Scratch scratch, int nthreads,
-                          int act, bint glu, bint callers_output) except -2:
+                          int act, bint glu) except -2:
     """product's work, from C values: lays out the scratch and the jobs, then runs them."""
     cdef WeightPlan w = <WeightPlan>weights[0].plan
     cdef bint wide = not int8_input and w.Kp > W8_EXACT_K
@@ -247,7 +243,6 @@ cdef int64_t _run_product(IsaOps isa, const void *x, bint int8_input, int64_t M,
     p.ops, p.x, p.int8_input, p.M, p.K, p.Kp = isa.ops, x, int8_input, M, K, w.Kp
     p.block = w.block if w.rotate and not int8_input else 0
     p.signs = w.sign_table
-    p.callers_output = callers_output
     _assign_formats(&p, weights, nw, fmt_of)
     _reserve_scratch(&p, weights, nw, glu, wide, scratch, nworkers, sums)
     p.njobs = 1 if glu else nw
@@ -449,7 +444,7 @@ def settled_product(object x, object plan1, object plan2, object bias1, object b
         else:
             y2 = _settled_output(arr, w2, &cw[1])
     if _run_product(ops, cnp.PyArray_DATA(arr), False, M, K, cw, nw, <Scratch>scratch,
-                    nthreads, act, glu, out is not None) >= 0:
+                    nthreads, act, glu) >= 0:
         return None
     return (y1, y2) if kind == W8_CALL_PAIR else y1
 

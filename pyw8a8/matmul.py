@@ -132,14 +132,13 @@ def _activation_code(activation, name):
     return code
 
 
-def _product(rows, plans, outs, name, shape, kc=None, biases=None, act=0, glu=False,
-             callers_output=False):
+def _product(rows, plans, outs, name, shape, kc=None, biases=None, act=0, glu=False):
     """Run the products of `rows` ((M, K) C-contiguous float32, or int8 for an integer
     product; M, K >= 1) with every plan into its output, through the one compiled entry
     point (``_kernels.product``); with `glu`, the two plans are a gated pair finished into
     the one output.  A row holding NaN/Inf raises ValueError naming it in `shape`, the
-    caller's shape of `rows`, having written nothing to outs[0] where `callers_output`
-    says it is the caller's array; `kc` forces the K-range width (tests)."""
+    caller's shape of `rows`, having written no output; `kc` forces the K-range width
+    (tests)."""
     m = rows.shape[0]
     ops = _cpu.active_ops(m)
     n_total = plans[0].N if len(plans) == 1 else plans[0].N + plans[1].N
@@ -159,7 +158,7 @@ def _product(rows, plans, outs, name, shape, kc=None, biases=None, act=0, glu=Fa
         scratch = _SCRATCH.buffer = _kernels.Scratch()
     t0 = time.perf_counter() if slots else 0.0
     bad = _kernels.product(ops, rows, plans, outs, scratch, nthreads, blockings,
-                           biases or [None] * len(plans), act, glu, callers_output)
+                           biases or [None] * len(plans), act, glu)
     if bad >= 0:
         if plans[0].rotate and np.all(np.isfinite(rows[bad])):
             raise ValueError(f"{name} row {bad} is finite but too large to rotate: its "
@@ -171,12 +170,11 @@ def _product(rows, plans, outs, name, shape, kc=None, biases=None, act=0, glu=Fa
             TUNER.record(key, index, elapsed)
 
 
-def _float_products(x, plans, outs, lead, biases, act=0, glu=False, callers_output=False):
+def _float_products(x, plans, outs, lead, biases, act=0, glu=False):
     """The W8A8 products of activations x (float32, shape lead + (K,)) with every plan into
     its float32 output (shape lead + (N,), C-contiguous), each plus its bias (None or
     float32 (N,)), the first through activation `act`; with `glu`, the gated pair of the
-    two plans into the one output; `callers_output`: outs[0] is the caller's array, which
-    a failing row must leave untouched."""
+    two plans into the one output."""
     m, k = math.prod(lead), plans[0].K
     if m == 0 or all(p.N == 0 for p in plans):
         return
@@ -194,7 +192,7 @@ def _float_products(x, plans, outs, lead, biases, act=0, glu=False, callers_outp
         return
     rows = np.ascontiguousarray(x).reshape(m, k)  # a view when x is C-contiguous
     _product(rows, plans, [out.reshape(m, p.N) for out, p in zip(outs, plans)], "x",
-             x.shape, biases=biases, act=act, glu=glu, callers_output=callers_output)
+             x.shape, biases=biases, act=act, glu=glu)
 
 
 def settled_call(x, plan1, plan2, bias1, bias2, activation, pair, glu):
@@ -295,7 +293,7 @@ def matmul(x: npt.ArrayLike, packed: PackedWeight, *, bias: npt.ArrayLike | None
     arr = _activations(x, plan.K)
     lead = arr.shape[:-1]
     result, target = _output(out, out_dtype, lead + (plan.N,), x)
-    _float_products(arr, [plan], [result], lead, [bias], act, callers_output=result is out)
+    _float_products(arr, [plan], [result], lead, [bias], act)
     return _finish(result, target)
 
 

@@ -13,15 +13,13 @@
  * threads or more):
  *
  *   parallel
- *     for each task (dynamic)   -> its rows prepared, then (unless one failed) its block
- *
- * and, into a caller's array (matmul's out=, untouched when a row fails):
- *
- *   parallel
  *     for each task (static)    -> its rows prepared
  *     (barrier)
  *     unless a row failed:
  *       for each task (static)  -> its block, on the thread that prepared its rows
+ *
+ * Either way no output is written unless every row is good: a row that fails leaves the
+ * outputs as they were (matmul's out= among them).
  *
  * The caller (_kernels.product) lays out the scratch and the jobs; this file trusts them. */
 #ifndef PYW8A8_SIMD_PRODUCT_H
@@ -66,9 +64,6 @@ typedef struct {
     w8_gemm up;         /* a gated pair: the up projection of jobs[0] (its .up) */
     float *wide_out[W8_MAX_WEIGHTS]; /* a float product beyond W8_EXACT_K: its output */
     int64_t wide_ldo[W8_MAX_WEIGHTS];
-    int callers_output; /* the output is the caller's array (matmul's out=), which a row
-                           that fails must leave untouched: every row is checked before
-                           any block is written */
 } w8_product;
 
 /* Row i in every format: its quantized bytes (signed values XOR the format's flip) and
@@ -115,25 +110,23 @@ static inline int64_t w8_first_bad_row(const w8_product *p)
 }
 
 /* Whether each task owns its rows: one product split over M only, every task's block
- * spanning all the columns, in at least as many tasks as threads.  The task that
- * multiplies a row block then prepares it, right before, on its own core: the rows are in
- * that core's L2 when its kernels read them, not in the other core's (a barrier, then
- * tiles loaded across cores, made 1024 x 2048 x 640 on AMX 1.15x slower), and no barrier
- * separates the two.  With fewer tasks than threads, a thread would prepare every row of
- * a call alone (a single task, 64 rotated rows: 52 us where two threads take 30). */
+ * spanning all the columns, in at least as many tasks as threads.  The thread that
+ * multiplies a row block prepares it too, on its own core: the rows are in that core's
+ * L2 when its kernels read them, not in the other core's (rows prepared by any thread,
+ * then tiles loaded across cores, made 1024 x 2048 x 640 on AMX 1.15x slower).  With
+ * fewer tasks than threads, a thread would prepare every row of a call alone (a single
+ * task, 64 rotated rows: 52 us where two threads take 30). */
 static inline int w8_tasks_own_rows(const w8_product *p, int64_t ntasks, int nthreads)
 {
     return ntasks >= nthreads && p->njobs == 1 && p->jobs[0].n_step >= p->jobs[0].g.N;
 }
 
-/* The rows of task t of a product whose tasks own their rows; 1 if one of them failed. */
-static inline uint8_t w8_prepare_task_rows(w8_product *p, int64_t t, float *rot)
+/* The rows of task t of a product whose tasks own their rows. */
+static inline void w8_prepare_task_rows(w8_product *p, int64_t t, float *rot)
 {
     int64_t m0, m1, n0, n1;
-    uint8_t bad = 0;
     w8_task_block(&p->jobs[0], t, &m0, &m1, &n0, &n1);
-    for (int64_t i = m0; i < m1; i++) bad |= p->status[i] = w8_prepare_row(p, i, rot);
-    return bad;
+    for (int64_t i = m0; i < m1; i++) p->status[i] = w8_prepare_row(p, i, rot);
 }
 
 /* The block of task t of a product whose tasks own their rows. */
@@ -144,20 +137,16 @@ static inline void w8_run_task_block(w8_product *p, int64_t t)
     w8_gemm_range(&p->jobs[0].g, m0, m1, n0, n1);
 }
 
-/* A product whose tasks own their rows, the calling thread's share of it: each task's
- * rows, then its block unless one of them failed.  Into a caller's array every row is
- * prepared first, so that a failed row leaves the array untouched; a task's block still
- * runs on the thread that prepared its rows, as both loops are static over the same
- * tasks, which OpenMP deals to the threads alike (at 2976 x 384 x 384 on the Zen 4, a
- * barrier between all rows and dynamic tasks took 1.16x the time). */
+/* A product whose tasks own their rows, the calling thread's share of it: its tasks'
+ * rows, then, once every thread has checked its rows, its tasks' blocks.  Both loops are
+ * static over the same tasks, which OpenMP deals to the threads alike, so a block runs on
+ * the thread that prepared its rows; the barrier between them keeps a failed row from
+ * any output.  (Each task's block right after its rows, dynamic, wrote the other tasks'
+ * blocks before a failing row was found, into matmul's out= too, and was no faster: on
+ * the Zen 4, at 2976 x 384 x 384, 672 x 384 x 1536, 64 and 1024 x 2048 x 640, the two
+ * took turns leading by up to 6% over seven alternations, the host's noise.) */
 static inline void w8_run_owning_tasks(w8_product *p, int64_t ntasks, float *rot)
 {
-    if (!p->callers_output) {
-        W8_OMP(omp for schedule(dynamic))
-        for (int64_t t = 0; t < ntasks; t++)
-            if (!w8_prepare_task_rows(p, t, rot)) w8_run_task_block(p, t);
-        return;
-    }
     W8_OMP(omp for schedule(static))
     for (int64_t t = 0; t < ntasks; t++) w8_prepare_task_rows(p, t, rot);
     if (w8_first_bad_row(p) < 0) {
@@ -168,7 +157,7 @@ static inline void w8_run_owning_tasks(w8_product *p, int64_t ntasks, float *rot
 
 /* Runs the product(s) on `nthreads` threads (1: no parallel region at all, since waking a
  * team costs more than a small product).  Returns -1, or the first row that failed (the
- * outputs are then unspecified, but for a caller's array, untouched). */
+ * outputs then untouched). */
 static inline int64_t w8_run_product(w8_product *p, int nthreads)
 {
     const int64_t ntasks = w8_number_tasks(p->jobs, p->njobs);

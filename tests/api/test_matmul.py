@@ -361,9 +361,9 @@ def test_settled_compiled_call_keeps_the_errors_and_the_checks():
 @pytest.mark.parametrize("settled", [False, True])
 def test_out_is_untouched_when_a_row_fails(isa, shape, settled):
     """A row of x that holds NaN or Inf, or whose rotation overflows, raises and writes
-    nothing to out: also where each of two threads quantizes a block of rows and then
-    multiplies it (64 rows of 256), whose blocks were written before the failing row was
-    found, from the compiled call and from the checked route."""
+    nothing to out, from the compiled call and from the checked route: also where each of
+    two threads quantizes a block of rows and multiplies it (64 rows of 256), whose
+    blocks were once written before the other thread found the failing row."""
     m, k, n = shape
     pyw8a8.set_num_threads(2)
     rng = np.random.default_rng(5)
