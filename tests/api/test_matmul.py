@@ -357,13 +357,15 @@ def test_settled_compiled_call_keeps_the_errors_and_the_checks():
         pyw8a8.matmul(x, packed)
 
 
-@pytest.mark.parametrize("shape", [(64, 256, 512), (8, 64, 32), (300, 128, 640)])
+@pytest.mark.parametrize("shape", [(64, 256, 512), (8, 64, 32), (300, 128, 640),
+                                   (1, 192, 512)])
 @pytest.mark.parametrize("settled", [False, True])
 def test_out_is_untouched_when_a_row_fails(isa, shape, settled):
     """A row of x that holds NaN or Inf, or whose rotation overflows, raises and writes
     nothing to out, from the compiled call and from the checked route: also where each of
     two threads quantizes a block of rows and multiplies it (64 rows of 256), whose
-    blocks were once written before the other thread found the failing row."""
+    blocks were once written before the other thread found the failing row, and for a
+    single row, which the calling thread prepares before the team starts."""
     m, k, n = shape
     pyw8a8.set_num_threads(2)
     rng = np.random.default_rng(5)
