@@ -9,9 +9,10 @@
  *                        scaled as the vocabulary's epilogue scales them (<p>_scaled)
  *
  * and, inlined into the kernels, <prefix>_tile (one tile of ROWS x NVEC vectors, both
- * constants; one row over short panels is <prefix>_row_tile's), <prefix>_tile_rows and
- * <prefix>_tiles (the switches that make them constants).  At its end it undefines its
- * traits and its own macros, so the next include starts clean.
+ * constants; one row over short panels is <prefix>_row_tile's; both store through
+ * <prefix>_store), <prefix>_tile_rows and <prefix>_tiles (the switches that make them
+ * constants).  At its end it undefines its traits and its own macros, so the next include
+ * starts clean.
  *
  * Traits (macros the including header defines; the last three name functions):
  *   W8_UK(name)            the kernel's function name for `name` (e.g. w8_avx512_##name)
@@ -59,14 +60,9 @@
         W8_UK_EACH_V(W8_UK_DOT_ONE, r)                                                   \
     }
 #define W8_UK_STORE_ONE(r, v)                                                            \
-    if (r < ROWS && v < NVEC) {                                                          \
-        int32_t *dst = c + r * ldc + v * W8_V(lanes);                                    \
-        const W8_V(i32) sums =                                                           \
-            accumulate ? W8_V(add_i32)(W8_V(load_i32)(dst), c##r##v) : c##r##v;          \
-        if (FINISH)                                                                      \
-            W8_V(store_f32)((float *)dst, W8_V(scaled)(sums, &fin->g, r, v * W8_V(lanes))); \
-        else W8_V(store_i32)(dst, sums);                                                 \
-    }
+    if (r < ROWS && v < NVEC)                                                            \
+        W8_UK(store)(c + r * ldc + v * W8_V(lanes), c##r##v, accumulate, FINISH, fin, r,    \
+                     v * W8_V(lanes));
 
 /* The switch cases of tile_rows and tiles: n rows (up to W8_UK_MR; the `if` drops the
  * counts beyond it), and v + 1 vectors (whole panels up to W8_UK_NVEC). */
@@ -81,6 +77,17 @@
             W8_UK(tile_rows)(rows, v + 1, kq, a, lda, b, ps, c, ldc, accumulate, BIASED, \
                              FINISH, fin);                                               \
         break;
+
+/* A vector of sums of tile row r, columns col on, stored at dst: added to what dst holds
+ * when `accumulate`, scaled to float when FINISH. */
+W8_UK_TARGET W8_INLINE void W8_UK(store)(int32_t *dst, W8_V(i32) sums, int accumulate,
+                                         const int FINISH, const w8_tile_finish *fin, int r,
+                                         int col)
+{
+    if (accumulate) sums = W8_V(add_i32)(W8_V(load_i32)(dst), sums);
+    if (FINISH) W8_V(store_f32)((float *)dst, W8_V(scaled)(sums, &fin->g, r, col));
+    else W8_V(store_i32)(dst, sums);
+}
 
 /* One row whose panels are short: the tile's panels one after another, each panel's quads
  * in order, W8_UK_ROW_U of them in flight (four accumulators in all), so the weight is read
@@ -119,11 +126,7 @@ W8_UK_TARGET W8_INLINE void W8_UK(row_tile)(const int NVEC, int64_t kq, const ui
             acc[i % W8_UK_VPP] = W8_V(add_i32)(acc[i % W8_UK_VPP], acc[i]);
         for (int v = 0; v < W8_UK_VPP; v++) {
             const int col = (panel * W8_UK_VPP + v) * W8_V(lanes);
-            const W8_V(i32) sums =
-                accumulate ? W8_V(add_i32)(W8_V(load_i32)(c + col), acc[v]) : acc[v];
-            if (FINISH)
-                W8_V(store_f32)((float *)(c + col), W8_V(scaled)(sums, &fin->g, 0, col));
-            else W8_V(store_i32)(c + col, sums);
+            W8_UK(store)(c + col, acc[v], accumulate, FINISH, fin, 0, col);
         }
     }
 }
