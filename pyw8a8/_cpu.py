@@ -216,9 +216,11 @@ def use_ops(ops: _dispatch.IsaOps, exactly: bool = True) -> Iterator[None]:
     ISA; `exactly`: without amx's small-M fallback either (internal: the bench's no-op
     kernel copies of an ISA, its amx / avx512vnni crossover)."""
     token = _dispatch.SCOPED_OPS.set((ops, exactly))
+    _dispatch.open_scope(1)
     try:
         yield
     finally:
+        _dispatch.open_scope(-1)
         _dispatch.SCOPED_OPS.reset(token)
 
 

@@ -11,9 +11,11 @@ here, read from C by ``_kernels.settled_product`` so that a matmul's setup runs 
 code.
 """
 from openmp cimport omp_get_max_threads, omp_set_num_threads
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint64_t
 from cpython.contextvars cimport get_value
-from cpython.pythread cimport PyThread_get_thread_ident
+
+cdef extern from "pythread.h" nogil:
+    unsigned long PyThread_get_thread_ident()
 import contextvars
 
 from pyw8a8._kernels cimport W8_ENC_SIGNED
@@ -150,6 +152,17 @@ def leave_master_cpu(int cpu):
 
 cdef IsaOps _process_ops = None   # set_isa, PYW8A8_ISA, or the CPU's best
 cdef dict _small_m = {}  # ISA name -> (the IsaOps it runs below `rows` rows, rows)
+# The same settings as C values, for the native call setup (call_place), which runs
+# without the GIL: the process-wide ISA's table and its small-M fallback's; a generation
+# that changes with them; the use_ops bodies open in any thread, whose calls only Python
+# can see (a context variable), so that native calls take the Python route meanwhile.
+# Every IsaOps once set stays alive (_ever_set): a native call may still hold its table.
+cdef const w8_isa_ops *_process_table = NULL
+cdef const w8_isa_ops *_small_table = NULL
+cdef int64_t _small_rows = 0
+cdef uint64_t _generation = 0
+cdef int _open_scopes = 0
+cdef list _ever_set = []
 # The ISA of a use_isa body: (IsaOps, exactly), for its thread and context only.
 cdef object _scoped_ops = contextvars.ContextVar("pyw8a8_isa", default=None)
 SCOPED_OPS = _scoped_ops
@@ -173,11 +186,54 @@ def set_process_ops(IsaOps ops):
     """Make `ops` the process-wide ISA (_cpu.set_isa)."""
     global _process_ops
     _process_ops = ops
+    _mirror_settings()
 
 
 def set_small_m_ops(str name, IsaOps ops, int64_t rows):
     """ISA `name` runs products of fewer than `rows` activation rows on `ops`."""
     _small_m[name] = (ops, rows)
+    _mirror_settings()
+
+
+cdef void _mirror_settings():
+    """The process-wide ISA and its small-M fallback as C values (call_place)."""
+    global _process_table, _small_table, _small_rows, _generation
+    fallback = _small_m.get(_process_ops.name) if _process_ops is not None else None
+    _ever_set.append((_process_ops, fallback))
+    _small_table, _small_rows = NULL, 0
+    if fallback is not None:
+        _small_table, _small_rows = (<IsaOps>fallback[0]).ops, fallback[1]
+    _process_table = _process_ops.ops if _process_ops is not None else NULL
+    _generation += 1
+
+
+def open_scope(int step):
+    """A use_ops body opens (step 1) or closes (-1): while any is open, native calls take
+    the Python route, which sees each thread's scope."""
+    global _open_scopes
+    _open_scopes += step
+
+
+def generation():
+    """The generation of the process-wide settings (call_place)."""
+    return _generation
+
+
+cdef int call_place(int64_t rows, int64_t work, int torch_threads,
+                    w8_call_place *place) noexcept nogil:
+    """native_api.h's call_place: the ISA call_ops gives outside any use_ops body, and
+    pyw8a8.torch's thread count (follow_threads, then threads_for); -1 while a use_ops
+    body is open anywhere or before the ISA is set."""
+    if _open_scopes or _process_table == NULL:
+        return -1
+    place.isa = _process_table
+    if _small_table != NULL and rows < _small_rows:
+        place.isa = _small_table
+    if not _threads_override and omp_get_max_threads() != torch_threads:
+        omp_set_num_threads(torch_threads)
+    place.nthreads = threads_for(work)
+    place.generation = _generation
+    return 0
 
 
 cpdef IsaOps call_ops(int64_t rows):
@@ -229,13 +285,13 @@ def follow_threads(int n):
         omp_set_num_threads(n)
 
 
-cpdef bint fork_fallback():
+cpdef bint fork_fallback() noexcept nogil:
     """Whether the calling thread is a forked child's surviving thread whose OpenMP pool
     was left behind by the fork."""
     return _pool_left_behind and PyThread_get_thread_ident() == _survivor
 
 
-cpdef int num_threads():
+cpdef int num_threads() noexcept nogil:
     """The thread count of the calling thread's next parallel call."""
     if fork_fallback():
         return 1
@@ -245,7 +301,7 @@ cpdef int num_threads():
     return min(max(1, omp_get_max_threads()), _max_threads)
 
 
-cpdef int threads_for(int64_t work):
+cpdef int threads_for(int64_t work) noexcept nogil:
     """Threads for a call doing `work` multiply-accumulates (or element operations)."""
     global w8_started_team
     cdef int n

@@ -12,15 +12,46 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libc.stdlib cimport free
 from posix.stdlib cimport posix_memalign
 from libc.math cimport isfinite
-from cpython.ref cimport PyObject
+from cpython.pycapsule cimport PyCapsule_New
 
 cimport numpy as cnp
 import numpy as np
 
 from pyw8a8._core cimport (W8_A_BYTES, W8_CORR_READS_ROWS, W8_MAX_WEIGHTS, w8_gemm,
+                           w8_isa_ops,
                            w8_product, w8_run_product, w8_scalar_sign_scale, w8_sign_table)
 from pyw8a8._outputs cimport _empty_output
-from pyw8a8._dispatch cimport IsaOps, call_ops, threads_for
+from pyw8a8._dispatch cimport IsaOps, call_ops, call_place, threads_for, w8_call_place
+
+cdef extern from "_simd/native_api.h" nogil:
+    ctypedef struct w8_weight_desc:
+        const uint8_t *panels
+        const int32_t *psum
+        const float *scales
+        const float *signs
+        int64_t N, K, Kp, block
+        int enc, rotate
+        uint32_t seed
+    ctypedef struct w8_blocking:
+        int64_t kc, mc, nc, m_step, n_step
+    ctypedef struct w8_native_call:
+        const float *x
+        int64_t M, K
+        const w8_weight_desc *w[2]
+        const float *bias[2]
+        int nw, glu, act
+        w8_blocking blocking
+        float *out
+    ctypedef struct w8_native_api:
+        int abi_version
+        int (*call_place)(int64_t rows, int64_t work, int torch_threads,
+                          w8_call_place *place) noexcept nogil
+        size_t (*scratch_bytes)(const w8_native_call *call,
+                                const w8_call_place *place) noexcept nogil
+        int64_t (*run)(const w8_native_call *call, const w8_call_place *place,
+                       void *scratch) noexcept nogil
+    int W8_NATIVE_ABI_VERSION
+    const char *W8_NATIVE_CAPSULE
 
 cnp.import_array()
 
@@ -55,7 +86,7 @@ ACTIVATIONS = {"relu": W8_ACT_RELU, "gelu": W8_ACT_GELU, "gelu_tanh": W8_ACT_GEL
 
 # One weight of a product, as C values: from product's lists, or settled_product's.
 ctypedef struct w8_call_weight:
-    PyObject *plan  # a WeightPlan, borrowed from the caller
+    const w8_weight_desc *w  # a WeightPlan's (borrowed from the caller), or a capsule caller's
     int64_t kc, mc, nc, m_step, n_step
     const float *bias
     void *out       # NULL: none (the up projection of a gated pair)
@@ -78,10 +109,7 @@ cdef class WeightPlan:
     cdef int settled_threads[W8_CALL_KINDS][W8_SETTLED_ROWS]
     cdef int64_t settled_blockings[W8_CALL_KINDS][W8_SETTLED_ROWS][5]
     cdef int settled_next[W8_CALL_KINDS]
-    cdef const uint8_t *b
-    cdef const int32_t *b_psum
-    cdef const float *b_scale
-    cdef const float *sign_table
+    cdef w8_weight_desc desc  # what the kernels read: the arrays' memory, sizes, rotation
     cdef readonly int64_t N, K, Kp, block
     cdef readonly int enc
     cdef readonly uint32_t seed
@@ -93,20 +121,29 @@ cdef class WeightPlan:
         # The caller (PackedWeight.plan) has checked dtypes, shapes and contiguity.
         self.panels, self.psum, self.scales = panels, psum, scales
         self.shape, self.encoding = shape, encoding
-        self.b = <const uint8_t *>cnp.PyArray_DATA(panels)
-        self.b_psum = <const int32_t *>cnp.PyArray_DATA(psum) if psum.shape[0] else NULL
-        self.b_scale = <const float *>cnp.PyArray_DATA(scales)
         self.N, self.K, self.Kp = shape[0], shape[1], kp
         self.enc = W8_ENC_SIGNED if encoding == "signed" else W8_ENC_BIASED
         self.rotate, self.block, self.seed = rotate, block, seed
         # (The C arrays start zeroed, as the object's memory is: settled_next at slot 0.)
         self.settled_isa = [[None] * W8_SETTLED_ROWS for _ in range(W8_CALL_KINDS)]
-        self.signs, self.sign_table = None, NULL
+        self.signs = None
+        d = &self.desc
+        d.panels = <const uint8_t *>cnp.PyArray_DATA(panels)
+        d.psum = <const int32_t *>cnp.PyArray_DATA(psum) if psum.shape[0] else NULL
+        d.scales = <const float *>cnp.PyArray_DATA(scales)
+        d.signs = NULL
+        d.N, d.K, d.Kp, d.block = self.N, self.K, kp, block
+        d.enc, d.rotate, d.seed = self.enc, rotate, seed
         if rotate and self.K:
             # Built once, by the reference: every ISA's sign application gives these bits.
             self.signs = np.empty(self.K, np.float32)
-            self.sign_table = <const float *>cnp.PyArray_DATA(self.signs)
-            w8_sign_table(w8_scalar_sign_scale, <float *>self.sign_table, self.K, block, seed)
+            d.signs = <const float *>cnp.PyArray_DATA(self.signs)
+            w8_sign_table(w8_scalar_sign_scale, <float *>d.signs, self.K, block, seed)
+
+    def descriptor_address(self):
+        """The address of this plan's C half (a native_api.h ``w8_weight_desc``), valid
+        while the plan lives: what pyw8a8.torch's native operator copies."""
+        return <size_t>&self.desc
 
     def remember_blocking(self, int kind, IsaOps ops, int64_t m, int nthreads,
                           tuple blocking):
@@ -217,7 +254,7 @@ def product(IsaOps isa, cnp.ndarray x, list weights, list outs, Scratch scratch,
     if len(outs) != (1 if glu else nw) or (glu and nw != 2):
         raise ValueError("an output per weight, or one for a gated pair of two weights")
     for j in range(nw):
-        w[j].plan = <PyObject *>(<WeightPlan?>weights[j])
+        w[j].w = &(<WeightPlan?>weights[j]).desc
         w[j].kc, w[j].mc, w[j].nc, w[j].m_step, w[j].n_step = blockings[j]
         w[j].bias = _bias_data(biases[j])
         w[j].out, w[j].ldo, w[j].out_size = NULL, 0, 0
@@ -232,39 +269,55 @@ def product(IsaOps isa, cnp.ndarray x, list weights, list outs, Scratch scratch,
 cdef int64_t _run_product(IsaOps isa, const void *x, bint int8_input, int64_t M, int64_t K,
                           w8_call_weight *weights, int nw, Scratch scratch, int nthreads,
                           int act, bint glu) except -2:
-    """product's work, from C values: lays out the scratch and the jobs, then runs them."""
-    cdef WeightPlan w = <WeightPlan>weights[0].plan
-    cdef bint wide = not int8_input and w.Kp > W8_EXACT_K
-    cdef int nworkers = nthreads if nthreads > 1 else 1, j
-    cdef int fmt_of[W8_MAX_WEIGHTS]
-    cdef char *sums[W8_MAX_WEIGHTS]
-    cdef int64_t bad
+    """product's work, from C values, on the calling thread's Scratch."""
     cdef w8_product p
-    p.ops, p.x, p.int8_input, p.M, p.K, p.Kp = isa.ops, x, int8_input, M, K, w.Kp
-    p.block = w.block if w.rotate and not int8_input else 0
-    p.signs = w.sign_table
-    _assign_formats(&p, weights, nw, fmt_of)
-    _reserve_scratch(&p, weights, nw, glu, wide, scratch, nworkers, sums)
-    p.njobs = 1 if glu else nw
-    for j in range(nw):
-        _set_job(&p, j, &weights[j], fmt_of[j], glu, wide, sums[j], act)
+    cdef int nworkers = nthreads if nthreads > 1 else 1
+    cdef size_t size = _set_up(&p, isa.ops, x, int8_input, M, K, weights, nw, nworkers,
+                               act, glu, NULL)
+    cdef char *base = scratch.reserve(size)
+    cdef int64_t bad
+    _set_up(&p, isa.ops, x, int8_input, M, K, weights, nw, nworkers, act, glu, base)
     with nogil:
         bad = w8_run_product(&p, nworkers)
     return bad
 
 
-cdef void _assign_formats(w8_product *p, w8_call_weight *weights, int nw, int *fmt_of):
+cdef size_t _set_up(w8_product *p, const w8_isa_ops *ops, const void *x, bint int8_input,
+                    int64_t M, int64_t K, w8_call_weight *weights, int nw, int nworkers,
+                    int act, bint glu, char *base) noexcept nogil:
+    """Sets up the product p of x with `weights` (their formats, scratch and jobs) in the
+    scratch at `base`; with base NULL, only measures it.  Returns the scratch's bytes."""
+    cdef const w8_weight_desc *w = weights[0].w
+    cdef bint wide = not int8_input and w.Kp > W8_EXACT_K
+    cdef int fmt_of[W8_MAX_WEIGHTS]
+    cdef char *sums[W8_MAX_WEIGHTS]
+    cdef size_t size
+    cdef int j
+    p.ops, p.x, p.int8_input, p.M, p.K, p.Kp = ops, x, int8_input, M, K, w.Kp
+    p.block = w.block if w.rotate and not int8_input else 0
+    p.signs = w.signs
+    _assign_formats(p, weights, nw, fmt_of)
+    size = _lay_out_scratch(p, weights, nw, glu, wide, nworkers, base, sums)
+    if base == NULL:
+        return size
+    p.njobs = 1 if glu else nw
+    for j in range(nw):
+        _set_job(p, j, &weights[j], fmt_of[j], glu, wide, sums[j], act)
+    return size
+
+
+cdef void _assign_formats(w8_product *p, w8_call_weight *weights, int nw,
+                          int *fmt_of) noexcept nogil:
     """The activation formats the weights read, one per sign flip and need of row sums
     (p.fmt, p.nformats), prepared once each however many weights read them; the format of
     weight j goes to fmt_of[j]."""
-    cdef WeightPlan w
     cdef uint8_t flip
     cdef bint row_sums
     cdef int j, f
     p.nformats = 0
     for j in range(nw):
-        w = <WeightPlan>weights[j].plan
-        flip, row_sums = p.ops.a_flip[w.enc], W8_CORR_READS_ROWS(p.ops.corr[w.enc])
+        flip = p.ops.a_flip[weights[j].w.enc]
+        row_sums = W8_CORR_READS_ROWS(p.ops.corr[weights[j].w.enc])
         fmt_of[j] = -1
         for f in range(p.nformats):
             if p.fmt[f].flip == flip and p.fmt[f].row_sums == row_sums:
@@ -275,12 +328,12 @@ cdef void _assign_formats(w8_product *p, w8_call_weight *weights, int nw, int *f
             p.nformats += 1
 
 
-cdef int _reserve_scratch(w8_product *p, w8_call_weight *weights, int nw, bint glu,
-                          bint wide, Scratch scratch, int nworkers, char **sums) except -1:
-    """Lays out the scratch of p and points p's buffers into it: each format's bytes and
-    sums, the scales, the row statuses, the raw sums that go to no output (sums[j]: a float
-    product beyond W8_EXACT_K, int64, converted at the end; the up projection of a gated
-    pair; else NULL), one rotation row per thread."""
+cdef size_t _lay_out_scratch(w8_product *p, w8_call_weight *weights, int nw, bint glu,
+                             bint wide, int nworkers, char *base, char **sums) noexcept nogil:
+    """The scratch of p: each format's bytes and sums, the scales, the row statuses, the
+    raw sums that go to no output (sums[j]: a float product beyond W8_EXACT_K, int64,
+    converted at the end; the up projection of a gated pair; else NULL), one rotation row
+    per thread.  Points p's buffers into it at `base` (unless NULL); returns its bytes."""
     cdef int64_t Mp = (p.M + W8_A_ROW_PAD - 1) // W8_A_ROW_PAD * W8_A_ROW_PAD
     cdef int64_t np1 = p.Kp // W8_KPAD + 1, n
     cdef size_t q_bytes = _aligned(Mp * p.Kp * W8_A_BYTES(p.ops)), off = 0, off_scale, off_st
@@ -288,7 +341,6 @@ cdef int _reserve_scratch(w8_product *p, w8_call_weight *weights, int nw, bint g
     cdef size_t fmt_off[W8_MAX_WEIGHTS]
     cdef size_t sums_off[W8_MAX_WEIGHTS]
     cdef int f, j
-    cdef char *base
     for f in range(p.nformats):
         fmt_off[f] = off
         off += q_bytes + _aligned(p.M * np1 * sizeof(int32_t) if p.fmt[f].row_sums else 0)
@@ -296,7 +348,7 @@ cdef int _reserve_scratch(w8_product *p, w8_call_weight *weights, int nw, bint g
     off_st = off_scale + _aligned(p.M * sizeof(float))
     off = off_st + _aligned(p.M)
     for j in range(nw):
-        sums_off[j], n = off, p.M * (<WeightPlan>weights[j].plan).N
+        sums_off[j], n = off, p.M * weights[j].w.N
         if wide:
             off += _aligned(n * sizeof(int64_t))
         elif glu and j == 1:
@@ -304,7 +356,8 @@ cdef int _reserve_scratch(w8_product *p, w8_call_weight *weights, int nw, bint g
     off_rot = off
     p.rot_stride = (p.K + p.block - 1) // p.block * p.block if p.block else 0
     p.rot_stride = _aligned(p.rot_stride * sizeof(float)) // sizeof(float)
-    base = scratch.reserve(off_rot + p.rot_stride * sizeof(float) * nworkers)
+    if base == NULL:
+        return off_rot + p.rot_stride * sizeof(float) * nworkers
     for f in range(p.nformats):
         p.fmt[f].q = <uint8_t *>(base + fmt_off[f])
         p.fmt[f].psum = <int32_t *>(base + fmt_off[f] + q_bytes)
@@ -313,20 +366,20 @@ cdef int _reserve_scratch(w8_product *p, w8_call_weight *weights, int nw, bint g
     p.rot = <float *>(base + off_rot)
     for j in range(nw):
         sums[j] = base + sums_off[j] if wide or (glu and j == 1) else NULL
-    return 0
+    return off_rot + p.rot_stride * sizeof(float) * nworkers
 
 
 cdef void _set_job(w8_product *p, int j, w8_call_weight *cw, int f, bint glu, bint wide,
-                   char *sums, int act):
+                   char *sums, int act) noexcept nogil:
     """The loop nest of weight j (p.jobs[j], or p.up for the up projection of a gated
     pair): its operands, blocking and output."""
-    cdef WeightPlan w = <WeightPlan>cw.plan
+    cdef const w8_weight_desc *w = cw.w
     cdef bint up = glu and j == 1
     cdef w8_gemm *g = &p.up if up else &p.jobs[j].g
     g.ops, g.enc, g.M, g.N, g.Kp = p.ops, w.enc, p.M, w.N, p.Kp
     g.a, g.lda = p.fmt[f].q, p.Kp * W8_A_BYTES(p.ops)
     g.a_psum = p.fmt[f].psum if p.fmt[f].row_sums else NULL
-    g.b, g.b_psum, g.a_scale, g.b_scale = w.b, w.b_psum, p.a_scale, w.b_scale
+    g.b, g.b_psum, g.a_scale, g.b_scale = w.panels, w.psum, p.a_scale, w.scales
     g.bias = cw.bias
     g.act = act if j == 0 else W8_ACT_NONE
     g.up = NULL
@@ -440,7 +493,7 @@ def settled_product(object x, object plan1, object plan2, object bias1, object b
         return None
     if w2 is not None:
         if glu:
-            cw[1].plan, cw[1].out, cw[1].ldo, cw[1].out_size = <PyObject *>w2, NULL, 0, 0
+            cw[1].w, cw[1].out, cw[1].ldo, cw[1].out_size = &w2.desc, NULL, 0, 0
         else:
             y2 = _settled_output(arr, w2, &cw[1])
     if _run_product(ops, cnp.PyArray_DATA(arr), False, M, K, cw, nw, <Scratch>scratch,
@@ -475,7 +528,7 @@ cdef cnp.ndarray _settled_output(cnp.ndarray x, WeightPlan w, w8_call_weight *cw
         dims[i] = x.shape[i]
     dims[nd - 1] = w.N
     y = _empty_output(nd, dims)
-    cw.plan, cw.out, cw.ldo, cw.out_size = <PyObject *>w, cnp.PyArray_DATA(y), w.N, sizeof(float)
+    cw.w, cw.out, cw.ldo, cw.out_size = &w.desc, cnp.PyArray_DATA(y), w.N, sizeof(float)
     return y
 
 
@@ -494,5 +547,49 @@ cdef bint _settled_out(cnp.ndarray x, WeightPlan w, cnp.ndarray out, w8_call_wei
             return False
     if o < a + cnp.PyArray_NBYTES(x) and a < o + cnp.PyArray_NBYTES(out):
         return False
-    cw.plan, cw.out, cw.ldo, cw.out_size = <PyObject *>w, o, w.N, sizeof(float)
+    cw.w, cw.out, cw.ldo, cw.out_size = &w.desc, o, w.N, sizeof(float)
     return True
+
+
+# ---- the native interface (_simd/native_api.h): the call path for code built apart ----
+
+cdef void _native_weights(const w8_native_call *c, w8_call_weight *w) noexcept nogil:
+    """The call's weights as the call path takes them: one blocking (a gated pair runs
+    one loop nest), the output on the first."""
+    cdef int j
+    for j in range(c.nw):
+        w[j].w = c.w[j]
+        w[j].kc, w[j].mc, w[j].nc = c.blocking.kc, c.blocking.mc, c.blocking.nc
+        w[j].m_step, w[j].n_step = c.blocking.m_step, c.blocking.n_step
+        w[j].bias = c.bias[j]
+        w[j].out, w[j].ldo, w[j].out_size = NULL, 0, 0
+    w[0].out, w[0].ldo, w[0].out_size = c.out, c.w[0].N, sizeof(float)
+
+
+cdef size_t _native_scratch_bytes(const w8_native_call *c,
+                                  const w8_call_place *place) noexcept nogil:
+    cdef w8_product p
+    cdef w8_call_weight w[W8_MAX_WEIGHTS]
+    _native_weights(c, w)
+    return _set_up(&p, <const w8_isa_ops *>place.isa, c.x, False, c.M, c.K, w, c.nw,
+                   place.nthreads if place.nthreads > 1 else 1, c.act, c.glu, NULL)
+
+
+cdef int64_t _native_run(const w8_native_call *c, const w8_call_place *place,
+                         void *scratch) noexcept nogil:
+    cdef w8_product p
+    cdef w8_call_weight w[W8_MAX_WEIGHTS]
+    cdef int nworkers = place.nthreads if place.nthreads > 1 else 1
+    _native_weights(c, w)
+    _set_up(&p, <const w8_isa_ops *>place.isa, c.x, False, c.M, c.K, w, c.nw, nworkers,
+            c.act, c.glu, <char *>scratch)
+    return w8_run_product(&p, nworkers)
+
+
+cdef w8_native_api _native_api
+_native_api.abi_version = W8_NATIVE_ABI_VERSION
+_native_api.call_place = call_place
+_native_api.scratch_bytes = _native_scratch_bytes
+_native_api.run = _native_run
+#: The native interface (native_api.h's w8_native_api) as a capsule.
+NATIVE_API = PyCapsule_New(&_native_api, W8_NATIVE_CAPSULE, NULL)
