@@ -77,19 +77,20 @@ def header(packed: PackedWeight) -> torch.Tensor:
 
 
 def _identity(panels, psum, scales, head):
-    """What a weight kept on `panels` was built from: the other tensors' ids, every tensor's
-    version counter and memory address.  The addresses: `share_memory_()`
-    (``model.share_memory()``, for torch.multiprocessing) moves a tensor's memory and keeps
-    its version; the weight's arrays would view the freed memory.  An inference tensor (made
-    under torch.inference_mode) has no version counter: for one, the header's values (the
-    weight's settings) stand in for the versions (the kernels read the other tensors' memory
+    """What a weight kept on `panels` was built from: the sums' and scales' ids, their and
+    the panels' version counters and memory addresses, and the header's values (not the
+    header tensor: Inductor's freezing materializes it anew on every call).  The
+    addresses: `share_memory_()` (``model.share_memory()``, for torch.multiprocessing)
+    moves a tensor's memory and keeps its version; the weight's arrays would view the
+    freed memory.  An inference tensor (made under torch.inference_mode) has no version
+    counter: the header's values stand in (the kernels read the other tensors' memory
     itself).  Written out, not looped: it runs on every call (0.7 us)."""
-    addresses = (panels.data_ptr(), psum.data_ptr(), scales.data_ptr(), head.data_ptr())
+    addresses = (panels.data_ptr(), psum.data_ptr(), scales.data_ptr())
     try:
-        return (id(psum), id(scales), id(head), panels._version, psum._version,
-                scales._version, head._version) + addresses
+        versions = (panels._version, psum._version, scales._version)
     except RuntimeError:  # "Inference tensors do not track version counter"
-        return (id(psum), id(scales), id(head), *head.tolist()) + addresses
+        versions = ()
+    return (id(psum), id(scales), *versions, *head.tolist()) + addresses
 
 
 def packed_from(panels: torch.Tensor, psum: torch.Tensor, scales: torch.Tensor,
@@ -218,31 +219,41 @@ def gated_product(x: torch.Tensor, gate: PackedWeight, up: PackedWeight,
     return as_tensor(y, x.dtype)
 
 
-@torch.library.custom_op("pyw8a8::linear", mutates_args=(), device_types="cpu")
-def linear(x: torch.Tensor, panels: torch.Tensor, psum: torch.Tensor, scales: torch.Tensor,
-           head: torch.Tensor, bias: Optional[torch.Tensor], activation: str) -> torch.Tensor:
-    """``activation(x @ w.T + bias)`` in W8A8; `activation` '' for none."""
+# The operators' schemas, defined once.  Their CPU kernels are the native operator's
+# (_native: C++, no Python per call) where it loads, else the Python functions below.
+_LIBRARY = torch.library.Library("pyw8a8", "DEF")
+_LIBRARY.define("linear(Tensor x, Tensor panels, Tensor psum, Tensor scales, Tensor header, "
+                "Tensor? bias, str activation) -> Tensor")
+_LIBRARY.define("gated_linear(Tensor x, Tensor panels1, Tensor psum1, Tensor scales1, "
+                "Tensor header1, Tensor panels2, Tensor psum2, Tensor scales2, "
+                "Tensor header2, Tensor? bias1, Tensor? bias2, str glu) -> Tensor")
+
+
+def python_linear(x: torch.Tensor, panels: torch.Tensor, psum: torch.Tensor,
+                  scales: torch.Tensor, head: torch.Tensor, bias: Optional[torch.Tensor],
+                  activation: str) -> torch.Tensor:
+    """``activation(x @ w.T + bias)`` in W8A8 (`activation` '' for none), in Python."""
     # A graph (compiled, exported, scripted) checks x here, in product, as the eager layer.
     return product(x, packed_from(panels, psum, scales, head), bias, activation or None)
 
 
-@linear.register_fake
-def _linear_fake(x, panels, psum, scales, head, bias, activation):
-    return x.new_empty((*x.shape[:-1], scales.shape[0]))
-
-
-@torch.library.custom_op("pyw8a8::gated_linear", mutates_args=(), device_types="cpu")
-def gated_linear(x: torch.Tensor, panels1: torch.Tensor, psum1: torch.Tensor,
-                 scales1: torch.Tensor, head1: torch.Tensor, panels2: torch.Tensor,
-                 psum2: torch.Tensor, scales2: torch.Tensor, head2: torch.Tensor,
-                 bias1: Optional[torch.Tensor], bias2: Optional[torch.Tensor],
-                 glu: str) -> torch.Tensor:
-    """``glu(x @ w1.T + bias1) * (x @ w2.T + bias2)`` in W8A8, quantizing x once."""
+def python_gated_linear(x: torch.Tensor, panels1: torch.Tensor, psum1: torch.Tensor,
+                        scales1: torch.Tensor, head1: torch.Tensor, panels2: torch.Tensor,
+                        psum2: torch.Tensor, scales2: torch.Tensor, head2: torch.Tensor,
+                        bias1: Optional[torch.Tensor], bias2: Optional[torch.Tensor],
+                        glu: str) -> torch.Tensor:
+    """``glu(x @ w1.T + bias1) * (x @ w2.T + bias2)`` in W8A8, quantizing x once, in
+    Python."""
     return gated_product(x, packed_from(panels1, psum1, scales1, head1),
                          packed_from(panels2, psum2, scales2, head2), bias1, bias2, glu)
 
 
-@gated_linear.register_fake
+@torch.library.register_fake("pyw8a8::linear")
+def _linear_fake(x, panels, psum, scales, head, bias, activation):
+    return x.new_empty((*x.shape[:-1], scales.shape[0]))
+
+
+@torch.library.register_fake("pyw8a8::gated_linear")
 def _gated_linear_fake(x, panels1, psum1, scales1, head1, panels2, psum2, scales2, head2,
                        bias1, bias2, glu):
     return x.new_empty((*x.shape[:-1], scales1.shape[0]))
@@ -264,18 +275,29 @@ def _vmapped_input(in_dims, x):
 
 
 def _linear_vmap(info, in_dims, x, panels, psum, scales, head, bias, activation):
-    return linear(_vmapped_input(in_dims, x), panels, psum, scales, head, bias,
-                  activation), 0
+    return torch.ops.pyw8a8.linear(_vmapped_input(in_dims, x), panels, psum, scales, head,
+                                   bias, activation), 0
 
 
 def _gated_linear_vmap(info, in_dims, x, panels1, psum1, scales1, head1, panels2, psum2,
                        scales2, head2, bias1, bias2, glu):
-    return gated_linear(_vmapped_input(in_dims, x), panels1, psum1, scales1, head1, panels2,
-                        psum2, scales2, head2, bias1, bias2, glu), 0
+    return torch.ops.pyw8a8.gated_linear(_vmapped_input(in_dims, x), panels1, psum1,
+                                         scales1, head1, panels2, psum2, scales2, head2,
+                                         bias1, bias2, glu), 0
 
 
-# CustomOpDef.register_vmap came with torch 2.5; under 2.4, which the [torch] extra allows,
-# vmap over a layer fails at the operator, which has no batching rule there.
-if hasattr(linear, "register_vmap"):
-    linear.register_vmap(_linear_vmap)
-    gated_linear.register_vmap(_gated_linear_vmap)
+# torch.library.register_vmap came with torch 2.5; under 2.4, which the [torch] extra
+# allows, vmap over a layer fails at the operator, which has no batching rule there.
+if hasattr(torch.library, "register_vmap"):
+    torch.library.register_vmap("pyw8a8::linear", _linear_vmap)
+    torch.library.register_vmap("pyw8a8::gated_linear", _gated_linear_vmap)
+
+from . import _native  # noqa: E402  (it reads this module's products)
+
+#: The native operator's module where it loaded (its CPU kernels registered), else None.
+NATIVE, _native_off = _native.load()
+if NATIVE is None:
+    _LIBRARY.impl("linear", python_linear, "CPU")
+    _LIBRARY.impl("gated_linear", python_gated_linear, "CPU")
+    if not _native_off.startswith(_native.ENV_SWITCH):
+        _native.warn_python_operator(_native_off)

@@ -21,6 +21,8 @@ from . import _ops
 __all__ = ["GatedLinear", "Linear"]
 
 ACTIVATIONS = (None, "relu", "gelu", "gelu_tanh", "silu")
+_LINEAR = torch.ops.pyw8a8.linear.default
+_GATED_LINEAR = torch.ops.pyw8a8.gated_linear.default
 PARTS = ("panels", "psum", "scales", "header")
 
 
@@ -63,7 +65,8 @@ class _PackedModule(nn.Module):
 
     Subclasses name their weights in ``_weights`` (buffer prefixes) and biases in
     ``_biases``, and define the product twice: ``_operator`` (a torch.ops.pyw8a8 call, what
-    a graph records) and ``_eager`` (the call straight into pyw8a8).
+    a graph records) and ``_eager`` (the same operator's overload on the buffers, for a
+    dense CPU tensor, without the lookups that cost a fifth of a one-token product).
     """
 
     _weights: tuple[str, ...] = ()
@@ -176,15 +179,16 @@ class _PackedModule(nn.Module):
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
         if isinstance(x, fx.Proxy):  # torch.fx symbolic tracing: checked when the graph runs
             return self._operator(x)
-        if type(x) is torch.Tensor and not (_records_ops() or _ops.under_functorch(x)):
-            return self._eager(x)  # checks x unless the compiled call takes it (_ops)
-        # Here: a graph being recorded, or x not a plain tensor (a FakeTensor under
-        # torch.compile, a subclass, or no tensor at all, which check_input refuses before
+        if (type(x) is torch.Tensor and x.is_cpu and x.layout is torch.strided
+                and not x.is_nested and not (_records_ops() or _ops.under_functorch(x))):
+            # A dense CPU tensor reaches the operator's CPU kernel, which checks the rest.
+            return self._eager(x)
+        # Here: a graph being recorded, or x not a plain dense CPU tensor (a FakeTensor
+        # under torch.compile, a subclass, a sparse or meta tensor, which the dispatcher
+        # would send elsewhere, or no tensor at all, which check_input refuses before
         # under_functorch could fail on it).
         _ops.check_input(x, self.in_features)
-        if _records_ops() or _ops.under_functorch(x):
-            return self._operator(x)
-        return self._eager(x)
+        return self._operator(x)
 
     def __getstate__(self):
         # The buffers pickle (and deep-copy) as fresh views: the weight kept on a panels
@@ -303,13 +307,12 @@ class Linear(_PackedModule):
         return cls.from_packed(packed, bias, activation=activation)
 
     def _eager(self, x: torch.Tensor) -> torch.Tensor:
-        # The product itself, without the dispatcher's few microseconds a call; the buffers
-        # read from the dict itself: nn.Module's attribute lookup costs about a microsecond
-        # each, a fifth of a one-token product.
+        # The operator's overload itself (the packet's lookup costs a microsecond), the
+        # buffers read from the dict: nn.Module's attribute lookup costs about a
+        # microsecond each, a fifth of a one-token product.
         b = self._buffers
-        return _ops.product(x, _ops.packed_from(b["weight_panels"], b["weight_psum"],
-                                                b["weight_scales"], b["weight_header"]),
-                            b["bias"], self.activation)
+        return _LINEAR(x, b["weight_panels"], b["weight_psum"], b["weight_scales"],
+                       b["weight_header"], b["bias"], self.activation or "")
 
     def _operator(self, x: torch.Tensor) -> torch.Tensor:
         """The product as the call a graph records, ``torch.ops.pyw8a8.linear``."""
@@ -400,10 +403,9 @@ class GatedLinear(_PackedModule):
 
     def _eager(self, x: torch.Tensor) -> torch.Tensor:
         b = self._buffers  # as Linear._eager
-        gate = _ops.packed_from(b["gate_panels"], b["gate_psum"], b["gate_scales"],
-                                b["gate_header"])
-        up = _ops.packed_from(b["up_panels"], b["up_psum"], b["up_scales"], b["up_header"])
-        return _ops.gated_product(x, gate, up, b["gate_bias"], b["up_bias"], self.glu)
+        return _GATED_LINEAR(x, b["gate_panels"], b["gate_psum"], b["gate_scales"],
+                             b["gate_header"], b["up_panels"], b["up_psum"], b["up_scales"],
+                             b["up_header"], b["gate_bias"], b["up_bias"], self.glu)
 
     def _operator(self, x: torch.Tensor) -> torch.Tensor:
         """The unit as the call a graph records, ``torch.ops.pyw8a8.gated_linear``."""

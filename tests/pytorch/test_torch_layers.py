@@ -130,6 +130,14 @@ def _settle(layer, x, calls=400):
     pytest.fail(f"no blocking settled for {tuple(x.shape)} in {calls} calls")
 
 
+# The Python operator's route, where the native one is off (test_torch_native.py runs this
+# module so); the native operator's own tests are in test_torch_native.py.
+python_operator_only = pytest.mark.skipif(
+    pt._ops.NATIVE is not None, reason="the native operator runs these calls in C++ "
+    "(test_torch_native.py runs this module with PYW8A8_TORCH_NATIVE=0)")
+
+
+@python_operator_only
 def test_float32_crosses_to_numpy_without_a_copy(monkeypatch):
     from pyw8a8.torch import _ops
     layer = pt.Linear.from_float(dense(64, 8))
@@ -151,6 +159,7 @@ def test_float32_crosses_to_numpy_without_a_copy(monkeypatch):
     assert seen == [("settled_call", x.data_ptr())]
 
 
+@python_operator_only
 def test_a_settled_call_skips_the_checks_in_python_and_any_other_input_is_checked(
         monkeypatch):
     """Once its weight settled a blocking for a row count, a layer runs a float32 input of
