@@ -59,15 +59,48 @@ def test_a_page_whose_examples_all_need_a_missing_package_is_skipped(tmp_path, m
         test_examples_run(ROOT / "docs" / "guide" / "pytorch.md", tmp_path, monkeypatch,
                           capsys)
 
-def test_readme_opens_with_the_two_commands_then_install_and_use():
-    # The project's standing rule: the README starts with its two set-up commands (the main
-    # job, the tests); a newcomer's install and examples follow at once.
+def test_readme_is_short_and_in_the_newcomers_order():
+    # The README is for a newcomer: what pyw8a8 is, the project's two set-up commands (the
+    # main job, the tests), why to use it against its peers, how to install it, a numpy and
+    # a PyTorch example within the first screen, then the guides; the figures and their
+    # history live in the guides and in docs/benchmarks/.
     text = (ROOT / "README.md").read_text()
+    lines = text.splitlines()
+    assert len(lines) <= 160
+    intro = text.split("\n\n")[1]
+    assert len(re.split(r"(?<=\.)\s+", intro.strip())) == 3, intro  # three sentences
+    first_block = re.search(r"```bash\n(.*?)```", text, flags=re.S)
+    assert text.index("```") == first_block.start()  # the commands come first
+    commands = [line.split("#")[0].strip() for line in first_block.group(1).splitlines()]
+    assert commands == ['pip install -e ".[bench]" && python -m pyw8a8 bench',
+                        'pip install -e ".[test]" && python -m pytest']
     sections = re.findall(r"^## (.*)$", text, flags=re.M)
-    assert sections[:5] == ["Commands", "Install", "Use", "PyTorch",
-                            "W8A8 in your own numpy model"]
-    first_block = re.search(r"```bash\n(.*?)```", text, flags=re.S).group(1).splitlines()
-    assert "python -m pyw8a8 bench" in first_block[0] and "python -m pytest" in first_block[1]
+    assert sections[:2] == ["Why use it", "Install and use"]
+    assert sections[-1] == "Documentation"
+    why = text.split("## Why use it")[1].split("\n## ")[0]
+    assert all(peer in why for peer in ("torch's dynamic int8", "torchao", "ONNX Runtime"))
+    assert "does not lead" in why
+    install = text.split("## Install and use")[1].split("\n## ")[0]
+    assert 'pip install ".[torch]"' in install
+    examples = [(m.start(), m.end()) for m in re.finditer(r"^```python\n.*?^```", text,
+                                                          flags=re.S | re.M)]
+    numpy_example, torch_example = (text[start:end] for start, end in examples[:2])
+    assert "import torch" not in numpy_example and "import torch" in torch_example
+    assert all(text.count("\n", 0, end) < 40 for _, end in examples[:2])
+    assert text.index("## Install and use") < examples[0][0]
+
+
+# A commit hash: a word of 7 to 40 hex digits, with a letter and a digit among them.
+COMMIT = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")
+USER_PAGES = [p for p in PAGES
+              if (ROOT / "docs" / "benchmarks") not in p.parents]
+
+
+@pytest.mark.parametrize("page", USER_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_commit_hash_outside_the_benchmark_record(page):
+    # Which commit measured what is the record's business (docs/benchmarks/); a user page
+    # states what holds now.
+    assert COMMIT.findall(page.read_text()) == []
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
