@@ -15,10 +15,11 @@ import pyw8a8.router
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md"] + sorted((ROOT / "docs").rglob("*.md"))
-# Examples that need what a test machine lacks, by a string that marks them.
+# Examples that need what a test machine lacks, by a string that marks them, and why.
 NOT_RUN = {"tcp://scheduler-host:8786": "needs a running dask scheduler"}
 if importlib.util.find_spec("torch") is None:
-    NOT_RUN["import torch"] = "needs PyTorch"
+    NOT_RUN["import torch"] = ("needs PyTorch, which is not installed "
+                               "(pip install \".[torch]\" adds it)")
 
 
 def python_blocks(page):
@@ -32,26 +33,74 @@ def test_examples_run(page, tmp_path, monkeypatch, capsys):
     (in a scratch directory: some write files)."""
     monkeypatch.chdir(tmp_path)
     namespace = {"__name__": "__main__"}
-    ran = 0
-    for block in python_blocks(page):
-        if any(marker in block for marker in NOT_RUN):
+    ran, not_run = 0, set()
+    for number, block in enumerate(python_blocks(page), 1):
+        reasons = {why for marker, why in NOT_RUN.items() if marker in block}
+        if reasons:
+            not_run |= reasons
             continue
-        exec(compile(block, f"{page.name} example {ran + 1}", "exec"), namespace)
+        exec(compile(block, f"{page.name} example {number}", "exec"), namespace)
         ran += 1
-    assert ran
+    if not ran:
+        # Nothing on the page could run here: a skip that says why, not a pass that
+        # checked nothing (the page has python blocks, or it would not be a parameter).
+        pytest.skip(f"every example of {page.name} {'; '.join(sorted(not_run))}")
     if page.name == "README.md":  # what its router example's comment says it prints
         assert capsys.readouterr().out.splitlines()[-1] == "1 1"
 
 
-def test_readme_opens_with_the_two_commands_then_install_and_use():
-    # The project's standing rule: the README starts with its two set-up commands (the main
-    # job, the tests); a newcomer's install and examples follow at once.
+def test_a_page_whose_examples_all_need_a_missing_package_is_skipped(tmp_path, monkeypatch,
+                                                                     capsys):
+    # Every example of the PyTorch guide imports torch: where torch is missing (marked so
+    # here, whether or not it is installed), the page is skipped with the reason.
+    monkeypatch.setitem(NOT_RUN, "import torch", "needs PyTorch, which is not installed")
+    with pytest.raises(pytest.skip.Exception,
+                       match="every example of pytorch.md needs PyTorch"):
+        test_examples_run(ROOT / "docs" / "guide" / "pytorch.md", tmp_path, monkeypatch,
+                          capsys)
+
+def test_readme_is_short_and_in_the_newcomers_order():
+    # The README is for a newcomer: what pyw8a8 is, the project's two set-up commands (the
+    # main job, the tests), why to use it against its peers, how to install it, a numpy and
+    # a PyTorch example within the first screen, then the guides; the figures and their
+    # history live in the guides and in docs/benchmarks/.
     text = (ROOT / "README.md").read_text()
+    lines = text.splitlines()
+    assert len(lines) <= 160
+    intro = text.split("\n\n")[1]
+    assert len(re.split(r"(?<=\.)\s+", intro.strip())) == 3, intro  # three sentences
+    first_block = re.search(r"```bash\n(.*?)```", text, flags=re.S)
+    assert text.index("```") == first_block.start()  # the commands come first
+    commands = [line.split("#")[0].strip() for line in first_block.group(1).splitlines()]
+    assert commands == ['pip install -e ".[bench]" && python -m pyw8a8 bench',
+                        'pip install -e ".[test]" && python -m pytest']
     sections = re.findall(r"^## (.*)$", text, flags=re.M)
-    assert sections[:5] == ["Commands", "Install", "Use", "PyTorch",
-                            "W8A8 in your own numpy model"]
-    first_block = re.search(r"```bash\n(.*?)```", text, flags=re.S).group(1).splitlines()
-    assert "python -m pyw8a8 bench" in first_block[0] and "python -m pytest" in first_block[1]
+    assert sections[:2] == ["Why use it", "Install and use"]
+    assert sections[-1] == "Documentation"
+    why = text.split("## Why use it")[1].split("\n## ")[0]
+    assert all(peer in why for peer in ("torch's dynamic int8", "torchao", "ONNX Runtime"))
+    assert "does not lead" in why
+    install = text.split("## Install and use")[1].split("\n## ")[0]
+    assert 'pip install ".[torch]"' in install
+    examples = [(m.start(), m.end()) for m in re.finditer(r"^```python\n.*?^```", text,
+                                                          flags=re.S | re.M)]
+    numpy_example, torch_example = (text[start:end] for start, end in examples[:2])
+    assert "import torch" not in numpy_example and "import torch" in torch_example
+    assert all(text.count("\n", 0, end) < 40 for _, end in examples[:2])
+    assert text.index("## Install and use") < examples[0][0]
+
+
+# A commit hash: a word of 7 to 40 hex digits, with a letter and a digit among them.
+COMMIT = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")
+USER_PAGES = [p for p in PAGES + [ROOT / "CHANGELOG.md"]
+              if (ROOT / "docs" / "benchmarks") not in p.parents]
+
+
+@pytest.mark.parametrize("page", USER_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_commit_hash_outside_the_benchmark_record(page):
+    # Which commit measured what is the record's business (docs/benchmarks/); a user page
+    # states what holds now.
+    assert COMMIT.findall(page.read_text()) == []
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
