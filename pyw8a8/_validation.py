@@ -3,6 +3,8 @@ import operator
 
 import numpy as np
 
+from . import _kernels
+
 _FLOAT32 = np.dtype(np.float32)
 _FLOAT64 = np.dtype(np.float64)
 _FLOAT32_MAX = np.finfo(np.float32).max
@@ -60,7 +62,9 @@ def _to_float32(arr, name, shape, row_offset):
 
 
 def bias_vector(bias, n, name):
-    """`bias` as a C-contiguous native float32 vector of length n, or None.
+    """`bias` as a C-contiguous, aligned, native float32 vector of length n, or None: the
+    array itself when _kernels.bias_fault, the rule settled_product reads, accepts it as
+    it is, else a float32 copy.
 
     Raises
     ------
@@ -71,18 +75,22 @@ def bias_vector(bias, n, name):
     if bias is None:
         return None
     arr = np.asarray(bias)
-    if arr.dtype.kind != "f" or arr.dtype.newbyteorder("=") not in (_FLOAT32, _FLOAT64):
+    fault = _kernels.bias_fault(arr, n)
+    if fault == _kernels.ARG_CONVERT:
+        with np.errstate(over="ignore"):
+            ready = arr.astype(_FLOAT32, order="C")
+        fault = _kernels.bias_fault(ready, n)
+        if fault == _kernels.ARG_NOT_FINITE and np.all(np.isfinite(arr)):
+            raise ValueError(f"{name} has a value beyond float32's range "
+                             f"(max {_FLOAT32_MAX!s}); pyw8a8 computes in float32")
+        arr = ready
+    if fault == _kernels.ARG_BAD_DTYPE:
         raise ValueError(f"{name} must be a float32 or float64 array, got dtype {arr.dtype}")
-    if arr.shape != (n,):
+    if fault == _kernels.ARG_BAD_SHAPE:
         raise ValueError(f"{name} must have shape ({n},) (one value per output channel), "
                          f"got {arr.shape}")
-    if not np.all(np.isfinite(arr)):
+    if fault == _kernels.ARG_NOT_FINITE:
         raise ValueError(f"{name} holds NaN or Inf")
-    with np.errstate(over="ignore"):
-        arr = np.ascontiguousarray(arr, dtype=_FLOAT32)
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} has a value beyond float32's range "
-                         f"(max {_FLOAT32_MAX!s}); pyw8a8 computes in float32")
     return arr
 
 
