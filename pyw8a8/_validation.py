@@ -1,9 +1,15 @@
 """Argument checks shared by the public functions: every message names the argument."""
+import functools
 import operator
+import warnings
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
 from . import _kernels
+
+_Renamed = TypeVar("_Renamed", bound=Callable[..., Any])  # a function or a class
 
 _FLOAT32 = np.dtype(np.float32)
 _FLOAT64 = np.dtype(np.float64)
@@ -117,6 +123,31 @@ def int8_matrix(x, name):
                          f"(np.clip({name}, -127, 127): -128 becomes -127, one step) or "
                          "requantize")
     return np.ascontiguousarray(arr)
+
+
+def renamed_keyword(old: str, new: str) -> Callable[[_Renamed], _Renamed]:
+    """A decorator of a function, or of a class (its ``__init__``): keyword `old` is taken
+    as the deprecated name of `new`, with a DeprecationWarning naming `new`; passing both
+    is a TypeError naming them."""
+    def decorate(target: _Renamed) -> _Renamed:
+        function = target.__init__ if isinstance(target, type) else target
+        owner = target.__qualname__
+
+        @functools.wraps(function)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if old in kwargs:
+                if new in kwargs:
+                    raise TypeError(f"{owner} got both {new}= and {old}=, its deprecated "
+                                    f"name: pass {new}= only")
+                warnings.warn(f"{owner}: {old}= is deprecated, pass {new}=",
+                              DeprecationWarning, stacklevel=2)
+                kwargs[new] = kwargs.pop(old)
+            return function(*args, **kwargs)
+        if isinstance(target, type):
+            setattr(target, "__init__", call)
+            return target
+        return cast(_Renamed, call)
+    return decorate
 
 
 def positive_int(value, name, minimum=1):
