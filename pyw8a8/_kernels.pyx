@@ -36,7 +36,9 @@ def data_address(cnp.ndarray arr):
 # ---- the compiled call path of every product ----
 
 # The kinds of settled call (settled_product), each remembered apart by a weight: one
-# product (matmul), a pair (matmul_pair), a gated pair (matmul_pair with glu=).
+# product (matmul), a pair (matmul_pair), a gated pair (matmul_pair with glu=). A call is
+# settled once the tuner has kept a blocking for its shape and its weights remember it
+# (pyw8a8.tuning's docstring).
 cdef enum:
     W8_CALL_ONE = 0
     W8_CALL_PAIR = 1

@@ -197,7 +197,8 @@ def _float_products(x, plans, outs, lead, biases, act=0, glu=False):
 
 
 def settled_call(x, plan1, plan2, bias1, bias2, activation, pair, glu):
-    """The common call of matmul or (`pair`) matmul_pair from C, on this thread's scratch,
+    """A settled call of matmul or (`pair`) matmul_pair (one whose weights remember the
+    blocking the tuner kept for its shape: pyw8a8.tuning) from C, on this thread's scratch,
     for a caller that has its input as an array already (pyw8a8.torch): the result, or
     None when it is not such a call (see _kernels.settled_product: a weight's plan not
     built yet, no blocking settled, a row holding NaN/Inf, ...), and the caller takes

@@ -3,10 +3,18 @@
 Results never depend on the blocking: every product's integer sums are exact and
 converted to float once (see ``matmul``). What is tuned is the K-range width kc (the
 ISA's B micro-panels filling L1, or the whole K), the M block mc and the task split over N
-and M. The first
-calls of a new shape try each candidate in turn (round-robin, like gemma.cpp's autotuner);
-afterwards the fastest is used. The cache key holds the kernel (ISA and weight encoding),
-an M bucket, K, N and the thread count, so different kernels never share an entry.
+and M. The first calls of a new shape try each candidate in turn (round-robin, like
+gemma.cpp's autotuner); afterwards the fastest is used. The cache key holds the kernel (ISA
+and weight encoding), an M bucket, K, N and the thread count, so different kernels never
+share an entry.
+
+A shape is *settled* once the tuner's first calls of it have tried the candidate blockings
+and kept the fastest (``Tuner.choose`` then answers the index None). Each weight of such a
+call remembers that blocking for its kind of call (matmul, matmul_pair, gated pair), ISA,
+row count and thread count (``WeightPlan.remember_blocking``, read back by
+``settled_blocking``). A *settled call* is one whose weights all remember a blocking for
+it: it runs from C without the Python route (``_kernels.settled_product``;
+``matmul.settled_call`` for ``pyw8a8.torch``).
 """
 import threading
 
