@@ -46,9 +46,9 @@ cdef enum:
     W8_CALL_KINDS = 3
     # The row counts a weight remembers a settled blocking for, per kind: a model's layer
     # sees a few in turn (batches of other lengths, a prompt then one token at a time).
-    # With one, a sentence encoder's two batch shapes took matmul's route in Python on
-    # every call, which between layers that stream their weights through the caches cost
-    # tens of microseconds a call in cache misses.
+    # With one, a sentence encoder's two batch shapes would take matmul's route in Python
+    # on every call, which between layers that stream their weights through the caches
+    # costs tens of microseconds a call in cache misses.
     W8_SETTLED_ROWS = 4
 CALL_ONE, CALL_PAIR, CALL_GLU = W8_CALL_ONE, W8_CALL_PAIR, W8_CALL_GLU
 SETTLED_ROWS = W8_SETTLED_ROWS
