@@ -105,8 +105,7 @@ _dispatch.set_process_ops(_initial_ops())
 # faster: (ISA, the ISA it runs below the threshold, the variable that overrides it, the
 # threshold measured with `python -m pyw8a8 bench --crossover WIDE NARROW`).
 # - amx: the avx512vnni kernels (which every AMX CPU has); measured 8 on a Sapphire Rapids
-#   Xeon (2 vCPUs, K = N = 2048: avx512vnni 0.8x the time of amx at M <= 4, amx 1.12x
-#   faster at M = 8 and 1.4-2.4x from M = 16).
+#   Xeon (2 vCPUs, K = N = 2048: amx 1.12x as fast at M = 8, slower below).
 # (avx2 has none: its 2-row tile serves every M.)
 SMALL_M_FALLBACKS = (
     ("amx", "avx512vnni", "PYW8A8_AMX_MIN_ROWS", 8),

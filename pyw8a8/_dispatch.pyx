@@ -146,9 +146,8 @@ def leave_master_cpu(int cpu):
 # ---- the call setup: which ISA and how many threads a product runs with ----
 #
 # After a product that streamed a megabyte or more through the caches, every step of
-# Python code misses them: matmul's setup in Python took 20 us at 64 x 2048 x 640 and 7 us
-# at 1 x 640 x 2048, against 4 us with warm caches (AMX Xeon, 2 vCPUs; 15-20% of those
-# calls). So the state lives here, in C variables.
+# Python code misses them: matmul's setup in Python took 20 us at 64 x 2048 x 640, against
+# 4 us with warm caches (AMX Xeon, 2 vCPUs). So the state lives here, in C variables.
 
 cdef IsaOps _process_ops = None   # set_isa, PYW8A8_ISA, or the CPU's best
 cdef dict _small_m = {}  # ISA name -> (the IsaOps it runs below `rows` rows, rows)

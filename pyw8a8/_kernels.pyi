@@ -58,6 +58,22 @@ CALL_PAIR: int
 CALL_GLU: int
 SETTLED_ROWS: int
 ACTIVATIONS: dict[str, int]
+ARG_READY: int
+ARG_CONVERT: int
+ARG_BAD_TYPE: int
+ARG_BAD_DTYPE: int
+ARG_BAD_SHAPE: int
+ARG_NOT_FINITE: int
+ARG_READ_ONLY: int
+ARG_OVERLAPS: int
+ARG_OTHER_K: int
+ARG_OTHER_N: int
+ARG_OTHER_ROTATION: int
+def activation_code(activation: object) -> int: ...
+def pair_fault(w1: WeightPlan, w2: WeightPlan, glu: bool) -> int: ...
+def bias_fault(bias: object, n: int) -> int: ...
+def out_fault(out: object, x: object, rows: npt.NDArray[np.float32], n: int,
+              dtype: object = ...) -> int: ...
 def settled_product(
     x: object, plan1: object, plan2: object, bias1: object, bias2: object,
     activation: object, pair: bool, glu: bool, scratch: object, out: object = ...,

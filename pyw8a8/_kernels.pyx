@@ -5,8 +5,10 @@ path (``_simd/product.h``) that every product enters.
 The ISA a call runs (an ``IsaOps``) and its thread count come from ``_dispatch``, its output
 memory from ``_outputs``. Callers (the Python modules of the package) validate and
 normalize every argument first; this module trusts its inputs and releases the GIL. The
-one exception is ``settled_product``, the common call run from C: it checks that its
-arguments are already in the normal form and declines (returns None) anything else.
+one exception is ``settled_product``, the common call run from C: it declines (returns
+None) any argument not already in the normal form. What is acceptable, and what is the
+normal form, is one rule per argument here (``activation_code``, ``pair_fault``,
+``bias_fault``, ``out_fault``), which the callers' checks read too.
 """
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libc.stdlib cimport free
@@ -65,7 +67,9 @@ def data_address(cnp.ndarray arr):
 # ---- the compiled call path of every product ----
 
 # The kinds of settled call (settled_product), each remembered apart by a weight: one
-# product (matmul), a pair (matmul_pair), a gated pair (matmul_pair with glu=).
+# product (matmul), a pair (matmul_pair), a gated pair (matmul_pair with glu=). A call is
+# settled once the tuner has kept a blocking for its shape and its weights remember it
+# (pyw8a8.tuning's docstring).
 cdef enum:
     W8_CALL_ONE = 0
     W8_CALL_PAIR = 1
@@ -73,9 +77,9 @@ cdef enum:
     W8_CALL_KINDS = 3
     # The row counts a weight remembers a settled blocking for, per kind: a model's layer
     # sees a few in turn (batches of other lengths, a prompt then one token at a time).
-    # With one, a sentence encoder's two batch shapes took matmul's route in Python on
-    # every call, which between layers that stream their weights through the caches cost
-    # tens of microseconds a call in cache misses.
+    # With one, a sentence encoder's two batch shapes would take matmul's route in Python
+    # on every call, which between layers that stream their weights through the caches
+    # costs tens of microseconds a call in cache misses.
     W8_SETTLED_ROWS = 4
 CALL_ONE, CALL_PAIR, CALL_GLU = W8_CALL_ONE, W8_CALL_PAIR, W8_CALL_GLU
 SETTLED_ROWS = W8_SETTLED_ROWS
@@ -403,27 +407,116 @@ cdef void _set_job(w8_product *p, int j, w8_call_weight *cw, int f, bint glu, bi
     p.jobs[j].m_step, p.jobs[j].n_step = cw.m_step, cw.n_step
 
 
-cdef const float *_settled_bias(object bias, int64_t n, bint *ok):
-    """The data of `bias` when it is None (NULL) or a native float32 vector of n finite
-    values, aligned and contiguous; otherwise *ok becomes False."""
+# ---- what a product accepts: one rule per argument, read by both routes ----
+# The checked route (matmul.py, _validation.py) raises the error of the fault a rule
+# answers; settled_product declines every argument a rule does not answer ARG_READY for.
+# One definition of each argument's acceptance, so the two routes cannot drift apart.
+
+cpdef enum:
+    ARG_READY = 0           # accepted, and read (or written) as it is
+    ARG_CONVERT = 1         # accepted once converted: the checked route's work
+    ARG_BAD_TYPE = 2
+    ARG_BAD_DTYPE = 3
+    ARG_BAD_SHAPE = 4
+    ARG_NOT_FINITE = 5
+    ARG_READ_ONLY = 6
+    ARG_OVERLAPS = 7
+    ARG_OTHER_K = 8         # the two weights of a pair differ in K,
+    ARG_OTHER_N = 9         # in N (a gated pair),
+    ARG_OTHER_ROTATION = 10  # or in rotation
+
+
+cpdef int activation_code(object activation):
+    """The W8_ACT_* of `activation`, None or a name of ACTIVATIONS; -1 for anything else."""
+    if activation is None:
+        return W8_ACT_NONE
+    code = ACTIVATIONS.get(activation) if isinstance(activation, str) else None
+    return -1 if code is None else code
+
+
+cpdef int pair_fault(WeightPlan w1, WeightPlan w2, bint glu):
+    """Whether w1 and w2 can be the weights of one product of one activation (matmul_pair;
+    with `glu`, a gated pair): ARG_READY, or the first fault of ARG_OTHER_K, ARG_OTHER_N
+    (with `glu` only), ARG_OTHER_ROTATION (whether they rotate, and with which block and
+    seed: those of an unrotated weight mean nothing)."""
+    if w2.K != w1.K:
+        return ARG_OTHER_K
+    if glu and w2.N != w1.N:
+        return ARG_OTHER_N
+    if w2.rotate != w1.rotate or (w1.rotate and (w2.block != w1.block
+                                                 or w2.seed != w1.seed)):
+        return ARG_OTHER_ROTATION
+    return ARG_READY
+
+
+cpdef int bias_fault(object bias, int64_t n):
+    """How `bias` stands as the bias of a product of n outputs. ARG_READY: None, or a
+    native-order, C-contiguous, aligned float32 ndarray of shape (n,) holding finite
+    values, which the product reads as it is.  ARG_CONVERT: not an ndarray, or a float32
+    or float64 one of shape (n,) in another form (float64, the other byte order, strided,
+    unaligned): acceptable if its native float32 copy is ARG_READY.  Else the first fault
+    of ARG_BAD_DTYPE (not float32 or float64), ARG_BAD_SHAPE (not (n,)), ARG_NOT_FINITE
+    (NaN or Inf)."""
     cdef cnp.ndarray arr
     cdef const float *b
     cdef int64_t i
+    cdef int typenum
     if bias is None:
-        return NULL
+        return ARG_READY
     if type(bias) is not np.ndarray:
-        ok[0] = False
-        return NULL
+        return ARG_CONVERT
     arr = bias
-    if (arr.ndim != 1 or arr.shape[0] != n or cnp.PyArray_TYPE(arr) != cnp.NPY_FLOAT32
-            or not cnp.PyArray_IS_C_CONTIGUOUS(arr) or not cnp.PyArray_ISBEHAVED_RO(arr)):
-        ok[0] = False
-        return NULL
+    typenum = cnp.PyArray_TYPE(arr)  # whichever byte order
+    if typenum != cnp.NPY_FLOAT32 and typenum != cnp.NPY_FLOAT64:
+        return ARG_BAD_DTYPE
+    if arr.ndim != 1 or arr.shape[0] != n:
+        return ARG_BAD_SHAPE
+    if (typenum != cnp.NPY_FLOAT32 or not cnp.PyArray_IS_C_CONTIGUOUS(arr)
+            or not cnp.PyArray_ISBEHAVED_RO(arr)):
+        return ARG_CONVERT
     b = <const float *>cnp.PyArray_DATA(arr)
     for i in range(n):
         if not isfinite(b[i]):
-            ok[0] = False
-    return b
+            return ARG_NOT_FINITE
+    return ARG_READY
+
+
+cpdef int out_fault(object out, object x, cnp.ndarray rows, int64_t n, object dtype=None):
+    """How `out` stands as the output of the product of `rows` (x as the float32 array the
+    product reads) with a weight of n outputs, `dtype` (None, float32 or bfloat16) the
+    dtype asked for. ARG_READY: an ndarray the product writes as it is: native float32,
+    C-contiguous, aligned and writeable, of rows' leading dimensions and n columns,
+    sharing no memory with x.  ARG_CONVERT: acceptable, copied into from a float32 array
+    the product writes (bfloat16, strided, unaligned).  Else the first fault of
+    ARG_BAD_TYPE (not an ndarray), ARG_BAD_SHAPE, ARG_BAD_DTYPE (not `dtype`; without it,
+    neither float32 nor bfloat16), ARG_READ_ONLY, ARG_OVERLAPS (sharing memory with x)."""
+    cdef cnp.ndarray arr
+    cdef int i, nd = rows.ndim
+    cdef bint float32
+    cdef char *o
+    cdef char *a
+    if not isinstance(out, np.ndarray):
+        return ARG_BAD_TYPE
+    arr = out
+    if arr.ndim != nd or arr.shape[nd - 1] != n:
+        return ARG_BAD_SHAPE
+    for i in range(nd - 1):
+        if arr.shape[i] != rows.shape[i]:
+            return ARG_BAD_SHAPE
+    float32 = cnp.PyArray_TYPE(arr) == cnp.NPY_FLOAT32 and cnp.PyArray_ISNOTSWAPPED(arr)
+    if (not float32 and arr.dtype.name != "bfloat16") if dtype is None else arr.dtype != dtype:
+        return ARG_BAD_DTYPE
+    if not cnp.PyArray_ISWRITEABLE(arr):
+        return ARG_READ_ONLY
+    if (type(x) is np.ndarray and cnp.PyArray_IS_C_CONTIGUOUS(arr)
+            and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>x)):
+        # Contiguous arrays share memory exactly when their byte ranges overlap.
+        o, a = <char *>cnp.PyArray_DATA(arr), <char *>cnp.PyArray_DATA(<cnp.ndarray>x)
+        if o < a + cnp.PyArray_NBYTES(<cnp.ndarray>x) and a < o + cnp.PyArray_NBYTES(arr):
+            return ARG_OVERLAPS
+    elif np.shares_memory(arr, x):
+        return ARG_OVERLAPS
+    return ARG_READY if float32 and cnp.PyArray_ISCARRAY(arr) else ARG_CONVERT
 
 
 def settled_product(object x, object plan1, object plan2, object bias1, object bias2,
@@ -431,15 +524,13 @@ def settled_product(object x, object plan1, object plan2, object bias1, object b
                     object out=None):
     """The common calls of matmul and matmul_pair, from C: `x` a C-contiguous, aligned,
     native-order float32 ndarray (any leading dimensions, at least one row of K >= 1
-    features); `plan1` (and with `pair`, `plan2`) the WeightPlan(s), N >= 1, of one K and
-    rotation (with `glu`, a pair of one N); the biases None or float32 vectors of N finite
-    values;
-    `activation` None or a name of ACTIVATIONS (with `glu`, the gate's); each weight having
-    settled a blocking for this call's kind, ISA, row count and thread count
+    features); `plan1` (and with `pair`, `plan2`) the WeightPlan(s), N >= 1, of x's K
+    (a pair as pair_fault accepts); the biases as bias_fault accepts them as they are
+    (ARG_READY); `activation` None or a name of ACTIVATIONS (with `glu`, the gate's); each
+    weight having settled a blocking for this call's kind, ISA, row count and thread count
     (WeightPlan.remember_blocking); `scratch` the thread's Scratch; `out` None, or (one
-    weight, no pair) matmul's out=: a C-contiguous, aligned, writeable, native-order
-    float32 ndarray of x's leading dimensions and N columns, not overlapping x, left
-    untouched when a row fails.
+    weight, no pair) matmul's out= as out_fault accepts it as it is, left untouched when
+    a row fails.
 
     Returns matmul's output (`out` when given), matmul_pair's (y1, y2) or its gated
     output; or None when the call is not such a call, or a row of x holds NaN/Inf: the
@@ -452,10 +543,9 @@ def settled_product(object x, object plan1, object plan2, object bias1, object b
     cdef int kind = W8_CALL_GLU if glu else W8_CALL_ONE
     cdef int64_t K, M
     cdef w8_call_weight cw[2]
-    cdef bint ok = True
     if (type(x) is not np.ndarray or type(plan1) is not WeightPlan
             or type(scratch) is not Scratch or (pair and type(plan2) is not WeightPlan)
-            or (out is not None and (pair or type(out) is not np.ndarray))):
+            or (out is not None and pair)):
         return None
     arr, w1 = x, plan1
     if pair:
@@ -463,13 +553,15 @@ def settled_product(object x, object plan1, object plan2, object bias1, object b
         kind = W8_CALL_GLU if glu else W8_CALL_PAIR
     elif glu:
         return None
-    act = _settled_activation(activation)
+    act = activation_code(activation)
     if (act < 0 or arr.ndim == 0 or cnp.PyArray_TYPE(arr) != cnp.NPY_FLOAT32
             or not cnp.PyArray_IS_C_CONTIGUOUS(arr) or not cnp.PyArray_ISBEHAVED_RO(arr)
             or cnp.PyArray_SIZE(arr) == 0):
         return None
     K = arr.shape[arr.ndim - 1]
-    if not _settled_weights(w1, w2, glu, K):
+    # No features or no outputs: accepted, but the checked route's (no kernel runs).
+    if K != w1.K or K == 0 or w1.N == 0 or (
+            w2 is not None and (w2.N == 0 or pair_fault(w1, w2, glu) != ARG_READY)):
         return None
     M = cnp.PyArray_SIZE(arr) // K
     ops = call_ops(M)
@@ -481,14 +573,18 @@ def settled_product(object x, object plan1, object plan2, object bias1, object b
             cw[1] = cw[0]  # a gated pair runs one loop nest, over the gate's blocking
         elif not w2.settled(kind, ops, M, nthreads, &cw[1]):
             return None
-        cw[1].bias = _settled_bias(bias2, w2.N, &ok)
-    cw[0].bias = _settled_bias(bias1, w1.N, &ok)
-    if not ok:
+        if bias_fault(bias2, w2.N) != ARG_READY:
+            return None
+        cw[1].bias = _bias_data(bias2)
+    if bias_fault(bias1, w1.N) != ARG_READY:
         return None
+    cw[0].bias = _bias_data(bias1)
     if out is None:
         y1 = _settled_output(arr, w1, &cw[0])
-    elif _settled_out(arr, w1, out, &cw[0]):
+    elif out_fault(out, arr, arr, w1.N) == ARG_READY:
         y1 = out
+        cw[0].w, cw[0].out, cw[0].ldo = &w1.desc, cnp.PyArray_DATA(y1), w1.N
+        cw[0].out_size = sizeof(float)
     else:
         return None
     if w2 is not None:
@@ -502,24 +598,6 @@ def settled_product(object x, object plan1, object plan2, object bias1, object b
     return (y1, y2) if kind == W8_CALL_PAIR else y1
 
 
-cdef int _settled_activation(object activation):
-    """The W8_ACT_* of `activation` (None or a name of ACTIVATIONS), or -1."""
-    if activation is None:
-        return W8_ACT_NONE
-    code = ACTIVATIONS.get(activation) if type(activation) is str else None
-    return -1 if code is None else code
-
-
-cdef bint _settled_weights(WeightPlan w1, WeightPlan w2, bint glu, int64_t K):
-    """Whether w1 (and w2, unless None) have K >= 1 features and N >= 1 outputs, and one
-    rotation (with `glu`, one N too)."""
-    if K != w1.K or K == 0 or w1.N == 0:
-        return False
-    return w2 is None or not (
-        w2.K != K or w2.N == 0 or w2.rotate != w1.rotate or (glu and w2.N != w1.N)
-        or (w1.rotate and (w2.block != w1.block or w2.seed != w1.seed)))
-
-
 cdef cnp.ndarray _settled_output(cnp.ndarray x, WeightPlan w, w8_call_weight *cw):
     """The float32 output of x's leading dimensions and w.N columns, set as cw's."""
     cdef cnp.npy_intp dims[64]
@@ -530,25 +608,6 @@ cdef cnp.ndarray _settled_output(cnp.ndarray x, WeightPlan w, w8_call_weight *cw
     y = _empty_output(nd, dims)
     cw.w, cw.out, cw.ldo, cw.out_size = &w.desc, cnp.PyArray_DATA(y), w.N, sizeof(float)
     return y
-
-
-cdef bint _settled_out(cnp.ndarray x, WeightPlan w, cnp.ndarray out, w8_call_weight *cw):
-    """Whether `out` can take the product of x and w as it is (settled_product's
-    conditions), then set as cw's output.  Both arrays are contiguous, so they overlap
-    exactly when their byte ranges do."""
-    cdef int i, nd = x.ndim
-    cdef char *o = <char *>cnp.PyArray_DATA(out)
-    cdef char *a = <char *>cnp.PyArray_DATA(x)
-    if (out.ndim != nd or out.shape[nd - 1] != w.N or cnp.PyArray_TYPE(out) != cnp.NPY_FLOAT32
-            or not cnp.PyArray_ISCARRAY(out) or not cnp.PyArray_ISNOTSWAPPED(out)):
-        return False
-    for i in range(nd - 1):
-        if out.shape[i] != x.shape[i]:
-            return False
-    if o < a + cnp.PyArray_NBYTES(x) and a < o + cnp.PyArray_NBYTES(out):
-        return False
-    cw.w, cw.out, cw.ldo, cw.out_size = &w.desc, o, w.N, sizeof(float)
-    return True
 
 
 # ---- the native interface (_simd/native_api.h): the call path for code built apart ----

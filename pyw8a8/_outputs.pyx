@@ -15,21 +15,20 @@ cnp.import_array()
 # split line costs the AVX-512 loads too.
 ALIGN_BYTES = 64
 # Smaller outputs (empty_output) come straight from numpy's allocator: aligning one costs
-# 0.4 us a call (measured as a view of a larger buffer), more than the split lines cost an
-# output written once by a call that reads 16 or more weight bytes per output byte (M = 1).
+# 0.4 us a call, more than the split lines cost an output written once by a call that
+# reads 16 or more weight bytes per output byte (M = 1).
 ALIGNED_FROM_BYTES = 64 * 1024
 cdef cnp.npy_intp _align_bytes = ALIGN_BYTES, _aligned_from_bytes = ALIGNED_FROM_BYTES
 
 
 # Outputs from ALIGNED_FROM_BYTES on own their memory (posix_memalign: aligned, and without
-# the transparent-huge-page advice numpy gives arrays from 4 MiB on, which on the Zen 5 host
-# made the kernel compact memory for each fresh output: an 18 MiB array took 42 ms to
-# allocate and fill against 7.5 ms without it).  Freed, that memory is kept for the next
+# the transparent-huge-page advice numpy gives arrays from 4 MiB on, which makes the kernel
+# compact memory for each fresh output: an 18 MiB array took 5.6x as long to allocate and
+# fill with it, on a Zen 5).  Freed, that memory is kept for the next
 # output of about its size (RECYCLED_*): a model's layers free and allocate outputs of the
 # same few shapes call after call, and memory glibc has given back to the system returns
 # as fresh pages, faulted and zeroed on the product's first write.  The sentence encoder
-# through pyw8a8.torch encoded 1.05x as fast on a Zen 3 with each output's memory reused
-# (paired in one process).
+# through pyw8a8.torch encoded 1.05x as fast on a Zen 3 with each output's memory reused.
 cdef enum:
     _RECYCLED_SLOTS = 8                   # freed buffers kept at most
 cdef size_t _recycled_limit = 1 << 28     # and at most this many bytes of them

@@ -4,8 +4,8 @@ A model that alternates numpy BLAS calls with pyw8a8 calls runs two thread pools
 busy-wait after each call: libgomp's threads spin for a while before they sleep (hundreds
 of thousands of pause loops by default), and OpenBLAS's threads for 2^28 cycles (about
 0.1 s). On a machine with a few cores each pool then steals the other's cores, and a
-W8A8 model measured slower than its float version (2 cores: 196-271 ms against 134 ms for
-a small numpy transformer).  Environment variables would fix both, but the libraries read
+W8A8 model ran slower than its float version (a small numpy transformer: up to twice its
+time, 2 cores).  Environment variables would fix both, but the libraries read
 them when they load, before the user's code runs, so pyw8a8 sets the policy itself:
 
 * libgomp (pyw8a8's own pool): ``GOMP_SPINCOUNT`` is set to ``OPENMP_SPINCOUNT`` while the

@@ -125,9 +125,9 @@ def num_threads_override() -> int | None:
 # Below this many multiply-accumulates a product runs on one thread: waking a team costs
 # about as much as the work (and far more on a loaded machine, where a descheduled thread
 # stalls the join for a whole time slice).  A product wakes its team once (its rows and
-# blocks share one parallel region), so from about half a million a second thread pays:
-# one token through 1024 x 640 took 27 us on one thread and 21 us on two, through
-# 256 x 640 9 us and 12 us (2 Xeon vCPUs).
+# blocks share one parallel region), so from about half a million a second thread pays
+# (2 Xeon vCPUs: one token through 1024 x 640 ran 1.3x as fast on two threads, through
+# 256 x 640 slower).
 SERIAL_WORK = 1 << 19
 _dispatch.configure_threads(max_threads(), SERIAL_WORK)
 

@@ -1,7 +1,15 @@
 """Argument checks shared by the public functions: every message names the argument."""
+import functools
 import operator
+import warnings
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import numpy as np
+
+from . import _kernels
+
+_Renamed = TypeVar("_Renamed", bound=Callable[..., Any])  # a function or a class
 
 _FLOAT32 = np.dtype(np.float32)
 _FLOAT64 = np.dtype(np.float64)
@@ -60,7 +68,9 @@ def _to_float32(arr, name, shape, row_offset):
 
 
 def bias_vector(bias, n, name):
-    """`bias` as a C-contiguous native float32 vector of length n, or None.
+    """`bias` as a C-contiguous, aligned, native float32 vector of length n, or None: the
+    array itself when _kernels.bias_fault, the rule settled_product reads, accepts it as
+    it is, else a float32 copy.
 
     Raises
     ------
@@ -71,18 +81,22 @@ def bias_vector(bias, n, name):
     if bias is None:
         return None
     arr = np.asarray(bias)
-    if arr.dtype.kind != "f" or arr.dtype.newbyteorder("=") not in (_FLOAT32, _FLOAT64):
+    fault = _kernels.bias_fault(arr, n)
+    if fault == _kernels.ARG_CONVERT:
+        with np.errstate(over="ignore"):
+            ready = arr.astype(_FLOAT32, order="C")
+        fault = _kernels.bias_fault(ready, n)
+        if fault == _kernels.ARG_NOT_FINITE and np.all(np.isfinite(arr)):
+            raise ValueError(f"{name} has a value beyond float32's range "
+                             f"(max {_FLOAT32_MAX!s}); pyw8a8 computes in float32")
+        arr = ready
+    if fault == _kernels.ARG_BAD_DTYPE:
         raise ValueError(f"{name} must be a float32 or float64 array, got dtype {arr.dtype}")
-    if arr.shape != (n,):
+    if fault == _kernels.ARG_BAD_SHAPE:
         raise ValueError(f"{name} must have shape ({n},) (one value per output channel), "
                          f"got {arr.shape}")
-    if not np.all(np.isfinite(arr)):
+    if fault == _kernels.ARG_NOT_FINITE:
         raise ValueError(f"{name} holds NaN or Inf")
-    with np.errstate(over="ignore"):
-        arr = np.ascontiguousarray(arr, dtype=_FLOAT32)
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} has a value beyond float32's range "
-                         f"(max {_FLOAT32_MAX!s}); pyw8a8 computes in float32")
     return arr
 
 
@@ -109,6 +123,31 @@ def int8_matrix(x, name):
                          f"(np.clip({name}, -127, 127): -128 becomes -127, one step) or "
                          "requantize")
     return np.ascontiguousarray(arr)
+
+
+def renamed_keyword(old: str, new: str) -> Callable[[_Renamed], _Renamed]:
+    """A decorator of a function, or of a class (its ``__init__``): keyword `old` is taken
+    as the deprecated name of `new`, with a DeprecationWarning naming `new`; passing both
+    is a TypeError naming them."""
+    def decorate(target: _Renamed) -> _Renamed:
+        function = target.__init__ if isinstance(target, type) else target
+        owner = target.__qualname__
+
+        @functools.wraps(function)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if old in kwargs:
+                if new in kwargs:
+                    raise TypeError(f"{owner} got both {new}= and {old}=, its deprecated "
+                                    f"name: pass {new}= only")
+                warnings.warn(f"{owner}: {old}= is deprecated, pass {new}=",
+                              DeprecationWarning, stacklevel=2)
+                kwargs[new] = kwargs.pop(old)
+            return function(*args, **kwargs)
+        if isinstance(target, type):
+            setattr(target, "__init__", call)
+            return target
+        return cast(_Renamed, call)
+    return decorate
 
 
 def positive_int(value, name, minimum=1):

@@ -72,26 +72,29 @@ def _out_dtype(out_dtype):
     return dtype
 
 
-def _output(out, out_dtype, shape, x):
-    """The float32 array to compute into, and what to convert or copy it to afterwards."""
-    if out is not None and not isinstance(out, np.ndarray):
-        raise TypeError(f"out must be a numpy array, got {type(out).__name__}")
+def _output(out, out_dtype, x, rows, n):
+    """The float32 array to compute the product of `rows` (x as the float32 array the
+    product reads) with a weight of n outputs into, and what to convert or copy it to
+    afterwards: out= as _kernels.out_fault, the rule settled_product reads, accepts it."""
     if out_dtype is not None:
         out_dtype = _out_dtype(out_dtype)
+    shape = rows.shape[:-1] + (n,)
     if out is None:
         result = empty_output(shape)
         return result, (None if out_dtype in (None, np.float32) else out_dtype)
-    if out.shape != tuple(shape):
-        raise ValueError(f"out has shape {out.shape}, expected {tuple(shape)}")
-    expected = out_dtype if out_dtype is not None else out.dtype
-    if out.dtype != expected or (expected != np.float32 and expected.name != "bfloat16"):
+    fault = _kernels.out_fault(out, x, rows, n, out_dtype)
+    if fault == _kernels.ARG_BAD_TYPE:
+        raise TypeError(f"out must be a numpy array, got {type(out).__name__}")
+    if fault == _kernels.ARG_BAD_SHAPE:
+        raise ValueError(f"out has shape {out.shape}, expected {shape}")
+    if fault == _kernels.ARG_BAD_DTYPE:
         raise TypeError(f"out has dtype {out.dtype}, expected "
-                        f"{expected if out_dtype is not None else 'float32 or bfloat16'}")
-    if not out.flags.writeable:
+                        f"{out_dtype if out_dtype is not None else 'float32 or bfloat16'}")
+    if fault == _kernels.ARG_READ_ONLY:
         raise ValueError("out is read-only")
-    if np.shares_memory(out, x):
+    if fault == _kernels.ARG_OVERLAPS:
         raise ValueError("out overlaps the input x; pass a separate array")
-    if out.dtype == np.float32 and out.flags.c_contiguous and out.flags.aligned:
+    if fault == _kernels.ARG_READY:
         return out, None
     return empty_output(shape), out
 
@@ -123,10 +126,8 @@ def _blocking(ops, plan, group, m, nthreads, streams=1):
 
 def _activation_code(activation, name):
     """The W8_ACT_* code of an activation name (None: no activation)."""
-    if activation is None:
-        return _kernels.W8_ACT_NONE
-    code = ACTIVATIONS.get(activation) if isinstance(activation, str) else None
-    if code is None:
+    code = _kernels.activation_code(activation)
+    if code < 0:
         raise ValueError(f"{name} must be None or one of {', '.join(map(repr, ACTIVATIONS))}, "
                          f"got {activation!r}")
     return code
@@ -196,7 +197,8 @@ def _float_products(x, plans, outs, lead, biases, act=0, glu=False):
 
 
 def settled_call(x, plan1, plan2, bias1, bias2, activation, pair, glu):
-    """The common call of matmul or (`pair`) matmul_pair from C, on this thread's scratch,
+    """A settled call of matmul or (`pair`) matmul_pair (one whose weights remember the
+    blocking the tuner kept for its shape: pyw8a8.tuning) from C, on this thread's scratch,
     for a caller that has its input as an array already (pyw8a8.torch): the result, or
     None when it is not such a call (see _kernels.settled_product: a weight's plan not
     built yet, no blocking settled, a row holding NaN/Inf, ...), and the caller takes
@@ -292,7 +294,7 @@ def matmul(x: npt.ArrayLike, packed: PackedWeight, *, bias: npt.ArrayLike | None
     bias = bias_vector(bias, plan.N, "bias")
     arr = _activations(x, plan.K)
     lead = arr.shape[:-1]
-    result, target = _output(out, out_dtype, lead + (plan.N,), x)
+    result, target = _output(out, out_dtype, x, arr, plan.N)
     _float_products(arr, [plan], [result], lead, [bias], act)
     return _finish(result, target)
 
@@ -367,15 +369,15 @@ def matmul_pair(x: npt.ArrayLike, packed1: PackedWeight, packed2: PackedWeight, 
             return y
     plan1, plan2 = _plan(packed1, "packed1"), _plan(packed2, "packed2")
     act = _activation_code(glu, "glu")
-    if plan1.K != plan2.K:
+    fault = _kernels.pair_fault(plan1, plan2, glu is not None)
+    if fault == _kernels.ARG_OTHER_K:
         raise ValueError(f"packed1 and packed2 differ in K: {plan1.K} vs {plan2.K}")
-    if glu is not None and plan1.N != plan2.N:
+    if fault == _kernels.ARG_OTHER_N:
         raise ValueError(f"glu={glu!r} needs packed1 (the gate) and packed2 (the up "
                          f"projection) of one N: {plan1.N} vs {plan2.N}")
-    # The block and seed of an unrotated weight mean nothing: only rotations must match.
-    rot1 = (True, packed1.block, packed1.seed) if packed1.rotate else (False,)
-    rot2 = (True, packed2.block, packed2.seed) if packed2.rotate else (False,)
-    if rot1 != rot2:
+    if fault == _kernels.ARG_OTHER_ROTATION:
+        rot1, rot2 = ((True, p.block, p.seed) if p.rotate else (False,)
+                      for p in (packed1, packed2))
         raise ValueError(f"packed1 and packed2 use different rotations (rotate, block, "
                          f"seed): {rot1} vs {rot2}")
     biases = [bias_vector(bias1, plan1.N, "bias1"), bias_vector(bias2, plan2.N, "bias2")]

@@ -3,10 +3,18 @@
 Results never depend on the blocking: every product's integer sums are exact and
 converted to float once (see ``matmul``). What is tuned is the K-range width kc (the
 ISA's B micro-panels filling L1, or the whole K), the M block mc and the task split over N
-and M. The first
-calls of a new shape try each candidate in turn (round-robin, like gemma.cpp's autotuner);
-afterwards the fastest is used. The cache key holds the kernel (ISA and weight encoding),
-an M bucket, K, N and the thread count, so different kernels never share an entry.
+and M. The first calls of a new shape try each candidate in turn (round-robin, like
+gemma.cpp's autotuner); afterwards the fastest is used. The cache key holds the kernel (ISA
+and weight encoding), an M bucket, K, N and the thread count, so different kernels never
+share an entry.
+
+A shape is *settled* once the tuner's first calls of it have tried the candidate blockings
+and kept the fastest (``Tuner.choose`` then answers the index None). Each weight of such a
+call remembers that blocking for its kind of call (matmul, matmul_pair, gated pair), ISA,
+row count and thread count (``WeightPlan.remember_blocking``, read back by
+``settled_blocking``). A *settled call* is one whose weights all remember a blocking for
+it: it runs from C without the Python route (``_kernels.settled_product``;
+``matmul.settled_call`` for ``pyw8a8.torch``).
 """
 import threading
 
@@ -62,7 +70,7 @@ def _task_splits(ops, m, n, kp, nthreads, streams):
         over_n.append((m_step, n_step))
     # Over M only from one row tile a thread: at 64 x 2048 x 640 on AMX (one 32-row tile
     # each), a thread that quantizes its rows and reads the whole weight from its own L2
-    # took 51-54 us where the split over N took 62 (2 Xeon vCPUs, in C).
+    # ran 1.2x as fast as the split over N (2 Xeon vCPUs).
     if nthreads > 1 and m >= ops.mr * nthreads:
         for tasks_per_thread in (1, 2):
             m_step = padded(-(-m // (tasks_per_thread * nthreads)), ops.mr)
@@ -77,10 +85,9 @@ def candidates(ops, m, n, kp, nthreads, streams=1):
 
     Besides the K-ranges whose B micro-panels fill L1, each task split is tried once over
     the whole K where its panels fit in half of L2: a K-range costs a pass over the output's
-    int32 sums, and on Zen 3 (avx2, 2 threads, forced blockings taking turns in one process)
-    the whole K ran 0.79-0.96x the time of kc = 1024 at K = 1152 to 2048 (64 to 1024 rows),
-    0.99x at K = 4096.  `m` is the bucket's first call's (exact up to 16 rows, so calls of
-    one or two row tiles all take the whole K, as kc_for says)."""
+    int32 sums (the whole K took down to 0.79x the time of kc = 1024 at K = 1152 to 2048;
+    Zen 3, avx2, 2 threads).  `m` is the bucket's first call's (exact up to 16 rows, so
+    calls of one or two row tiles all take the whole K, as kc_for says)."""
     kc = kc_for(ops, kp, streams, m)
     ncols = W8_NR * ops.npanels
 

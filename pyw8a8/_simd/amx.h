@@ -128,9 +128,8 @@ W8_AMX W8_INLINE void w8_amx_tile(int rows, int npanels, int64_t kq, const uint8
         if (two_panels) W8_AMX_START(3, c + 16 * ldc + W8_NR, accumulate);
     }
     /* No software prefetch: the B panels are read in order, which the hardware prefetchers
-     * follow, and 32 prefetches a step (the next step's B tiles, as this kernel had) took
-     * load slots from the tile loads: without them, 64 x 1152 x 6912 ran 1.09x faster and
-     * 1024 x 2048 x 640 1.05x (2 Xeon vCPUs; prefetching to L2 instead was no better). */
+     * follow, and 32 prefetches a step (the next step's B tiles) take load slots from the
+     * tile loads (without them 64 x 1152 x 6912 ran 1.09x as fast, 2 Xeon vCPUs). */
     for (int64_t s = 0; s < kq; s += 16) {
         const uint8_t *as = a + 4 * s, *bs = b + s * W8_QUAD_BYTES;
         _tile_loadd(4, as, lda);

@@ -13,12 +13,10 @@
  * pipes that multiply, the bound of ONNX Runtime's three-instruction sequence too.  Each row
  * is expanded once per call (w8_avx2_flip_expand_row: per quad its magnitudes, then the mask
  * of its negative values), so a row's quad costs the kernel two broadcast loads and no
- * arithmetic.  Measured on Zen 3 (one core, L1-resident panels): 84-91 GMAC/s with the
- * 2 x 4 tile, against 67 for the sign trick |w| * sign(a, w) this ISA ran before (vpsignb
- * runs on the multiplying pipes: 3 of its 4 instructions), 81 for the flip computing |a|
- * and the mask in the kernel (vpabsb multiplies too), and 91-100 for ONNX Runtime's inexact
- * sequence; in the product, 1.05-1.2x the sign trick from M = 8 and 1.0-1.14x the in-kernel
- * flip below (docs/guide/performance.md). */
+ * arithmetic.  The exact alternatives put more of the step on the multiplying pipes: the
+ * sign trick |w| * sign(a, w) (vpsignb multiplies: 3 of its 4 instructions) and the flip
+ * computing |a| and the mask in the kernel (vpabsb multiplies too); the 2 x 4 tile below
+ * runs 1.3x as fast as the sign trick (a Zen 3 core, L1-resident panels). */
 #ifndef PYW8A8_SIMD_AVX2_H
 #define PYW8A8_SIMD_AVX2_H
 
@@ -56,9 +54,9 @@ W8_AVX2 W8_INLINE __m256i w8_avx2_flip_dot(__m256i acc, w8_avx2_quad a, __m256i 
 
 /* 2 rows x 4 ymm (two panels): 8 accumulators, the row's magnitudes and mask, the ones of
  * vpmaddwd and a product per B vector (GCC folds the B loads into the vpxor).  Each row's
- * two broadcasts serve 4 multiplies.  On Zen 3 (one core, L1-resident panels) this tile ran
- * at 84-91 GMAC/s, 4 x 2 (whose B vectors serve 4 rows but whose broadcasts serve 2) at
- * 81-85, 3 x 4 at 75-78 and 6 x 2 at 69-70 (spills). */
+ * two broadcasts serve 4 multiplies: the fastest of the tiles that fit the 16 registers
+ * (4 x 2, whose broadcasts serve 2, ran about 5% slower on a Zen 3 core; taller ones
+ * spill). */
 #define W8_AVX2_MR 2
 #define W8_AVX2_NPANELS 2
 #define W8_UK(name) w8_avx2_##name
@@ -94,8 +92,7 @@ W8_AVX2 W8_INLINE __m256 w8_avx2_fwht8(__m256 v)
 /* w8_prefix_sums_fn: each 64-byte chunk's signed sum from vpsadbw, which adds unsigned
  * bytes, over the bytes XOR (flip ^ 0x80), i.e. the signed values + 128, less 64 * 128:
  * 11 instructions a chunk where the compiler's SSE2 loop of the reference took three times
- * as long (a third of quantizing a row of 2048).  The running total wraps as uint32, as
- * the compensation reads it. */
+ * as long.  The running total wraps as uint32, as the compensation reads it. */
 W8_AVX2 static void w8_avx2_prefix_sums(const uint8_t *q, int64_t Kp, uint8_t flip,
                                         int32_t *psum)
 {
@@ -240,8 +237,9 @@ W8_AVX2 static void w8_avx2_quantize(const float *x, int64_t n, float inv, uint8
  * instructions is loop-invariant (with constant operands the compiler hoists all but the
  * vpaddd).  The values do not change the speed, so the magnitudes are the weights and
  * vpmaddwd multiplies its pairs by themselves rather than by ones, and GCC's PRE is off:
- * the 12 chains and their products then fit the 16 registers (otherwise GCC kept
- * accumulators on the stack: 53 GMAC/s a Zen 3 core, where the kernel ran 88). */
+ * the 12 chains and their products then fit the 16 registers (otherwise GCC keeps
+ * accumulators on the stack, and the "peak" came out at 0.6x the kernel's own rate on a
+ * Zen 3 core). */
 W8_AVX2 W8_INLINE __m256i w8_avx2_peak_step(__m256i x, __m256i b, __m256i unused)
 {
     (void)unused;

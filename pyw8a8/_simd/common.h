@@ -163,8 +163,8 @@ typedef void (*w8_ukernel_f32_fn)(int rows, int npanels, int64_t kq, const uint8
  * float32 operands (scales max|row| / 127) neither product can overflow or underflow where
  * the result does not.  |v| >= 1 whenever v != 0, so v * min(sa, sb) is no smaller than a
  * scale, and it exceeds the result's magnitude only when both scales are below 1.  Forming
- * sa * sb first (as before) overflowed past max|x| * max|w| = 5.5e42 (NaN from 0 * Inf) and
- * went subnormal below about 1e-20 each.  The scales are positive, so min and max choose
+ * sa * sb first would overflow past max|x| * max|w| = 5.5e42 (NaN from 0 * Inf) and go
+ * subnormal below about 1e-20 each.  The scales are positive, so min and max choose
  * the same operands in every ISA's instructions. */
 static inline float w8_apply_scales(float v, float sa, float sb)
 {

@@ -225,8 +225,8 @@ static void w8_finish_tiles(const w8_gemm *g, int64_t m0, int64_t m1, int64_t n0
 /* Output bytes of tiles whose finish waits: tiles that the kernel does not finish itself are
  * finished together, once that many bytes of them are stored or the block ends.  Finished
  * one by one between two AMX kernel calls, each tile's loads (corrections, scales, the sums
- * just stored) waited behind the weight stream and held up the next call's tile loads: 8 x
- * 1152 x 6912 took 1.12x as long (2 Xeon vCPUs). */
+ * just stored) wait behind the weight stream and hold up the next call's tile loads (8 x
+ * 1152 x 6912 took 1.12x as long, 2 Xeon vCPUs). */
 #define W8_FINISH_BYTES 32768
 
 /* The loop nest of a W8_OUT_F32 or W8_OUT_I32 GEMM, one function per level: the blocks

@@ -113,9 +113,9 @@ static inline int64_t w8_first_bad_row(const w8_product *p)
  * spanning all the columns, in at least as many tasks as threads.  The thread that
  * multiplies a row block prepares it too, on its own core: the rows are in that core's
  * L2 when its kernels read them, not in the other core's (rows prepared by any thread,
- * then tiles loaded across cores, made 1024 x 2048 x 640 on AMX 1.15x slower).  With
- * fewer tasks than threads, a thread would prepare every row of a call alone (a single
- * task, 64 rotated rows: 52 us where two threads take 30). */
+ * then read across cores, made 1024 x 2048 x 640 1.15x slower on an AMX Xeon).  With
+ * fewer tasks than threads, a thread would prepare every row of a call alone while the
+ * others wait. */
 static inline int w8_tasks_own_rows(const w8_product *p, int64_t ntasks, int nthreads)
 {
     return ntasks >= nthreads && p->njobs == 1 && p->jobs[0].n_step >= p->jobs[0].g.N;
@@ -141,10 +141,7 @@ static inline void w8_run_task_block(w8_product *p, int64_t t)
  * rows, then, once every thread has checked its rows, its tasks' blocks.  Both loops are
  * static over the same tasks, which OpenMP deals to the threads alike, so a block runs on
  * the thread that prepared its rows; the barrier between them keeps a failed row from
- * any output.  (Each task's block right after its rows, dynamic, wrote the other tasks'
- * blocks before a failing row was found, into matmul's out= too, and was no faster: on
- * the Zen 4, at 2976 x 384 x 384, 672 x 384 x 1536, 64 and 1024 x 2048 x 640, the two
- * took turns leading by up to 6% over seven alternations, the host's noise.) */
+ * any output (matmul's out= included), at no cost measurable on the Zen 4. */
 static inline void w8_run_owning_tasks(w8_product *p, int64_t ntasks, float *rot)
 {
     W8_OMP(omp for schedule(static))
@@ -164,8 +161,7 @@ static inline int64_t w8_run_product(w8_product *p, int nthreads)
     const int own_rows = nthreads > 1 && w8_tasks_own_rows(p, ntasks, nthreads);
     /* The calling thread prepares the rows first where one thread prepares them either
      * way: on one thread, and for a single row, which then costs the team no barrier
-     * (medians on the Zen 4, 2 threads: 1 x 640 x 2048 8.9 us a call instead of 10.2,
-     * 1 x 384 x 1536 4.85 instead of 5.2). */
+     * (1 x 640 x 2048 ran 1.15x as fast, Zen 4, 2 threads). */
     const int rows_first = nthreads <= 1 || (!own_rows && p->M == 1);
     if (rows_first)
         for (int64_t i = 0; i < p->M; i++) p->status[i] = w8_prepare_row(p, i, p->rot);

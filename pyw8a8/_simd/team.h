@@ -4,9 +4,9 @@
  * that wakes it (the master, which calls pyw8a8 from Python), and leave it there while the
  * other CPUs idle.  Stacked, the worker runs only once the master stops spinning at the
  * region's end barrier (libgomp's spin, GOMP_SPINCOUNT=10000 under pyw8a8's thread policy:
- * about 0.5 ms), and the scheduler did not move it away, call after call: after half a
- * second of idling, 16 rows through 640 x 2048 took 230-600 us a call instead of 25-30 us
- * (2 Xeon vCPUs; both threads were on one CPU whenever it was slow).  So each worker that
+ * about 0.5 ms), and the scheduler did not move it away, call after call (2 Xeon vCPUs:
+ * after half a second of idling, 16 rows through 640 x 2048 took up to 20x as long, both
+ * threads on one CPU).  So each worker that
  * finds itself on its master's CPU leaves it: its affinity becomes the master's, less that
  * CPU, which also keeps the next wake-up from stacking it there again.  It costs one
  * sched_getcpu per thread and region; the move, a few syscalls, only when stacked.  A

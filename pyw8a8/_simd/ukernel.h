@@ -93,13 +93,9 @@ W8_UK_TARGET W8_INLINE void W8_UK(store)(int32_t *dst, W8_V(i32) sums, int accum
  * in order, W8_UK_ROW_U of them in flight (four accumulators in all), so the weight is read
  * as one sequential stream.  A tile's panels side by side read NVEC streams one panel long
  * each, and the hardware prefetcher starts over at every tile: a row has too little
- * arithmetic to hide that.  Medians on the Zen 4, one thread (AVX-512 unless said):
- * 1 x 1152 x 6912 from L3 88 us a call instead of 92, 1 x 1536 x 6144 105 instead of 111,
- * the 168 MB of 1 x 640 x 262144 from memory 5.2 ms instead of 7.4 (AVX2: 5.2 instead of
- * 11.4); with the weight in L2 (640 x 2048, 384 x 1536) the extra broadcasts cost up to 3%.
- * Longer panels read as fast or faster side by side (a bare loop over 4096 x 4096: 250 us
- * against 277 as one stream), and so do two rows from L3 (2 x 1152 x 6912 as one stream:
- * 121 us against 105, though 5.7 ms against 8.4 from memory). */
+ * arithmetic to hide that (as one stream, 1 x 640 x 262144 from memory ran 1.4x as fast;
+ * Zen 4, one thread).  Longer panels (beyond W8_UK_ROW_STREAM_MAX_KQ quads) and two rows
+ * read as fast or faster side by side, so they keep the tile. */
 #define W8_UK_ROW_STREAM_MAX_KQ (1536 / 4) /* the longest panels read as one stream */
 #define W8_UK_ROW_U (4 / W8_UK_VPP) /* quads in flight: W8_UK_VPP vectors each */
 #define W8_UK_ROW_DOT(i)                                                                 \

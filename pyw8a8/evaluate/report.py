@@ -162,9 +162,9 @@ def _speed_lines(sp):
             f"{d['new_tokens'] - 1} tokens, one forward pass of one token each through the "
             "KV cache. Tokens per second are summed tokens over summed times. Every W8A8 "
             "configuration runs its linear layers as routed in the column *W8A8 layers*; "
-            "the default router settings (min_k=0, skip_rows=None, no include or exclude "
-            "patterns) put every one in W8A8, the output layer (the tied 262144 x 640 "
-            "embedding) included. *Same greedy tokens*: the tokens equal to the control's "
+            "the default router settings (min_in_features=0, skip_rows=None, no include or "
+            "exclude patterns) put every one in W8A8, the output layer (the tied 262144 x "
+            "640 embedding) included. *Same greedy tokens*: the tokens equal to the control's "
             "up to the first difference, summed over the prompts.",
             "",
             "| Configuration | W8A8 layers | Prefill tokens/s | Prefill speedup "

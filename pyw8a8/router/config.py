@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from .._validation import renamed_keyword
 from ..packing import ENCODINGS as PACKED_ENCODINGS
 from ..rotation import MAX_BLOCK, MAX_SEED, MIN_BLOCK
 
@@ -54,7 +56,7 @@ def _check_int(label, value, minimum, maximum=None, power_of_two=False) -> int:
 # ranges are those `pyw8a8.pack_weight` accepts when rotating, so that a configuration
 # fails when it is built, not at the first forward.
 _INT_RULES = {
-    "min_k": dict(minimum=0),
+    "min_in_features": dict(minimum=0),
     "skip_rows": dict(minimum=1),
     "block": dict(minimum=MIN_BLOCK, maximum=MAX_BLOCK, power_of_two=True),
     "seed": dict(minimum=0, maximum=MAX_SEED),
@@ -74,14 +76,17 @@ def _parse_list(raw):
     return [p.strip() for p in raw.split(",") if p.strip()]
 
 
+@renamed_keyword("min_k", "min_in_features")
 @dataclass
 class RouterConfig:
     """Which weight matmuls run in W8A8, and how they are packed.
 
     Parameters
     ----------
-    min_k : int
-        Matrices with ``K < min_k`` stay float.  Default 0 (none).
+    min_in_features : int
+        Matrices of fewer input features (``K < min_in_features``, of a weight of shape
+        (N, K)) stay float.  Default 0 (none).  The name of ``pyw8a8.torch.quantize``'s
+        setting; ``min_k``, its former name, still works, with a DeprecationWarning.
     skip_rows : int or None
         Matrices with ``N >= skip_rows`` stay float (e.g. a huge output
         layer).  Default None: never.
@@ -115,7 +120,7 @@ class RouterConfig:
         first forward.
     """
 
-    min_k: int = 0
+    min_in_features: int = 0
     skip_rows: int | None = None
     include: list[str] = field(default_factory=list)
     exclude: list[str] = field(default_factory=list)
@@ -149,7 +154,8 @@ class RouterConfig:
                  **overrides: Any) -> RouterConfig:
         """Configuration from ``PYW8A8_*`` environment variables.
 
-        Variables (all optional): ``PYW8A8_MIN_K`` (int >= 0),
+        Variables (all optional): ``PYW8A8_MIN_IN_FEATURES`` (int >= 0; its former name
+        ``PYW8A8_MIN_K`` still works, with a DeprecationWarning),
         ``PYW8A8_SKIP_ROWS`` (int >= 1; ``0``/``none``/empty disables),
         ``PYW8A8_INCLUDE`` and ``PYW8A8_EXCLUDE`` (comma-separated globs),
         ``PYW8A8_VERBOSE``, ``PYW8A8_ROTATE``, ``PYW8A8_SCALING`` (booleans),
@@ -159,8 +165,9 @@ class RouterConfig:
         Raises
         ------
         ValueError
-            On a malformed or out-of-range value; the message names the
-            variable.  Invalid `overrides` raise as in the constructor.
+            On a malformed or out-of-range value, or both ``PYW8A8_MIN_IN_FEATURES``
+            and ``PYW8A8_MIN_K`` set; the message names the variable.  Invalid
+            `overrides` raise as in the constructor.
         """
         env = os.environ if environ is None else environ
         kw: dict[str, Any] = {}
@@ -169,8 +176,16 @@ class RouterConfig:
             v = env.get(name)
             return None if v is None else str(v)
 
-        if (v := get("PYW8A8_MIN_K")) is not None and v.strip():
-            kw["min_k"] = _env_int("PYW8A8_MIN_K", v, "min_k")
+        var = "PYW8A8_MIN_IN_FEATURES"
+        if get("PYW8A8_MIN_K") is not None:
+            if get(var) is not None:
+                raise ValueError(f"both {var} and PYW8A8_MIN_K, its deprecated name, are "
+                                 f"set: set {var} only")
+            warnings.warn(f"PYW8A8_MIN_K is deprecated, set {var}", DeprecationWarning,
+                          stacklevel=2)
+            var = "PYW8A8_MIN_K"
+        if (v := get(var)) is not None and v.strip():
+            kw["min_in_features"] = _env_int(var, v, "min_in_features")
         if (v := get("PYW8A8_SKIP_ROWS")) is not None:
             if v.strip().lower() in ("", "none", "0"):
                 kw["skip_rows"] = None
@@ -194,6 +209,14 @@ class RouterConfig:
         kw.update(overrides)
         return cls(**kw)
 
+    @property
+    def min_k(self) -> int:
+        """The former name of `min_in_features` (deprecated)."""
+        warnings.warn("RouterConfig.min_k is deprecated, read min_in_features",
+                      DeprecationWarning, stacklevel=2)
+        return self.min_in_features
+
+    @renamed_keyword("min_k", "min_in_features")
     def with_(self, **changes: Any) -> RouterConfig:
         """A copy with some fields changed."""
         return replace(self, **changes)

@@ -60,10 +60,10 @@ class Router:
     >>> import numpy as np
     >>> from pyw8a8.router import Router, RouterConfig
     >>> rng = np.random.default_rng(0)
-    >>> router = Router(RouterConfig(min_k=64))
+    >>> router = Router(RouterConfig(min_in_features=64))
     >>> q = router("blk.0.attn_q.weight", rng.standard_normal((256, 256), np.float32))
     >>> tiny = router("blk.0.tiny.weight", rng.standard_normal((8, 16), np.float32))
-    >>> type(q).__name__, type(tiny).__name__  # K = 16 < min_k stays float
+    >>> type(q).__name__, type(tiny).__name__  # K = 16 < min_in_features stays float
     ('Linear', 'FloatLinear')
     >>> x = rng.standard_normal((4, 256), np.float32)
     >>> y = q(x)  # packed now, on first use
@@ -102,8 +102,8 @@ class Router:
             return "not included"
         if any(fnmatch.fnmatchcase(name, p) for p in c.exclude):
             return "excluded"
-        if k < c.min_k:
-            return f"K={k} < min_k={c.min_k}"
+        if k < c.min_in_features:
+            return f"K={k} < min_in_features={c.min_in_features}"
         if c.skip_rows is not None and n >= c.skip_rows:
             return f"N={n} >= skip_rows={c.skip_rows}"
         return None

@@ -69,8 +69,8 @@ def run_table(shapes, names, rounds, min_time, beside=False):
 
     In one process the contenders disturb each other: torch (2.13's CPU build) takes the
     OpenMP runtime pyw8a8 loaded, its spin policy included, and its dynamic Linear ran at
-    0.43-0.59 of its speed alone at 1 x 1152 x 6912 beside pyw8a8, which ran at 0.72-0.77
-    of its own (2 Xeon vCPUs).  A user who runs one of them gets what it measures alone.
+    about half its speed alone beside pyw8a8 (1 x 1152 x 6912, 2 Xeon vCPUs).  A user who
+    runs one of them gets what it measures alone.
     With `beside`, each contender is also timed in this process beside the others, in the
     same rounds, under the name "<name> beside" (``bench --check-isolation``).
 

@@ -20,10 +20,9 @@ SETTLE_SECONDS = 0.2
 WARM_CALLS = 40
 MAX_WARM_CALLS = 120
 # Untimed calls that open each block: after the pause before it (SETTLE_SECONDS), the
-# cores have clocked down, and the first calls of a block took 2-4x the steady time on the
-# Xeon (1.1-1.7 ms against 0.36 ms at 64 x 1152 x 6912, for pyw8a8 and ONNX Runtime
-# alike), which in a 50 ms block weighed 10-25%: a block measures the library, not the
-# idle state the pause left.
+# cores have clocked down, and the first calls of a block took up to 4x the steady time
+# (64 x 1152 x 6912 on the Xeon, pyw8a8 and ONNX Runtime alike): a block measures the
+# library, not the idle state the pause left.
 REWARM_SECONDS = 0.01
 
 

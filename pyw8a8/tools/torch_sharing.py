@@ -132,7 +132,7 @@ def _pyw8a8_alone(calls, rounds):
 
 # glibc returns freed memory above 2 x its mmap threshold (at most 64 MiB) to the system,
 # and a model's 18 MiB activations then come back as fresh pages, faulted and zeroed: 40%
-# of an encode of the first sentences on the Zen 5 (305 ms, 176 ms with these settings).
+# of an encode of the first sentences on the Zen 5.
 # The replay alone reuses its few arrays and would pay none of that, so every process keeps
 # its freed memory: the table compares the libraries, not the allocator's luck.
 KEEP_FREED_MEMORY = {"MALLOC_TRIM_THRESHOLD_": str(4 << 30), "MALLOC_MMAP_THRESHOLD_": str(1 << 30)}
@@ -153,10 +153,9 @@ def _role(role, *payload):
     return _in_process(["-c", code, json.dumps(payload)])
 
 
-#: The three processes run in turn this many times: one pass put each in its own stretch of
-#: the host's time, and on the Zen 4 the same tree read pyw8a8 keeping 0.82x, 0.84x, 0.97x
-#: and 0.99x of its speed in four runs, its share alone steady (129-133 ms) and beside the
-#: other not (133-162 ms).
+#: The three processes run in turn this many times: one pass puts each in its own stretch
+#: of the host's time, and what pyw8a8 kept of its speed beside torch then ranged from
+#: 0.82x to 0.99x between runs of one tree (Zen 4).
 PASSES = 3
 
 

@@ -3,8 +3,8 @@
 It mirrors ``torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)``
 (a copy unless ``inplace=True``; layers replaced by type, exactly ``nn.Linear``), with the
 selection rules of pyw8a8's numpy :class:`~pyw8a8.router.Router` under the same names:
-`include` and `exclude` glob patterns on the qualified module names, and `min_features`
-(the Router's ``min_k``: layers with fewer input features stay float).
+`include` and `exclude` glob patterns on the qualified module names, and `min_in_features`
+(layers with fewer input features stay float).
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 
 from torch import nn
 
+from .._validation import renamed_keyword
 from . import fusion
 from .modules import Linear
 
@@ -82,7 +83,7 @@ def _patterns(value: Optional[Sequence[str]], name: str) -> list[str]:
 
 
 def _reason(name: str, module: nn.Linear, include: list[str], exclude: list[str],
-            min_features: int) -> Optional[str]:
+            min_in_features: int) -> Optional[str]:
     """Why this linear layer stays float, or None when it goes W8A8."""
     if type(module) is not nn.Linear:
         if isinstance(module, nn.modules.linear.NonDynamicallyQuantizableLinear):
@@ -93,8 +94,8 @@ def _reason(name: str, module: nn.Linear, include: list[str], exclude: list[str]
         return "not included"
     if any(fnmatch.fnmatchcase(name, p) for p in exclude):
         return "excluded"
-    if module.in_features < min_features:
-        return f"in_features={module.in_features} < min_features={min_features}"
+    if module.in_features < min_in_features:
+        return f"in_features={module.in_features} < min_in_features={min_in_features}"
     weight = module.weight
     if weight.device.type != "cpu":
         return f"its weight is on {weight.device}"
@@ -103,8 +104,9 @@ def _reason(name: str, module: nn.Linear, include: list[str], exclude: list[str]
     return None
 
 
+@renamed_keyword("min_features", "min_in_features")
 def quantize(model: nn.Module, *, include: Optional[Sequence[str]] = None,
-             exclude: Optional[Sequence[str]] = None, min_features: int = 0,
+             exclude: Optional[Sequence[str]] = None, min_in_features: int = 0,
              inplace: bool = False, rotate: bool = True, block: int | str = "auto",
              seed: int = 0, fuse: bool = True, verbose: bool = False) -> nn.Module:
     """Replace a model's ``nn.Linear`` layers with :class:`pyw8a8.torch.Linear`.
@@ -118,8 +120,10 @@ def quantize(model: nn.Module, *, include: Optional[Sequence[str]] = None,
         one go W8A8.
     exclude : glob pattern or list of them, optional
         Layers that stay float (applied after `include`), e.g. ``["lm_head"]``.
-    min_features : int
-        Layers with fewer input features stay float.
+    min_in_features : int
+        Layers with fewer input features stay float (the Router's setting of the same
+        name).  ``min_features``, its former name, still works, with a
+        DeprecationWarning.
     inplace : bool
         Change `model` itself; by default a deep copy is changed and returned.
     rotate, block, seed
@@ -142,7 +146,7 @@ def quantize(model: nn.Module, *, include: Optional[Sequence[str]] = None,
     -----
     Kept in float: subclasses of ``nn.Linear`` (their forward may differ), among them
     ``nn.MultiheadAttention``'s ``out_proj``, which that module reads directly; layers off
-    the CPU or with a non-float weight; those the patterns and `min_features` leave out.
+    the CPU or with a non-float weight; those the patterns and `min_in_features` leave out.
     A gated FFN unit, ``act(gate(x)) * up(x)``, is recognized (its activation is fused into
     the gate) and named in the report, but its product stays in the model's code: a
     :class:`pyw8a8.torch.GatedLinear` called in the module's forward fuses the whole unit
@@ -165,8 +169,10 @@ def quantize(model: nn.Module, *, include: Optional[Sequence[str]] = None,
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     include_p, exclude_p = _patterns(include, "include"), _patterns(exclude, "exclude")
-    if isinstance(min_features, bool) or not isinstance(min_features, int) or min_features < 0:
-        raise ValueError(f"min_features must be a non-negative int, got {min_features!r}")
+    if (isinstance(min_in_features, bool) or not isinstance(min_in_features, int)
+            or min_in_features < 0):
+        raise ValueError(f"min_in_features must be a non-negative int, got "
+                         f"{min_in_features!r}")
     if not inplace:
         model = copy.deepcopy(model)
     report = QuantizeReport()
@@ -175,7 +181,7 @@ def quantize(model: nn.Module, *, include: Optional[Sequence[str]] = None,
     for name, module in model.named_modules(remove_duplicate=False):
         if not isinstance(module, nn.Linear):
             continue
-        reason = _reason(name, module, include_p, exclude_p, min_features)
+        reason = _reason(name, module, include_p, exclude_p, min_in_features)
         report.decisions.append(Decision(name, type(module).__name__, module.in_features,
                                          module.out_features, "float" if reason else "w8a8",
                                          reason or "w8a8"))

@@ -44,11 +44,13 @@ def test_parse_config_bf16_is_the_noise_floor():
 def test_parse_config_env_reads_the_environment(clean_env):
     clean_env.setenv("PYW8A8_BLOCK", "32")
     clean_env.setenv("PYW8A8_ROTATE", "0")
-    clean_env.setenv("PYW8A8_MIN_K", "100")
+    clean_env.setenv("PYW8A8_MIN_IN_FEATURES", "100")
     cfg = parse_config("env")
-    assert (cfg.block, cfg.rotate, cfg.min_k, cfg.scaling) == (32, False, 100, False)
+    assert (cfg.block, cfg.rotate, cfg.min_in_features, cfg.scaling) == (32, False, 100,
+                                                                          False)
     cfg = parse_config("env+scaling")
-    assert (cfg.block, cfg.rotate, cfg.min_k, cfg.scaling) == (32, False, 100, True)
+    assert (cfg.block, cfg.rotate, cfg.min_in_features, cfg.scaling) == (32, False, 100,
+                                                                          True)
     clean_env.setenv("PYW8A8_BLOCK", "3")
     with pytest.raises(ValueError, match="PYW8A8_BLOCK"):
         parse_config("env")

@@ -381,7 +381,8 @@ def test_w8a8_ffn_runs_the_fused_gated_unit(tiny, monkeypatch):
     from pyw8a8.router import LinearPair, Router, RouterConfig, WeightCache
 
     w, ids, ref = tiny
-    model = Gemma3(w, config=TINY, linear=Router(RouterConfig(min_k=1), cache=WeightCache()))
+    model = Gemma3(w, config=TINY,
+                   linear=Router(RouterConfig(min_in_features=1), cache=WeightCache()))
     calls = []
     fused_glu = LinearPair.glu
 
@@ -404,10 +405,11 @@ def test_timer_keeps_the_fused_gated_unit_and_times_it(tiny):
     from pyw8a8.router import Router, RouterConfig, WeightCache
 
     w, ids, _ = tiny
-    router = Router(RouterConfig(min_k=1), cache=WeightCache())
+    router = Router(RouterConfig(min_in_features=1), cache=WeightCache())
     timer = LinearTimer(router)
     timed = Gemma3(w, config=TINY, linear=timer)
-    plain = Gemma3(w, config=TINY, linear=Router(RouterConfig(min_k=1), cache=WeightCache()))
+    plain = Gemma3(w, config=TINY,
+                   linear=Router(RouterConfig(min_in_features=1), cache=WeightCache()))
     np.testing.assert_array_equal(timed.forward(ids), plain.forward(ids))
     pairs = [layer for layer in timer.layers if "+" in layer.name]
     assert len(pairs) == TINY.n_layers and all(hasattr(p, "glu") and p.seconds > 0

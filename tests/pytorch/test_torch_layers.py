@@ -315,17 +315,28 @@ class Block(torch.nn.Module):
 def test_quantize_replaces_linear_layers_and_reports_what_it_kept_and_why():
     torch.manual_seed(0)
     model = Block().eval()
-    q = pt.quantize(model, exclude=["down"], min_features=16)
+    q = pt.quantize(model, exclude=["down"], min_in_features=16)
     report = q.pyw8a8_report
     assert report.replaced == ["up"]
     assert report.kept == {"attn.out_proj": pytest.approx(report.kept["attn.out_proj"]),
-                           "down": "excluded", "tiny": "in_features=8 < min_features=16"}
+                           "down": "excluded", "tiny": "in_features=8 < min_in_features=16"}
     assert "MultiheadAttention" in report.kept["attn.out_proj"]
     assert isinstance(q.up, pt.Linear) and type(model.up) is torch.nn.Linear
     assert "1 layers in W8A8, 3 kept in float" in str(report)
     x = torch.randn(2, 10, 64)
     with torch.no_grad():
         assert close(q(x), model(x))
+
+
+def test_min_features_is_the_deprecated_name_of_min_in_features():
+    """The Router's name of the setting, min_in_features, is quantize's too: the former
+    min_features still works, with a warning naming the new one; both are an error."""
+    model = torch.nn.Sequential(dense(8, 32), torch.nn.ReLU(), dense(32, 32))
+    with pytest.warns(DeprecationWarning, match="min_features=.*min_in_features="):
+        q = pt.quantize(model, min_features=16)
+    assert q.pyw8a8_report.kept == {"0": "in_features=8 < min_in_features=16"}
+    with pytest.raises(TypeError, match="min_in_features=.*min_features="):
+        pt.quantize(model, min_features=16, min_in_features=16)
 
 
 def test_quantize_include_inplace_a_root_linear_and_tied_layers():
@@ -342,7 +353,7 @@ def test_quantize_include_inplace_a_root_linear_and_tied_layers():
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
-    (dict(min_features=-1), ValueError, "min_features"),
+    (dict(min_in_features=-1), ValueError, "min_in_features"),
     (dict(include=[3]), TypeError, "include must be"),
     (dict(block=3), ValueError, "block"),
 ])

@@ -101,11 +101,11 @@ def test_decide_defaults_everything_w8a8():
     assert r.decide("output", (262144, 640))
 
 
-def test_decide_min_k_and_skip_rows():
-    r = Router(RouterConfig(min_k=1024, skip_rows=100000))
-    assert not r.decide("blk.0.attn_q.weight", (1024, 640))  # K < min_k
+def test_decide_min_in_features_and_skip_rows():
+    r = Router(RouterConfig(min_in_features=1024, skip_rows=100000))
+    assert not r.decide("blk.0.attn_q.weight", (1024, 640))  # K < min_in_features
     assert r.decide("blk.0.ffn_down.weight", (640, 2048))
-    assert r.decide("x", (640, 1024))  # K == min_k is allowed
+    assert r.decide("x", (640, 1024))  # K == min_in_features is allowed
     assert not r.decide("output", (262144, 2048))  # N >= skip_rows
     assert r.decide("y", (99999, 2048))
 
@@ -462,7 +462,7 @@ def test_router_layers_take_a_bias_fused_into_the_kernel():
     w = rng.standard_normal((40, 128)).astype(np.float32)
     b = rng.standard_normal(40).astype(np.float32)
     x = rng.standard_normal((5, 128)).astype(np.float32)
-    router = Router(RouterConfig(min_k=64), cache=WeightCache())
+    router = Router(RouterConfig(min_in_features=64), cache=WeightCache())
     layer = router("fc.weight", w, b)
     assert isinstance(layer, Linear)
     np.testing.assert_array_equal(layer(x), pyw8a8.matmul(x, layer.packed, bias=b))
@@ -480,7 +480,7 @@ def test_linear_pair_glu_is_matmul_pair_glu():
     rng = np.random.default_rng(3)
     wg, wu = (rng.standard_normal((48, 128)).astype(np.float32) for _ in range(2))
     x = rng.standard_normal((7, 128)).astype(np.float32)
-    pair = Router(RouterConfig(min_k=64), cache=WeightCache()).pair("g", wg, "u", wu)
+    pair = Router(RouterConfig(min_in_features=64), cache=WeightCache()).pair("g", wg, "u", wu)
     assert isinstance(pair, LinearPair)
     got = pair.glu(x, "silu")
     want = pyw8a8.matmul_pair(x, pair.first.packed, pair.second.packed, glu="silu")

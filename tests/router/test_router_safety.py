@@ -182,7 +182,7 @@ def test_cache_bad_bound(bound):
     ("block", 128.0),
     ("seed", -1), ("seed", 2**32), ("seed", "0"), ("seed", 1.0),
     ("encoding", "bogus"), ("encoding", None), ("encoding", "AUTO"),
-    ("min_k", -1), ("min_k", True),
+    ("min_in_features", -1), ("min_in_features", True),
     ("skip_rows", 0), ("skip_rows", -5),
 ])
 def test_config_rejects_bad_fields_naming_them(field, value):
@@ -193,10 +193,10 @@ def test_config_rejects_bad_fields_naming_them(field, value):
 
 
 def test_config_accepts_the_edges_and_normalizes_numpy_ints():
-    c = RouterConfig(block=np.int64(16), seed=np.uint32(2**32 - 1), min_k=np.int32(0),
+    c = RouterConfig(block=np.int64(16), seed=np.uint32(2**32 - 1), min_in_features=np.int32(0),
                      skip_rows=1, encoding="signed")
-    assert (c.block, c.seed, c.min_k, c.skip_rows) == (16, 2**32 - 1, 0, 1)
-    assert all(type(v) is int for v in (c.block, c.seed, c.min_k))
+    assert (c.block, c.seed, c.min_in_features, c.skip_rows) == (16, 2**32 - 1, 0, 1)
+    assert all(type(v) is int for v in (c.block, c.seed, c.min_in_features))
     assert RouterConfig(block=4096, encoding="biased").block == 4096
 
 
@@ -210,7 +210,7 @@ def test_every_block_the_config_accepts_packs(block):
 @pytest.mark.parametrize("var, value", [
     ("PYW8A8_BLOCK", "8"), ("PYW8A8_BLOCK", "8192"), ("PYW8A8_BLOCK", "1"),
     ("PYW8A8_SEED", "-1"), ("PYW8A8_SEED", "4294967296"),
-    ("PYW8A8_MIN_K", "-1"), ("PYW8A8_SKIP_ROWS", "-2"),
+    ("PYW8A8_MIN_IN_FEATURES", "-1"), ("PYW8A8_SKIP_ROWS", "-2"),
 ])
 def test_from_env_rejects_out_of_range_values_naming_the_variable(var, value):
     with pytest.raises(ValueError, match=f"^{var}="):

@@ -97,8 +97,8 @@ assert computed.shape == (4, 32)
 direct: da.Array = pyw8a8.dask.matmul(da.from_array(x, chunks=(2, 256)), packed)
 
 # The router, in a numpy model of one FFN.
-config: RouterConfig = RouterConfig(min_k=64, block=64).with_(seed=1)
-from_env: RouterConfig = RouterConfig.from_env({"PYW8A8_MIN_K": "64"})
+config: RouterConfig = RouterConfig(min_in_features=64, block=64).with_(seed=1)
+from_env: RouterConfig = RouterConfig.from_env({"PYW8A8_MIN_IN_FEATURES": "64"})
 cache: WeightCache = WeightCache(max_bytes=1 << 24)
 router = Router(config, cache=cache)
 assert router.decide("ffn_up", (64, 256))
