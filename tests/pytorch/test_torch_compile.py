@@ -173,3 +173,76 @@ def test_torch_fx_symbolic_trace_records_the_operators(model):
         with torch.no_grad():
             for x in (torch.randn(3, 64), torch.randn(2, 12, 64)):
                 assert torch.equal(graph(x), module(x))
+
+
+# --- every compile mode, and AOTInductor -------------------------------------------
+
+def _layers():
+    torch.manual_seed(1)
+    return torch.nn.Sequential(
+        pt.Linear.from_float(torch.nn.Linear(64, 96), activation="gelu_tanh"),
+        pt.GatedLinear.from_float(torch.nn.Linear(96, 80), torch.nn.Linear(96, 80)),
+        pt.Linear.from_float(torch.nn.Linear(80, 32, bias=False))).eval()
+
+
+def _native_calls():
+    """Calls the native operator ran (C++, no Python), or None where it is off."""
+    native = pt._ops.NATIVE
+    return None if native is None else native.counters()["native_calls"]
+
+
+# The settings a user picks: Inductor's config patches, and torch.compile's arguments.
+COMPILE_MODES = {
+    "default": ({}, {}),
+    "max-autotune": ({}, {"mode": "max-autotune"}),
+    "freezing": ({"freezing": True}, {}),
+    "cpp_wrapper": ({"cpp_wrapper": True}, {}),
+    "dynamic": ({}, {"dynamic": True}),
+}
+
+
+@pytest.mark.parametrize("mode", COMPILE_MODES)
+def test_every_compile_mode_keeps_one_graph_and_the_eager_bits(mode):
+    """Under each mode the layers are one graph (fullgraph refuses a break) and return
+    the eager layers' bits, a changing row count included; the native operator runs the
+    calls once settled (under freezing too: the packed weights stay the tensors they are,
+    not constants copied on every call)."""
+    import torch._inductor.config as inductor_config
+    config, options = COMPILE_MODES[mode]
+    layers = _layers()
+    torch._dynamo.reset()
+    with inductor_config.patch(config), torch.inference_mode():
+        compiled = torch.compile(layers, fullgraph=True, **options)
+        shapes = [(3, 64), (5, 7, 64)] if mode == "dynamic" else [(3, 64)]
+        for shape in shapes:
+            x = torch.randn(*shape)
+            for _ in range(60):  # the first calls of a shape tune its blocking
+                y = compiled(x)
+            expected = layers(x)
+            before = _native_calls()
+            y = compiled(x)
+            if before is not None:
+                assert _native_calls() - before == 3  # every layer, from C++
+            assert torch.equal(y, expected)
+    torch._dynamo.reset()
+
+
+def test_an_aoti_package_loads_and_runs_the_pyw8a8_kernels(tmp_path):
+    """torch.export, AOTInductor's package and its loader: the eager bits, from the
+    native operator (the package's constants are 16-byte aligned; it reads its own aligned
+    copy of the panels)."""
+    layers = _layers()
+    x = torch.randn(3, 64)
+    program = torch.export.export(layers, (x,))
+    path = torch._inductor.aoti_compile_and_package(program,
+                                                    package_path=str(tmp_path / "m.pt2"))
+    runner = torch._inductor.aoti_load_package(path)
+    with torch.inference_mode():
+        expected = layers(x)
+        for _ in range(60):
+            y = runner(x)
+        before = _native_calls()
+        y = runner(x)
+        assert torch.equal(y, expected)
+        if before is not None:
+            assert _native_calls() - before == 3
