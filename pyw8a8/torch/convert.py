@@ -9,6 +9,7 @@ selection rules of pyw8a8's numpy :class:`~pyw8a8.router.Router` under the same 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import fnmatch
 import logging
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from torch import nn
 
 from .._validation import renamed_keyword
 from . import fusion
-from .modules import Linear
+from .modules import GatedLinear, Linear
 
 __all__ = ["Decision", "QuantizeReport", "quantize"]
 
@@ -63,7 +64,11 @@ class QuantizeReport:
                   f"({_join(f.parent, f.activation_module)} is now nn.Identity)"
                   for f in self.fused]
         lines += [f"  gated {_join(g.parent, '')}: {g.activation}({g.gate}(x)) * {g.up}(x), "
-                  f"left as it is (pyw8a8.torch.GatedLinear fuses it)" for g in self.gated]
+                  + (f"one GatedLinear in {g.gate}'s place ({g.up} gone; "
+                     f"{_join(g.parent, '')} is now a torch.fx.GraphModule)"
+                     if g.down is not None else
+                     "left in the module's code (its forward does more than the unit)")
+                  for g in self.gated]
         return "\n".join(lines)
 
 
@@ -132,7 +137,8 @@ def quantize(model: nn.Module, *, include: Optional[Sequence[str]] = None,
         Fuse an activation that follows a replaced layer into its kernel where the module
         holding both passes the layer's output to it alone (:mod:`pyw8a8.torch.fusion`;
         BERT's ``intermediate``, for one): the activation's module becomes
-        ``nn.Identity()``, the code and the ``state_dict`` keys stay.
+        ``nn.Identity()``, the code and the ``state_dict`` keys stay.  And fuse a gated
+        unit that is its module's whole forward (see Notes).
     verbose : bool
         Log every decision to the ``"pyw8a8.torch"`` logger at INFO (always at DEBUG).
 
@@ -147,10 +153,12 @@ def quantize(model: nn.Module, *, include: Optional[Sequence[str]] = None,
     Kept in float: subclasses of ``nn.Linear`` (their forward may differ), among them
     ``nn.MultiheadAttention``'s ``out_proj``, which that module reads directly; layers off
     the CPU or with a non-float weight; those the patterns and `min_in_features` leave out.
-    A gated FFN unit, ``act(gate(x)) * up(x)``, is recognized (its activation is fused into
-    the gate) and named in the report, but its product stays in the model's code: a
-    :class:`pyw8a8.torch.GatedLinear` called in the module's forward fuses the whole unit
-    (the PyTorch page of the user guide shows how).
+    The gated unit, ``act(gate(x)) * up(x)``, where it is a module's whole forward (with
+    at most a down projection after it: the FFN of Llama, Gemma and Qwen) becomes one
+    :class:`pyw8a8.torch.GatedLinear` in the gate's place, and that module the
+    ``torch.fx.GraphModule`` of its own graph with the unit as one call (`fuse`;
+    :mod:`pyw8a8.torch.fusion`).  Elsewhere its activation is fused into the gate and the
+    report names the unit.
 
     Examples
     --------
@@ -193,9 +201,23 @@ def quantize(model: nn.Module, *, include: Optional[Sequence[str]] = None,
     if fuse:  # a layer of several names (tied) is called in several places: never fused
         report.fused, report.gated = fusion.find(
             model, {i for i, n in names.items() if len(n) == 1})
+    # A gated unit that is its parent's whole forward becomes one GatedLinear (fusion.py);
+    # its gate and up are packed there, its activation with them.
+    units = {}
+    for g in report.gated:
+        gate, up = (model.get_submodule(_join(g.parent, c)) for c in (g.gate, g.up))
+        if g.down is not None and gate.weight.shape == up.weight.shape:
+            units[g] = GatedLinear.from_float(gate, up, glu=g.activation, rotate=rotate,
+                                              block=block, seed=seed)
+    report.gated = [g if g in units else dataclasses.replace(g, down=None)
+                    for g in report.gated]
+    in_units = {_join(g.parent, c) for g in units for c in (g.gate, g.up)}
+    report.fused = [f for f in report.fused if _join(f.parent, f.linear) not in in_units]
     activations = {_join(f.parent, f.linear): f for f in report.fused}
     layers: dict[int, Linear] = {}
     for name, module in replacements:
+        if name in in_units:
+            continue
         layer = layers.get(id(module))
         if layer is None:
             fused = activations.get(name or "(root)")
@@ -209,6 +231,13 @@ def quantize(model: nn.Module, *, include: Optional[Sequence[str]] = None,
         model.get_submodule(parent_name).register_module(child, layer)
     for f in report.fused:
         model.get_submodule(f.parent).register_module(f.activation_module, nn.Identity())
+    for g, gated in units.items():
+        parent = fusion.fused_parent(model.get_submodule(g.parent), g, gated)
+        if not g.parent:
+            model = parent
+            continue
+        grandparent, _, child = g.parent.rpartition(".")
+        model.get_submodule(grandparent).register_module(child, parent)
     for d in report.decisions:
         logger.log(logging.INFO if verbose else logging.DEBUG, "%s %s (%s %d -> %d): %s",
                    d.action, d.name or "(root)", d.kind, d.in_features, d.out_features,

@@ -9,9 +9,13 @@ recognized by its type (``nn.ReLU``, ``nn.SiLU``, ``nn.GELU``) or, for a paramet
 module of another type (transformers' ``GELUActivation``, say), by what it computes on a
 probe of values from -12 to 12.  A parent whose forward does not trace is left alone.
 
-A gated unit, ``act(gate(x)) * up(x)``, is recognized the same way but not rewritten: the
-product of the two is in the parent's code, so the report names it and
-:class:`pyw8a8.torch.GatedLinear` is how a user fuses it (the user guide's PyTorch page).
+A gated unit, ``act(gate(x)) * up(x)``, is recognized the same way.  Where it is the
+parent's whole forward, ``[down](act(gate(x)) * up(x))`` with nothing else (the FFN of
+Llama, Gemma and Qwen), :func:`pyw8a8.torch.quantize` packs the gate and the up projection
+into one :class:`pyw8a8.torch.GatedLinear` (x quantized once, neither product stored) and
+the parent becomes the ``torch.fx.GraphModule`` of that same graph with the unit as one
+call (:func:`fused_parent`): the traced graph is the parent's code, so nothing else can
+change.  Elsewhere the product stays in the parent's code and the report names the unit.
 """
 from __future__ import annotations
 
@@ -35,12 +39,16 @@ class Fusion:
 
 @dataclass(frozen=True)
 class GatedUnit:
-    """In `parent`, ``activation(gate(x)) * up(x)``: left for GatedLinear."""
+    """In `parent`, ``activation(gate(x)) * up(x)``; `down` the child its product goes to
+    where that is all the parent's forward does ('' for the product itself), None where
+    the forward does more (the unit then stays in the parent's code)."""
 
     parent: str
     gate: str
     up: str
     activation: str
+    activation_module: str = ""
+    down: Optional[str] = None
 
 
 _REFERENCES = {
@@ -133,6 +141,42 @@ def find(model: nn.Module, linears: set[int]) -> tuple[list[Fusion], list[GatedU
                 other = [a for a in product.args if a is not node]
                 up = other[0] if len(other) == 1 and isinstance(other[0], fx.Node) else None
                 if up is not None and linear_call(up) and up.args == source.args:
-                    gated.append(GatedUnit(parent_name, source.target, up.target, act))
+                    gated.append(GatedUnit(parent_name, source.target, up.target, act, name,
+                                           _whole_forward(graph, source, node, up, product)))
             fusions.append(Fusion(parent_name, source.target, name, act))
     return fusions, gated
+
+
+def _whole_forward(graph: fx.Graph, gate: fx.Node, act: fx.Node, up: fx.Node,
+                   product: fx.Node) -> Optional[str]:
+    """Where the parent's forward of one input is the gated unit on that input and, at
+    most, one child called on its product and returned: that child's name ('' for none);
+    else None."""
+    inputs = [n for n in graph.nodes if n.op == "placeholder"]
+    if len(inputs) != 1 or inputs[0].args or gate.args != (inputs[0],):
+        return None
+    unit = {gate, act, up, product}
+    rest = [n for n in graph.nodes if n.op not in ("placeholder", "output") and n not in unit]
+    output = next(n for n in graph.nodes if n.op == "output")
+    if not rest:
+        return "" if output.args == (product,) else None
+    [down] = rest if len(rest) == 1 else [None]
+    if (down is None or down.op != "call_module" or down.args != (product,) or down.kwargs
+            or output.args != (down,) or len(product.users) != 1):
+        return None
+    return down.target
+
+
+def fused_parent(parent: nn.Module, unit: GatedUnit, gated: nn.Module) -> fx.GraphModule:
+    """`parent` (whose forward `unit` is whole) as the GraphModule of its own graph with the
+    unit one call of `gated`, in the gate's place; its other child (the down projection)
+    kept as it is."""
+    graph = fx.Graph()
+    y = graph.call_module(unit.gate, (graph.placeholder("x"),))
+    children = {unit.gate: gated}
+    if unit.down:
+        y = graph.call_module(unit.down, (y,))
+        children[unit.down] = parent.get_submodule(unit.down)
+    graph.output(y)
+    module = fx.GraphModule(children, graph, class_name=type(parent).__name__)
+    return module.train(parent.training)

@@ -2,6 +2,8 @@
 packed weights, every input form a torch model passes, and the errors (saving and copying:
 test_torch_saving.py).
 Skipped, with the reason shown, where torch is not installed (.ci/run installs it)."""
+import pickle
+
 import numpy as np
 import pytest
 
@@ -462,14 +464,55 @@ def test_what_is_not_one_activation_of_one_layer_output_stays_unfused():
     assert fusion.activation_name(torch.nn.Linear(4, 4)) is None
 
 
-def test_a_gated_unit_is_named_and_its_gate_takes_the_activation():
+class GatedAndMore(Gated):
+    def forward(self, x):  # the unit, and a residual: more than the unit
+        return x + self.down(self.act(self.gate(x)) * self.up(x))
+
+
+class NormedFfn(torch.nn.Module):
+    def __init__(self, mlp):
+        super().__init__()
+        self.norm, self.mlp = torch.nn.LayerNorm(64), mlp
+
+    def forward(self, x):
+        return x + self.mlp(self.norm(x))
+
+
+def test_a_gated_unit_that_is_a_modules_forward_becomes_one_gated_linear():
     torch.manual_seed(0)
-    model = Gated()
+    model = NormedFfn(Gated()).eval()
     q = pt.quantize(model)
     [unit] = q.pyw8a8_report.gated
-    assert (unit.gate, unit.up, unit.activation) == ("gate", "up", "silu")
+    assert (unit.gate, unit.up, unit.activation, unit.down) == ("gate", "up", "silu", "down")
+    assert isinstance(q.mlp, torch.fx.GraphModule) and type(q.mlp).__name__ == "Gated"
+    assert isinstance(q.mlp.gate, pt.GatedLinear) and q.mlp.gate.glu == "silu"
+    assert not hasattr(q.mlp, "up") and "one GatedLinear in gate's place" in str(
+        q.pyw8a8_report)
+    x = torch.randn(4, 64)
+    with torch.inference_mode():
+        h = q.norm(x)
+        g = q.mlp.gate
+        unit_out = pyw8a8.matmul_pair(h.numpy(), g.packed("gate"), g.packed("up"), glu="silu",
+                                      bias1=g.gate_bias.numpy(), bias2=g.up_bias.numpy())
+        assert torch.equal(q.mlp(h), q.mlp.down(torch.from_numpy(unit_out)))
+        y = q(x)
+        assert close(y, model(x), tol=0.1)
+        fresh = pt.quantize(NormedFfn(Gated()).eval())
+        fresh.load_state_dict(q.state_dict())
+        assert torch.equal(fresh(x), y)
+        assert torch.equal(pickle.loads(pickle.dumps(q))(x), y)
+    unfused = pt.quantize(model, fuse=False)
+    assert type(unfused.mlp) is Gated and unfused.pyw8a8_report.gated == []
+
+
+def test_a_gated_unit_in_a_forward_that_does_more_stays_in_its_code():
+    torch.manual_seed(0)
+    model = GatedAndMore()
+    q = pt.quantize(model)
+    [unit] = q.pyw8a8_report.gated
+    assert unit.down is None and type(q) is GatedAndMore
     assert q.gate.activation == "silu" and isinstance(q.act, torch.nn.Identity)
-    assert "GatedLinear fuses it" in str(q.pyw8a8_report)
+    assert "left in the module's code" in str(q.pyw8a8_report)
     x = torch.randn(4, 64)
     with torch.no_grad():
         assert close(q(x), model(x), tol=0.1)
