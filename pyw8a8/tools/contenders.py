@@ -39,19 +39,22 @@ def pyw8a8_product(x, w, isa, rotate=False):
     return run
 
 
+#: torchao's int8 Linear compiled by Inductor (peers.torchao_matmul).
+TORCHAO = "torchao inductor"
 #: The suffix of the table's rotated pyw8a8 contender (block 128, the default).
 ROTATED = " rotated"
 
 
 def contender_names(isas, with_peers=True, rotated=True):
     """The table's contenders: numpy float32, each pyw8a8 ISA of `isas`, (`rotated`) the
-    first of them with rotation on, then (`with_peers`) ONNX Runtime, XNNPACK (LiteRT)
-    and each of torch's engines where they are installed."""
+    first of them with rotation on, then (`with_peers`) ONNX Runtime, XNNPACK (LiteRT),
+    torchao compiled by Inductor and each of torch's engines where they are installed."""
     names = ["numpy f32"] + [f"pyw8a8 {isa}" for isa in isas]
     names += [f"pyw8a8 {isas[0]}{ROTATED}"] if rotated else []
     if with_peers:
         names += ["onnxruntime int8"] if peers.onnxruntime_available() else []
         names += ["xnnpack int8"] if peers.xnnpack_available() else []
+        names += [TORCHAO] if peers.torchao_available() else []
         names += [f"torch {e}" for e in peers.torch_engines() or ()]
     return names
 
@@ -67,4 +70,4 @@ def build_contender(name, m, k, n):
     if kind == "torch":
         return peers.torch_matmul(x, w, detail)
     return {"numpy f32": _numpy_f32, "onnxruntime int8": peers.onnxruntime_matmul,
-            "xnnpack int8": peers.xnnpack_matmul}[name](x, w)
+            "xnnpack int8": peers.xnnpack_matmul, TORCHAO: peers.torchao_matmul}[name](x, w)

@@ -1,7 +1,7 @@
 """The int8 libraries the bench times pyw8a8 against, where they are installed: ONNX
-Runtime (``pip install pyw8a8[bench]``), PyTorch's dynamic int8 Linear and XNNPACK's
-dynamically quantized fully connected layer through LiteRT (neither a dependency: the
-bench says how to get them).
+Runtime (``pip install ".[bench]"``), PyTorch's dynamic int8 Linear, torchao's int8 Linear
+compiled by Inductor, and XNNPACK's dynamically quantized fully connected layer through
+LiteRT (none a dependency: the bench says how to get them).
 """
 import warnings
 
@@ -14,6 +14,7 @@ TORCH_ENGINES = ("fbgemm", "onednn", "x86")
 TORCH_INSTALL = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
 ORT_INSTALL = "pip install onnxruntime onnx"
 XNNPACK_INSTALL = "pip install ai-edge-litert"
+TORCHAO_INSTALL = 'pip install ".[torchao]"'
 
 
 def onnxruntime_available():
@@ -30,6 +31,17 @@ def xnnpack_available():
     """Whether LiteRT (``ai-edge-litert``, which runs XNNPACK) is installed."""
     try:
         import ai_edge_litert.interpreter  # noqa: F401  (only whether it is installed)
+    except ImportError:
+        return False
+    return True
+
+
+def torchao_available():
+    """Whether torchao and torch are installed."""
+    if torch_engines() is None:
+        return False
+    try:
+        import torchao.quantization  # noqa: F401  (only whether it is installed)
     except ImportError:
         return False
     return True
@@ -54,6 +66,8 @@ def missing():
                      f"{TORCH_INSTALL})")
     if not xnnpack_available():
         lines.append(f"LiteRT is not installed: no xnnpack column ({XNNPACK_INSTALL})")
+    if not torchao_available():
+        lines.append(f"torchao is not installed: no torchao column ({TORCHAO_INSTALL})")
     return lines
 
 
@@ -120,6 +134,55 @@ def torch_matmul(x, w, engine):
     def run():
         with torch.no_grad():
             return qlin(tx)
+    return run
+
+
+def compile_as_torchao_users_do(model):
+    """`model` compiled by Inductor as a torchao user compiles it for speed: frozen weights,
+    max-autotune over its C++ GEMM templates and ATen, static shapes."""
+    import torch
+    import torch._inductor.config as inductor
+    inductor.freezing = True
+    inductor.max_autotune = True
+    inductor.max_autotune_gemm_backends = "CPP,ATEN"
+    return torch.compile(model, dynamic=False)
+
+
+def inductor_int8_kernel(code):
+    """Which int8 GEMM Inductor's generated `code` (its sources, one string) runs: its AMX
+    or AVX-512 VNNI micro-kernel, or ATen's ``_int_mm``."""
+    if "_tile_loadd" in code or "_tile_dp" in code:
+        return "amx"
+    if "_mm512_dpbusd" in code or "avx512vnni" in code.lower():
+        return "vnni"
+    if "_int_mm" in code:
+        return "_int_mm"
+    return "?"
+
+
+def torchao_matmul(x, w):
+    """torchao's int8 Linear, ``Int8DynamicActivationInt8WeightConfig`` (activations per
+    token, weights per channel: pyw8a8's scheme without the rotation), compiled
+    (:func:`compile_as_torchao_users_do`) on pyw8a8's thread count; returns the function of
+    no arguments that runs it, its attribute ``kernel`` naming the GEMM Inductor chose."""
+    import torch
+    from torch._inductor.utils import run_and_get_code
+    from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+    torch.set_num_threads(_threads.get_num_threads())
+    model = torch.nn.Sequential(torch.nn.Linear(w.shape[1], w.shape[0], bias=False)).eval()
+    model[0].weight.data = torch.from_numpy(w.copy())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quantize_(model, Int8DynamicActivationInt8WeightConfig())
+    compiled = compile_as_torchao_users_do(model)
+    tx = torch.from_numpy(x)
+    with torch.no_grad():
+        _, code = run_and_get_code(compiled, tx)  # compiles, as the first call of a user's
+
+    def run():
+        with torch.no_grad():
+            return compiled(tx)
+    run.kernel = inductor_int8_kernel("\n".join(code))
     return run
 
 

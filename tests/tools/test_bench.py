@@ -125,8 +125,8 @@ def test_missing_torch_is_reported_with_its_install_command(monkeypatch):
     from pyw8a8.tools import peers
     assert peers.torch_engines() is None
     assert not any(n.startswith("torch") for n in contenders.contender_names(["avx2"]))
-    [line] = [line for line in peers.missing() if "torch" in line]
-    assert peers.TORCH_INSTALL in line
+    lines = {line.split(" ", 1)[0]: line for line in peers.missing()}
+    assert peers.TORCH_INSTALL in lines["torch"] and peers.TORCHAO_INSTALL in lines["torchao"]
 
 
 def test_torch_bench_without_its_texts_says_so_before_loading_the_model(monkeypatch, capsys):
@@ -360,3 +360,15 @@ def test_torch_sharing_runs_its_three_processes_in_turns_and_takes_medians(monke
                                     "pyw8a8 alone swept": 0.36})
     table = torch_sharing.format_table(shares)
     assert [line.split(" | ")[-1] for line in table[2:5]] == ["1.09x |", "0.80x |", "0.90x |"]
+
+
+def test_the_torchao_contender_is_its_int8_linear_compiled_and_names_its_kernel():
+    pytest.importorskip("torchao", reason="needs torchao (pip install '.[torchao]')")
+    from pyw8a8.tools import peers
+    x, w = contenders.shape_data(8, 128, 64)
+    run = peers.torchao_matmul(x, w)
+    y = run().numpy()
+    ref = x @ w.T
+    assert np.abs(y - ref).max() < 0.05 * np.abs(ref).max()
+    assert run.kernel in ("amx", "vnni", "_int_mm")
+    assert contenders.TORCHAO in contenders.contender_names(["avx2"])
