@@ -141,7 +141,7 @@ def _serve(conn, make, nthreads):
         try:
             if op == "build":
                 fn = make(*arg)
-                reply = None
+                reply = getattr(fn, "kernel", None)
             elif op == "warm_up":
                 reply = warm_up(fn, arg)
             else:
@@ -183,8 +183,10 @@ class Isolated:
         return reply
 
     def build(self, *args):
-        """Build the contender ``make(*args)`` in the other process; returns self."""
-        self._ask("build", args)
+        """Build the contender ``make(*args)`` in the other process; returns self, its
+        ``kernel`` the contender's (the attribute of its function: which kernel it runs,
+        where it names one) or None."""
+        self.kernel = self._ask("build", args)
         return self
 
     def warm_up(self, min_time):

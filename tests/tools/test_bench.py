@@ -372,3 +372,18 @@ def test_the_torchao_contender_is_its_int8_linear_compiled_and_names_its_kernel(
     assert np.abs(y - ref).max() < 0.05 * np.abs(ref).max()
     assert run.kernel in ("amx", "vnni", "_int_mm")
     assert contenders.TORCHAO in contenders.contender_names(["avx2"])
+
+
+def test_torch_layer_times_the_layer_eager_compiled_and_on_the_python_operator():
+    """bench --torch-layer: each contender in its own process (the Python operator's needs
+    PYW8A8_TORCH_NATIVE=0 before pyw8a8.torch is imported), one row per shape."""
+    pytest.importorskip("torch", reason="needs PyTorch (pip install '.[torch]')")
+    from pyw8a8.tools import torch_layer_bench
+    lines = torch_layer_bench.run([(1, 64, 32)], rounds=1, min_time=0.01, nthreads=1)
+    header, _, row = lines[:3]
+    for name in torch_layer_bench.contender_names():
+        assert f"| {name} (us) |" in header
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[:3] == ["1", "64", "32"]
+    assert all(float(c.rstrip("x")) for c in cells[3:])
+    assert "pyw8a8.torch python op: " in lines[-1] and "via Python" in lines[-1]
