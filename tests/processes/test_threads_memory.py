@@ -328,8 +328,11 @@ def test_make_sanitize_runs_clean():
         pytest.skip("needs make and gcc")
     env = dict(os.environ)
     t0 = time.perf_counter()
-    r = subprocess.run(["make", "-s", "sanitize"], cwd=REPO, env=env, capture_output=True,
-                       text=True, timeout=1800)
+    # This interpreter builds and runs the sanitized copy: a plain `python` on PATH may be
+    # another one (a virtual environment run without activating it), lacking the test
+    # requirements.
+    r = subprocess.run(["make", "-s", "sanitize", f"PYTHON={sys.executable}"], cwd=REPO,
+                       env=env, capture_output=True, text=True, timeout=1800)
     elapsed = time.perf_counter() - t0
     tail = (r.stdout + r.stderr)[-4000:]
     assert r.returncode == 0, f"make sanitize failed after {elapsed:.0f} s:\n{tail}"
