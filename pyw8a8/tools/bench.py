@@ -9,10 +9,11 @@ import argparse
 import math
 import os
 import platform
+import sys
 
 from .. import _cpu, _threads
 from .._thread_policy import thread_policy
-from . import dask_bench, ffn_bench, peers, proxies, torch_bench, toy_transformer
+from . import dask_bench, ffn_bench, peers, proxies, record, torch_bench, toy_transformer
 from .contenders import ROTATED, build_contender, contender_names
 from .measure import isolated, measure
 from .probes import (
@@ -363,11 +364,34 @@ def main(argv=None, quick=False):
     parser.add_argument("--crossover", nargs=2, metavar=("WIDE", "NARROW"),
                         help="only the M from which ISA WIDE beats ISA NARROW (amx "
                              "avx512vnni: the small-M fallback's threshold)")
+    parser.add_argument("--record", metavar="DIR",
+                        help="also keep the run (any mode) in DIR/YYYY-MM-DD-<cpu kind>.md "
+                             "(e.g. docs/benchmarks/): what it printed, its tables as "
+                             "markdown, with the CPU model and features, the thread count, "
+                             "the versions of Python, numpy, pyw8a8 and the peers found, the "
+                             "commit of the source tree and the command line; a later run "
+                             "on the same day and CPU kind is appended to that file")
     args = parser.parse_args(argv)
     isas = _checked_isas(parser, args.isa or [], "--isa")
     _checked_isas(parser, args.crossover or [], "--crossover")
+    if args.record is None:
+        return _run(args, isas)
+    try:
+        record.checked_directory(args.record)
+    except ValueError as exc:
+        parser.error(f"--record: {exc}")
+    with record.captured_stdout() as output:
+        status = _run(args, isas)
+    if status == 0:  # a failed run is not a record
+        command = record.command_line("bench", sys.argv[1:] if argv is None else argv)
+        print(f"recorded in {record.write(args.record, output.getvalue(), command)}")
+    return status
+
+
+def _run(args, isas):
+    """The measurement `args` ask for (`isas`: the checked --isa); its exit status."""
     if args.dask or args.dask_large:
-        return _dask_main(args, quick)
+        return _dask_main(args)
     if args.mixed:
         return _mixed_main(args.rounds)
     if args.torch:
@@ -451,7 +475,7 @@ def _isolation_main(shapes, isas, args):
     return 0
 
 
-def _dask_main(args, quick):
+def _dask_main(args):
     m, k, n = args.dask_shape
     if args.dask_large:
         m = 2**20

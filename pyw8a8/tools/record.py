@@ -1,0 +1,286 @@
+"""``bench --record DIR``: a run of the bench kept as a dated record.
+
+Each run goes to ``DIR/YYYY-MM-DD-<cpu kind>.md`` (:func:`record_path`): what the bench
+printed (its tables as markdown, the rest as printed), the CPU's model and ISA features,
+the thread count, the versions of Python, numpy, pyw8a8 and each int8 peer found, the
+commit of the source tree and the command line. A second run on the same day and CPU kind
+is appended to that file as a further section.
+"""
+import contextlib
+import datetime
+import io
+import os
+import platform
+import re
+import shlex
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+from .. import _cpu, _threads
+
+#: The distributions of the bench's int8 peers whose versions a record names, where found.
+PEERS = ("onnxruntime", "onnx", "torch", "torchao", "ai-edge-litert")
+#: Variables of the environment that change what the bench runs, named in a record when set.
+_ENV_PREFIXES = ("PYW8A8_", "OMP_", "GOMP_", "KMP_")
+
+# AMD family 25 (0x19), Zen 3 and Zen 4 by model ranges; family 26 (0x1a) is Zen 5.
+_ZEN4_MODELS = (range(0x10, 0x20), range(0x60, 0x80), range(0xA0, 0xB0))
+_ZEN3_MODELS = (range(0x00, 0x10), range(0x20, 0x60))
+
+
+def cpuinfo_fields(text=None):
+    """The first processor's fields of /proc/cpuinfo (`text`: its contents; read when
+    None), as {name: value}; {} where there is no such file."""
+    if text is None:
+        try:
+            text = Path("/proc/cpuinfo").read_text(errors="replace")
+        except OSError:
+            return {}
+    fields = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if fields:
+                break  # the end of the first processor's block
+            continue
+        name, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(name.strip(), value.strip())
+    return fields
+
+
+def cpu_model(fields):
+    """The CPU's model name: /proc/cpuinfo's, or platform's where it has none."""
+    return (fields.get("model name") or fields.get("Model") or platform.processor()
+            or platform.machine() or "unknown CPU")
+
+
+def _number(text):
+    try:
+        return int(text, 0)
+    except (TypeError, ValueError):
+        return None
+
+
+def _slug(text):
+    text = re.sub(r"\((?:r|tm|c)\)|\bcpu\b|\bprocessor\b|@.*$|\d+-core", " ", text.lower())
+    return re.sub(r"[^a-z0-9]+", "-", text).strip("-")
+
+
+def cpu_kind(fields, features, isa):
+    """A short name for the CPU kind: ``zen3``, ``zen4``, ``zen5`` (AMD families 25 and
+    26), ``xeon-amx`` (Intel with AMX-INT8), else the model name's slug and the CPU's best
+    ISA (``isa``), e.g. ``intel-xeon-platinum-8259cl-avx512vnni``.
+
+    Parameters
+    ----------
+    fields : dict of str to str
+        /proc/cpuinfo's fields (:func:`cpuinfo_fields`).
+    features : dict of str to bool
+        :func:`pyw8a8.cpu_features`.
+    isa : str
+        The best ISA of pyw8a8 this CPU runs.
+
+    Returns
+    -------
+    str
+        Lower-case letters, digits and hyphens.
+    """
+    vendor = fields.get("vendor_id", "")
+    family, model = _number(fields.get("cpu family")), _number(fields.get("model"))
+    if vendor == "AuthenticAMD" and model is not None:
+        if family == 26:
+            return "zen5"
+        if family == 25 and any(model in r for r in _ZEN4_MODELS):
+            return "zen4"
+        if family == 25 and any(model in r for r in _ZEN3_MODELS):
+            return "zen3"
+    if vendor == "GenuineIntel" and features.get("amx_int8"):
+        return "xeon-amx"
+    return f"{_slug(cpu_model(fields)) or 'cpu'}-{_slug(isa)}"
+
+
+def _identity(fields):
+    """"<vendor>, family F, model M; " as /proc/cpuinfo gives them ("" where it does not)."""
+    parts = [fields.get("vendor_id", "")]
+    parts += [f"{label} {fields[name]}" for label, name in
+              (("family", "cpu family"), ("model", "model")) if fields.get(name)]
+    parts = [p for p in parts if p]
+    return f"{', '.join(parts)}; " if parts else ""
+
+
+def record_path(directory, day, kind):
+    """``directory/YYYY-MM-DD-<kind>.md`` for date `day`."""
+    return Path(directory) / f"{day.isoformat()}-{kind}.md"
+
+
+def source_commit(package_dir=None):
+    """The commit of the git checkout pyw8a8 runs from, with ``-dirty`` where its tracked
+    files have uncommitted changes; ``unknown`` where pyw8a8 is not a checkout's tracked
+    files (an installed wheel, even one inside a checkout's virtual environment) or git is
+    missing."""
+    package_dir = Path(package_dir or Path(__file__).resolve().parents[1])
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(package_dir), *args], capture_output=True,
+                              text=True, timeout=60)
+    try:
+        tracked = git("ls-files", "--error-unmatch", "__init__.py")
+        head = git("rev-parse", "HEAD")
+        if tracked.returncode or head.returncode:
+            return "unknown"
+        changes = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    commit = head.stdout.strip()
+    return f"{commit}-dirty" if changes.returncode or changes.stdout.strip() else commit
+
+
+def versions():
+    """(name, version) of Python, numpy, pyw8a8 and each peer of PEERS installed."""
+    import numpy
+
+    # The package is loaded before any of its modules: its version read from it, not
+    # imported back from its __init__.
+    found = [("python", platform.python_version()), ("numpy", numpy.__version__),
+             ("pyw8a8", sys.modules[__name__.split(".")[0]].__version__)]
+    for name in PEERS:
+        try:
+            found.append((name, metadata.version(name)))
+        except metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+def command_line(command, argv):
+    """The command line of this run: the interpreter's own where it ran ``python -m pyw8a8
+    <command> <argv>``, else that command rebuilt (a call of ``main`` from Python)."""
+    tail = [command, *argv]
+    orig = list(getattr(sys, "orig_argv", []))
+    if len(orig) > len(tail) and orig[-len(tail):] == tail and "pyw8a8" in orig[:-len(tail)]:
+        return shlex.join(orig)
+    return shlex.join(["python", "-m", "pyw8a8", *tail])
+
+
+def checked_directory(path):
+    """`path` as a directory the record can be written to, made where missing.
+
+    Raises
+    ------
+    ValueError
+        If it is not a directory or cannot be made or written (the message names it).
+    """
+    directory = Path(path)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"cannot make the directory {str(path)!r}: {exc.strerror}") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ValueError(f"the directory {str(path)!r} is not writable")
+    return directory
+
+
+class _Tee(io.TextIOBase):
+    """Writes to `stream` and keeps a copy."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.copy = io.StringIO()
+
+    def write(self, text):
+        self.copy.write(text)
+        return self._stream.write(text)
+
+    def flush(self):
+        self._stream.flush()
+
+    def isatty(self):
+        return self._stream.isatty()
+
+    def fileno(self):
+        return self._stream.fileno()
+
+
+@contextlib.contextmanager
+def captured_stdout():
+    """Prints go to stdout as before; the context's value (a StringIO) keeps a copy."""
+    tee = _Tee(sys.stdout)
+    with contextlib.redirect_stdout(tee):
+        yield tee.copy
+
+
+def markdown_output(text):
+    """What the bench printed, as markdown: its table lines (``|`` first) as tables, the
+    other lines verbatim in ``text`` blocks."""
+    out, block = [], []
+
+    def close_block():
+        while block and not block[-1].strip():
+            block.pop()
+        if block:
+            out.extend(["```text", *block, "```", ""])
+        block.clear()
+
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("|"):
+            if block or (out and not out[-1].startswith("|")):
+                close_block()
+            out.append(line)
+            if i + 1 == len(lines) or not lines[i + 1].startswith("|"):
+                out.append("")
+        elif block or line.strip():
+            block.append(line)
+    close_block()
+    return out
+
+
+def write(directory, output, command, now=None):
+    """Add a run to its record: ``directory/YYYY-MM-DD-<cpu kind>.md``, made with a title
+    where new, appended to otherwise.
+
+    Parameters
+    ----------
+    directory : str or Path
+        The record's directory (:func:`checked_directory`).
+    output : str
+        What the bench printed.
+    command : str
+        The command line (:func:`command_line`).
+    now : datetime.datetime, optional
+        The run's time (default: now, local time).
+
+    Returns
+    -------
+    Path
+        The file written.
+    """
+    now = (now or datetime.datetime.now()).astimezone()
+    fields = cpuinfo_fields()
+    features = _cpu.cpu_features()
+    best, isa = _cpu.available_isas()[0], _cpu.isa()
+    kind = cpu_kind(fields, features, best)
+    path = record_path(directory, now.date(), kind)
+    enabled = [name for name, on in features.items() if on]
+    env = [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES)]
+    lines = [f"## Run of {now:%H:%M:%S} (UTC{now:%z})", "",
+             f"- command: `{command}`",
+             f"- date: {now:%Y-%m-%d %H:%M:%S %z}",
+             f"- commit: {source_commit()}",
+             f"- CPU: {cpu_model(fields)} ({_identity(fields)}kind: {kind})",
+             f"- ISA features: {', '.join(enabled) or 'none detected'}; pyw8a8's ISA by "
+             f"default: {isa}",
+             f"- threads: {_threads.get_num_threads()} ({os.cpu_count()} logical CPUs)",
+             "- versions: " + ", ".join(f"{name} {v}" for name, v in versions())]
+    if env:
+        lines.append(f"- environment: {' '.join(env)}")
+    lines += ["", *markdown_output(output)]
+    new = not path.exists()
+    with open(path, "a", encoding="utf-8") as f:
+        if new:
+            f.write(f"# pyw8a8 bench on {kind}, {now.date().isoformat()}\n\n")
+        else:
+            f.write("\n")
+        f.write("\n".join(lines).rstrip("\n") + "\n")
+    return path
