@@ -13,7 +13,16 @@ import sys
 
 from .. import _cpu, _threads
 from .._thread_policy import thread_policy
-from . import dask_bench, ffn_bench, peers, proxies, record, torch_bench, toy_transformer
+from . import (
+    dask_bench,
+    ffn_bench,
+    peers,
+    proxies,
+    record,
+    torch_bench,
+    torch_layer_bench,
+    toy_transformer,
+)
 from .contenders import ROTATED, build_contender, contender_names
 from .measure import isolated, measure
 from .probes import (
@@ -51,12 +60,15 @@ def _machine_info():
 TORCH_COLUMN = "torch int8"
 
 
-def _time_shape(shape, workers, beside, rounds, min_time):
+def _time_shape(shape, workers, beside, rounds, min_time, kernels):
     """GOPS at one shape of each contender in `workers` ({name: Isolated}), built and timed
     in its own process, and (`beside`) of each also built in this one, as "<name> beside",
-    all in the same interleaved rounds."""
+    all in the same interleaved rounds; the kernel each names goes to kernels[name]."""
     m, k, n = shape
     contenders = {name: worker.build(name, m, k, n) for name, worker in workers.items()}
+    for name, worker in contenders.items():
+        if worker.kernel:
+            kernels.setdefault(name, {})[shape] = worker.kernel
     if beside:
         contenders.update({f"{name} beside": build_contender(name, m, k, n)
                            for name in workers})
@@ -64,7 +76,7 @@ def _time_shape(shape, workers, beside, rounds, min_time):
     return {name: 2 * m * n * k / t / 1e9 for name, t in times.items()}
 
 
-def run_table(shapes, names, rounds, min_time, beside=False):
+def run_table(shapes, names, rounds, min_time, beside=False, kernels=None):
     """GOPS of each contender (:func:`contender_names`) at each shape, each one built and
     timed in a process of its own, in interleaved rounds (:func:`measure`).
 
@@ -73,14 +85,17 @@ def run_table(shapes, names, rounds, min_time, beside=False):
     about half its speed alone beside pyw8a8 (1 x 1152 x 6912, 2 Xeon vCPUs).  A user who
     runs one of them gets what it measures alone.
     With `beside`, each contender is also timed in this process beside the others, in the
-    same rounds, under the name "<name> beside" (``bench --check-isolation``).
+    same rounds, under the name "<name> beside" (``bench --check-isolation``).  `kernels`,
+    where given, receives {name: {shape: kernel}} of the contenders that name the kernel
+    they run (torchao's: the GEMM Inductor chose).
 
     Returns
     -------
     list of ((M, K, N), dict of str to float)
     """
+    kernels = {} if kernels is None else kernels
     with isolated(build_contender, names, _threads.get_num_threads()) as workers:
-        return [(shape, _time_shape(shape, workers, beside, rounds, min_time))
+        return [(shape, _time_shape(shape, workers, beside, rounds, min_time, kernels))
                 for shape in shapes]
 
 
@@ -324,6 +339,9 @@ _MODE_FLAGS = (
                 "torch's dynamic int8 and pyw8a8.torch.quantize, fidelity and speed"),
     ("--ffn", "only the gated FFN block gelu_tanh(x @ Wg.T) * (x @ Wu.T): numpy float32, "
               "pyw8a8 matmul_pair then numpy, pyw8a8 fused (glu=), torch int8"),
+    ("--torch-layer", "only one nn.Linear as a PyTorch user runs it, microseconds a call: "
+                      "pyw8a8.matmul, pyw8a8.torch eager, compiled and on the Python "
+                      "operator, and torchao compiled by Inductor (freezing, max-autotune)"),
 )
 
 
@@ -396,6 +414,12 @@ def _run(args, isas):
         return _mixed_main(args.rounds)
     if args.torch:
         return torch_bench.main(args.rounds, _machine_info())
+    if args.torch_layer:
+        _print_machine(True)
+        for line in torch_layer_bench.run(args.shapes or SHAPES, args.rounds, args.min_time,
+                                          _threads.get_num_threads()):
+            print(line)
+        return 0
     if args.mca or args.overhead or args.crossover:
         return proxies.main(["--mca"] * args.mca + ["--overhead"] * args.overhead,
                             args.rounds, args.min_time, args.shapes, args.crossover)
@@ -439,10 +463,17 @@ def _table_main(args, isas, shapes, with_peers, rotated=True):
                  "L3": read_bandwidth_gbs(nthreads, nbytes=8 << 20, rounds=25)}
     print(f"read bandwidth: {bandwidth['DRAM']:.1f} GB/s from memory (1 GiB buffer), "
           f"{bandwidth['L3']:.1f} GB/s from L3 (8 MiB) ({nthreads} threads)")
-    rows = run_table(shapes, names, args.rounds, args.min_time)
+    kernels = {}
+    rows = run_table(shapes, names, args.rounds, args.min_time, kernels=kernels)
     print(f"\n{GOPS_NOTE}; {nthreads} threads")
     for line in format_table(table_header(names), rows, isas, peaks, bandwidth, fp32_peak):
         print(line)
+    for name, by_shape in kernels.items():
+        ran = sorted(set(by_shape.values()))
+        print(f"{name}: Inductor's int8 GEMM was {' or '.join(ran)}"
+              + ("" if len(ran) == 1 else " (" + ", ".join(
+                  f"{'x'.join(map(str, shape))}: {kernel}"
+                  for shape, kernel in by_shape.items()) + ")"))
     for line in summary_lines(table_header(names), rows, isas):
         print(line)
     with _cpu.use_isa(isas[0]):
@@ -453,7 +484,9 @@ def _table_main(args, isas, shapes, with_peers, rotated=True):
 GOPS_NOTE = ("GOPS = 2*M*N*K / median time, activation quantization included, each "
              "contender in a process of its own. pyw8a8 runs with rotation off, the "
              "'rotated' column with it on (block 128); torch int8: the fastest of torch's "
-             "dynamic int8 engines, named; xnnpack int8: XNNPACK through LiteRT; vs best "
+             "dynamic int8 engines, named; xnnpack int8: XNNPACK through LiteRT; torchao "
+             "inductor: torchao's int8 Linear compiled by Inductor (freezing, max-autotune); "
+             "vs best "
              "peer: the fastest pyw8a8 ISA over the fastest int8 peer (below 1.00x: the "
              "peer is faster); % peak: of the ISA's instruction loop above, which a "
              "kernel can pass when it issues faster than that loop")
