@@ -36,7 +36,7 @@ def _layer(w, python_operator):
     import torch
 
     import pyw8a8.torch as pt
-    if python_operator and pt._ops.NATIVE is not None:
+    if python_operator and pt._native.NATIVE is not None:
         raise RuntimeError("the Python operator needs a process that imported pyw8a8.torch "
                            "after PYW8A8_TORCH_NATIVE=0 was set")
     # A user's inference: no gradient recorded, set once.

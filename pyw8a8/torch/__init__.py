@@ -24,7 +24,10 @@ except ImportError as exc:  # pragma: no cover - exercised where torch is absent
                       "build: pip install torch --index-url "
                       "https://download.pytorch.org/whl/cpu)") from exc
 
-from . import _ops  # noqa: F401  (registers torch.ops.pyw8a8.*)
+from . import (
+    _native,  # noqa: F401  (registers their CPU kernels)
+    _ops,  # noqa: F401  (defines torch.ops.pyw8a8.*)
+)
 from .convert import Decision, QuantizeReport, quantize
 from .modules import GatedLinear, Linear
 

@@ -94,7 +94,7 @@ def load() -> tuple[Optional[ModuleType], str]:
 def warn_python_operator(reason: str) -> None:
     warnings.warn(f"pyw8a8.torch: the native operator is off: {reason}; the layers run on "
                   f"the Python operator (a Python call per layer)", RuntimeWarning,
-                  stacklevel=3)
+                  stacklevel=2)
 
 
 def python_call(kind: int, x: Any, tensors: list, biases: list, activation: str,
@@ -122,3 +122,13 @@ def python_call(kind: int, x: Any, tensors: list, biases: list, activation: str,
     if blocking is None:
         return y, None
     return y, (tuple(plan.descriptor_address() for plan in plans), blocking)
+
+
+#: The native operator's module where it loaded (its CPU kernels registered), else None
+#: (the Python operator's kernels are registered instead).
+NATIVE, _off = load()
+if NATIVE is None:
+    _ops._LIBRARY.impl("linear", _ops.python_linear, "CPU")
+    _ops._LIBRARY.impl("gated_linear", _ops.python_gated_linear, "CPU")
+    if not _off.startswith(ENV_SWITCH):
+        warn_python_operator(_off)

@@ -220,7 +220,8 @@ def gated_product(x: torch.Tensor, gate: PackedWeight, up: PackedWeight,
 
 
 # The operators' schemas, defined once.  Their CPU kernels are the native operator's
-# (_native: C++, no Python per call) where it loads, else the Python functions below.
+# (_native: C++, no Python per call) where it loads, else the Python functions below
+# (_native registers one or the other).
 _LIBRARY = torch.library.Library("pyw8a8", "DEF")
 _LIBRARY.define("linear(Tensor x, Tensor panels, Tensor psum, Tensor scales, Tensor header, "
                 "Tensor? bias, str activation) -> Tensor")
@@ -291,13 +292,3 @@ def _gated_linear_vmap(info, in_dims, x, panels1, psum1, scales1, head1, panels2
 if hasattr(torch.library, "register_vmap"):
     torch.library.register_vmap("pyw8a8::linear", _linear_vmap)
     torch.library.register_vmap("pyw8a8::gated_linear", _gated_linear_vmap)
-
-from . import _native  # noqa: E402  (it reads this module's products)
-
-#: The native operator's module where it loaded (its CPU kernels registered), else None.
-NATIVE, _native_off = _native.load()
-if NATIVE is None:
-    _LIBRARY.impl("linear", python_linear, "CPU")
-    _LIBRARY.impl("gated_linear", python_gated_linear, "CPU")
-    if not _native_off.startswith(_native.ENV_SWITCH):
-        _native.warn_python_operator(_native_off)

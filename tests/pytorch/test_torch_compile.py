@@ -187,7 +187,7 @@ def _layers():
 
 def _native_calls():
     """Calls the native operator ran (C++, no Python), or None where it is off."""
-    native = pt._ops.NATIVE
+    native = pt._native.NATIVE
     return None if native is None else native.counters()["native_calls"]
 
 

@@ -13,18 +13,18 @@ import pytest
 
 import pyw8a8
 
-from torch_helpers import dense, torch
+from torch_helpers import assert_refuses_bad_input, dense, torch
 
 pt = pytest.importorskip("pyw8a8.torch")
-from pyw8a8.torch import _ops  # noqa: E402
+from pyw8a8.torch import _native  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-native = pytest.mark.skipif(_ops.NATIVE is None, reason="the native operator is off here "
+native = pytest.mark.skipif(_native.NATIVE is None, reason="the native operator is off here "
                             "(PYW8A8_TORCH_NATIVE=0, or no C++ compiler to build it)")
 
 
 def calls():
-    return dict(_ops.NATIVE.counters())
+    return dict(_native.NATIVE.counters())
 
 
 def settle(layer, x, limit=400):
@@ -60,7 +60,7 @@ def test_the_native_operator_is_built_where_a_compiler_is():
         pytest.skip("PYW8A8_TORCH_NATIVE=0 keeps the Python operator")
     if shutil.which(os.environ.get("CXX", "c++")) is None:
         pytest.skip("no C++ compiler: the layers run on the Python operator")
-    assert _ops.NATIVE is not None
+    assert _native.NATIVE is not None
 
 
 @native
@@ -103,14 +103,7 @@ def test_what_c_cannot_take_gets_the_python_route_and_its_errors():
         # Rows this weight settled nothing for yet: checked and tuned in Python.
         y, in_c, in_python = routes(lambda: layer(x[:4]))
         assert (in_c, in_python) == (0, 1) and torch.equal(y, reference(layer, x[:4]))
-        bad = x.clone()
-        bad[3, 7] = float("inf")
-        with pytest.raises(ValueError, match="row 3"):
-            layer(bad)
-        with pytest.raises(ValueError, match="x must have 64 features"):
-            layer(torch.randn(5, 63))
-    with pytest.raises(RuntimeError, match=r"inference_mode\(\)"):
-        layer(x.clone().requires_grad_())
+    assert_refuses_bad_input(layer, x)
     with torch.no_grad():
         layer.bias[2] = float("nan")
         with pytest.raises(ValueError, match="bias"):
@@ -203,7 +196,7 @@ import warnings, numpy as np, torch, pyw8a8
 with warnings.catch_warnings(record=True) as seen:
     warnings.simplefilter("always")
     import pyw8a8.torch as pt
-from pyw8a8.torch import _ops
+from pyw8a8.torch import _native
 torch.manual_seed(0)
 layer = pt.Linear.from_float(torch.nn.Linear(64, 16), activation="silu")
 x = torch.randn(3, 64)
@@ -212,7 +205,7 @@ with torch.inference_mode():
 ref = pyw8a8.matmul(x.numpy(), layer.packed("weight"), bias=layer.bias.numpy(),
                     activation="silu")
 assert np.array_equal(y.numpy(), ref)
-print("native", _ops.NATIVE is not None)
+print("native", _native.NATIVE is not None)
 print("warnings", [str(w.message) for w in seen if "native operator" in str(w.message)])
 """
 
@@ -231,7 +224,7 @@ def test_where_the_build_fails_a_warning_says_why_once_and_the_layers_still_run(
     assert line.count("the native operator is off: it could not be built") == 1, line
 
 
-@pytest.mark.skipif(_ops.NATIVE is None, reason="the module runs on the Python operator "
+@pytest.mark.skipif(_native.NATIVE is None, reason="the module runs on the Python operator "
                     "already")
 def test_the_layer_tests_pass_on_the_python_operator():
     result = subprocess.run(

@@ -9,3 +9,18 @@ def dense(k, n, bias=True, seed=0):
     """A float nn.Linear(k, n), its initial weights set by `seed`."""
     torch.manual_seed(seed)
     return torch.nn.Linear(k, n, bias=bias)
+
+
+def assert_refuses_bad_input(layer, x):
+    """`layer` (64 input features) refuses a row holding Inf (naming it), a wrong feature
+    count and a gradient to record, whichever route its calls take; `x`: 5 good rows."""
+    import pytest
+    bad = x.clone()
+    bad[3, 7] = float("inf")
+    with torch.inference_mode():
+        with pytest.raises(ValueError, match="row 3"):
+            layer(bad)
+        with pytest.raises(ValueError, match="x must have 64 features"):
+            layer(torch.randn(5, 63))
+    with pytest.raises(RuntimeError, match=r"inference_mode\(\)"):
+        layer(x.clone().requires_grad_())
