@@ -1,6 +1,6 @@
 """The same W8A8 product on a dask cluster: activations as a ``dask.array``, chunked by rows.
 
-Needs the optional extra ``pip install "pyw8a8[dask]"`` (``dask[array]`` and
+Needs the optional extra ``pip install ".[dask]"`` in the pyw8a8 checkout (``dask[array]`` and
 ``distributed``)::
 
     import pyw8a8.dask
@@ -33,8 +33,8 @@ try:
     import dask.array as da
     from dask.delayed import Delayed
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError('pyw8a8.dask needs dask: pip install "pyw8a8[dask]" (dask[array] and '
-                      'distributed)') from exc
+    raise ImportError('pyw8a8.dask needs dask[array] and distributed: pip install '
+                      '".[dask]" in the pyw8a8 checkout') from exc
 
 
 def _default_client(client):

@@ -242,7 +242,7 @@ def matmul(x: npt.ArrayLike, packed: PackedWeight, *, bias: npt.ArrayLike | None
         Where to write the result (dtype float32, or `out_dtype`); must not overlap x.
     out_dtype : {numpy.float32, ml_dtypes.bfloat16, 'float32', 'bfloat16'}, optional
         Output dtype (default float32, or out's dtype). bfloat16 needs ml_dtypes
-        (``pip install "pyw8a8[bf16]"``).
+        (``pip install ".[bf16]"`` in the pyw8a8 checkout).
 
     Returns
     -------

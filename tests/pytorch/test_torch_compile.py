@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="needs PyTorch (pip install 'pyw8a8[torch]')")
+torch = pytest.importorskip("torch", reason="needs PyTorch (pip install '.[torch]')")
 pt = pytest.importorskip("pyw8a8.torch")
 
 

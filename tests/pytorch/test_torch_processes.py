@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-pytest.importorskip("torch", reason="needs PyTorch (pip install 'pyw8a8[torch]')")
+pytest.importorskip("torch", reason="needs PyTorch (pip install '.[torch]')")
 
 TIMEOUT = 120
 

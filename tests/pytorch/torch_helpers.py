@@ -2,7 +2,7 @@
 reason shown, where it is not installed) and the float layers they quantize."""
 import pytest
 
-torch = pytest.importorskip("torch", reason="needs PyTorch (pip install 'pyw8a8[torch]')")
+torch = pytest.importorskip("torch", reason="needs PyTorch (pip install '.[torch]')")
 
 
 def dense(k, n, bias=True, seed=0):

@@ -10,7 +10,7 @@ control (``pyw8a8.router.float_linear``, the default) or with W8A8 matmuls
     model = Gemma3(weights)                         # float32 control
     model = Gemma3(weights, linear=Router(config))  # W8A8
 
-Install the optional dependencies with ``pip install "pyw8a8[eval]"``.
+Install the optional dependencies with ``pip install ".[eval]"`` in the pyw8a8 checkout.
 
 One module per job: `weights` (the GGUF file and its float32 cache), `tokenizer`,
 `config` (the hyper-parameters), `layers` (KV cache, RMSNorm, GeGLU, RoPE) and

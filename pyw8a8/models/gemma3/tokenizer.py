@@ -5,7 +5,7 @@ from __future__ import annotations
 __all__ = ["EXTRA_HINT", "Tokenizer"]
 
 #: How to get the optional packages the model needs; ends every ImportError about them.
-EXTRA_HINT = 'install the evaluation extras with: pip install "pyw8a8[eval]"'
+EXTRA_HINT = 'install the evaluation extras with: pip install ".[eval]" from the pyw8a8 checkout'
 
 _SPACE_MARK = "\u2581"
 
