@@ -319,8 +319,10 @@ _MODE_FLAGS = (
     ("--check-isolation", "only the table's contenders, each timed alone in a process of "
                           "its own (as the table is) and beside the others in one process, "
                           "in the same rounds, with their ratio"),
-    ("--torch", "only a real PyTorch model (the sentence encoder all-MiniLM-L6-v2): float32, "
-                "torch's dynamic int8 and pyw8a8.torch.quantize, fidelity and speed"),
+    ("--torch", "only real PyTorch models (the sentence encoder all-MiniLM-L6-v2, the causal "
+                "LM Gemma 3 270M): float32, torch's dynamic int8, torchao + Inductor and "
+                "pyw8a8.torch eager and compiled, fidelity, speed and compile time (options "
+                "below)"),
     ("--ffn", "only the gated FFN block gelu_tanh(x @ Wg.T) * (x @ Wu.T): numpy float32, "
               "pyw8a8 matmul_pair then numpy, pyw8a8 fused (glu=), torch int8"),
 )
@@ -363,6 +365,7 @@ def main(argv=None, quick=False):
     parser.add_argument("--crossover", nargs=2, metavar=("WIDE", "NARROW"),
                         help="only the M from which ISA WIDE beats ISA NARROW (amx "
                              "avx512vnni: the small-M fallback's threshold)")
+    torch_bench.add_options(parser)
     args = parser.parse_args(argv)
     isas = _checked_isas(parser, args.isa or [], "--isa")
     _checked_isas(parser, args.crossover or [], "--crossover")
@@ -371,7 +374,8 @@ def main(argv=None, quick=False):
     if args.mixed:
         return _mixed_main(args.rounds)
     if args.torch:
-        return torch_bench.main(args.rounds, _machine_info())
+        return torch_bench.main(args.rounds, _machine_info(),
+                                settings=torch_bench.settings(parser, args))
     if args.mca or args.overhead or args.crossover:
         return proxies.main(["--mca"] * args.mca + ["--overhead"] * args.overhead,
                             args.rounds, args.min_time, args.shapes, args.crossover)
