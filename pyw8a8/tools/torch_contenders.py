@@ -1,0 +1,495 @@
+"""``bench --torch``'s model-level table: each contender in a process of its own.
+
+A contender is a quantizer and a way to run the model:
+
+* quantizers: ``float`` (the model as loaded, float32), ``torchao``
+  (``torchao.quantization.quantize_`` with ``Int8DynamicActivationInt8WeightConfig()``:
+  per-token int8 activations, per-channel int8 weights, the scheme of pyw8a8 without its
+  rotation) and ``pyw8a8`` (:func:`pyw8a8.torch.quantize`, rotated, block 128);
+* modes: eager; ``compiled``, ``model.compile(dynamic=False)`` with Inductor's defaults;
+  ``max``, the same with ``torch._inductor.config.freezing = True``, ``max_autotune = True``
+  and ``max_autotune_gemm_backends = "CPP,ATEN"``: the settings a PyTorch user picks for
+  torchao, under which Inductor writes its int8 GEMMs as C++ templates with AMX or
+  AVX-512 VNNI micro-kernels.
+
+Compiled contenders use static shapes (``dynamic=False``): the encoder meets a shape per
+batch (a few), the LM two (its prompt and one token, through a ``StaticCache``).
+
+Each contender runs in a fresh interpreter (:func:`run_contender`): a user's process holds
+one model, and Inductor's settings, which are global, must not reach the next contender.
+Its Inductor cache is a fresh folder, so the compile time is a first compile's, as a
+user meets it (and the user's own cache is left alone).  The process reports:
+
+* the first call's wall time, compilation included (for an eager contender, its first
+  call: allocations and pyw8a8's tuning);
+* the speed, medians of rounds after warm-up (pyw8a8's tuner settled first);
+* what ran: the C++ GEMM templates Inductor wrote and the micro-kernel in each (AMX if it
+  holds AMX tile instructions, VNNI if AVX-512 VNNI ones, else another), ATen ``_int_mm``
+  calls and pyw8a8 operator calls in the compiled code, and Inductor's counters
+  (``cpp_templated_kernel_counter``, ``cpp_micro_gemm_amx_counter``);
+* the outputs the fidelity is computed from.
+
+The float contender runs first: the others' speed is given as a ratio to it, and their
+fidelity against its outputs (the encoder's embeddings; the LM's next-token
+distributions, with every contender fed the float model's greedy tokens).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+QUANTIZERS = ("float", "torchao", "pyw8a8")
+MODES = {"": "eager", "-compiled": "compiled", "-max": "compiled (freezing + max-autotune)"}
+#: The contenders by key ("pyw8a8-max"), every quantizer in every mode.
+CONTENDERS = [q + m for q in QUANTIZERS for m in MODES]
+#: The table's contenders unless --torch-contenders names others.
+DEFAULT_CONTENDERS = ("float", "torchao-max", "pyw8a8", "pyw8a8-compiled", "pyw8a8-max")
+MODELS = ("encoder", "lm")
+TORCHAO_INSTALL = 'pip install "pyw8a8[torchao]"'
+
+
+def label(key: str) -> str:
+    """The table's name of contender `key`: "pyw8a8 compiled (freezing + max-autotune)"."""
+    quantizer, _, mode = key.partition("-")
+    return f"{quantizer} {MODES['-' + mode if mode else '']}"
+
+
+def parse_contenders(text: str) -> list[str]:
+    """--torch-contenders: comma-separated keys, in the order given, float first."""
+    keys = [k.strip() for k in text.split(",") if k.strip()]
+    unknown = [k for k in keys if k not in CONTENDERS]
+    if unknown or not keys:
+        raise ValueError(f"unknown contender {', '.join(unknown) or '(none)'}; expected "
+                         f"some of {', '.join(CONTENDERS)}")
+    return ["float"] + [k for k in dict.fromkeys(keys) if k != "float"]
+
+
+def parse_models(text: str) -> list[str]:
+    """--torch-models: comma-separated, of MODELS and "sharing"."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    known = MODELS + ("sharing",)
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise ValueError(f"unknown model {', '.join(unknown) or '(none)'}; expected some of "
+                         f"{', '.join(known)}")
+    return list(dict.fromkeys(names))
+
+
+def torchao_available() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("torchao") is not None
+
+
+# -- in the contender's process ------------------------------------------------------------
+
+def _quantize(model, quantizer: str):
+    """`model` with its linear layers quantized in place by `quantizer`."""
+    if quantizer == "torchao":
+        from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+        quantize_(model, Int8DynamicActivationInt8WeightConfig())
+    elif quantizer == "pyw8a8":
+        import pyw8a8.torch as pt
+        model = pt.quantize(model, inplace=True)
+    return model
+
+
+def _compile(model, mode: str):
+    """`model` compiled in place for `mode` ("compiled" or "max"), static shapes."""
+    if mode == "max":
+        import torch._inductor.config as inductor
+        inductor.freezing = True
+        inductor.max_autotune = True
+        inductor.max_autotune_gemm_backends = "CPP,ATEN"
+    model.compile(dynamic=False)
+    return model
+
+
+@contextlib.contextmanager
+def _compiled_code():
+    """The wrapper code of every graph Inductor compiles (or loads) inside, as a list."""
+    codes: list[str] = []
+    try:
+        from torch._inductor.graph import GraphLowering
+    except ImportError:  # pragma: no cover - an Inductor without it: counters only
+        yield codes
+        return
+    previous = GraphLowering.save_output_code
+
+    def save(code):
+        codes.append(code)
+        if previous is not None:
+            previous(code)
+    GraphLowering.save_output_code = save
+    try:
+        yield codes
+    finally:
+        GraphLowering.save_output_code = previous
+
+
+_KERNEL_SOURCE = re.compile(r"'''(.*?)'''", re.DOTALL)
+#: Micro-kernels of Inductor's C++ GEMM template, as the table names them.
+TEMPLATE_KINDS = {"amx": "AMX", "vnni": "AVX-512 VNNI", "ref": "reference loop",
+                  "other": "other"}
+
+
+def kernel_report(codes: list[str], counters=None) -> dict:
+    """What the compiled graphs in `codes` (Inductor's wrapper code) run for their products:
+    C++ GEMM templates by micro-kernel (a template kernel's source holds "micro_gemm"; AMX
+    where it holds AMX tile products, VNNI where AVX-512 VNNI dot products, the reference
+    loop where no intrinsics at all), ATen
+    ``_int_mm`` and oneDNN ``qlinear_pointwise`` calls, pyw8a8 operator calls, the graph
+    count and graph breaks, and Inductor's C++ template and qlinear counters (`counters`:
+    torch._dynamo's, by default)."""
+    report = {"graphs": len(codes), **{f"template_{kind}": 0 for kind in TEMPLATE_KINDS},
+              "int_mm": 0, "onednn_qlinear": 0, "pyw8a8_ops": 0}
+    for code in codes:
+        for source in _KERNEL_SOURCE.findall(code):
+            if "micro_gemm" not in source:
+                continue
+            if re.search(r"_tile_dp(bu|bs)[sd]d", source):
+                kind = "amx"
+            elif "_mm512_dpbusd_epi32" in source:
+                kind = "vnni"
+            elif "_mm" not in source and "at::vec" not in source:
+                kind = "ref"  # CppMicroGemmRef: a plain loop, where no ISA's kernel fits
+            else:
+                kind = "other"
+            report[f"template_{kind}"] += 1
+        outside = _KERNEL_SOURCE.sub("", code)
+        report["int_mm"] += len(re.findall(r"\b(?:extern_kernels|aten)\._int_mm(?:\.default)?\(",
+                                           outside))
+        report["onednn_qlinear"] += len(re.findall(r"\bonednn\.qlinear_pointwise\b[\w.]*\(",
+                                                   outside))
+        report["pyw8a8_ops"] += len(re.findall(r"\btorch\.ops\.pyw8a8\.\w+\.default\(", outside))
+    if counters is None:
+        import torch
+        counters = torch._dynamo.utils.counters
+    report["counters"] = {k: v for k, v in counters["inductor"].items()
+                          if k.startswith(("cpp_", "qlinear_")) and v}
+    report["graph_breaks"] = sum(counters["graph_break"].values())
+    return report
+
+
+def _settle(call) -> int:
+    """Warm-up calls: pyw8a8's tuner settled (torch_sharing.settle_tuning), else one."""
+    if "pyw8a8.torch" in sys.modules:
+        from .torch_sharing import settle_tuning
+        return settle_tuning(call)
+    call()
+    return 1
+
+
+def _spread(values):
+    mid = statistics.median(values)
+    return (max(values) - min(values)) / mid if mid else 0.0
+
+
+def _encoder(spec: dict, key: str, model) -> dict:
+    """Encode each text set: first call, warm-up, rounds; the embeddings saved."""
+    import numpy as np
+    import torch
+    sets = spec["texts"]
+
+    def encode(texts):
+        with torch.inference_mode():
+            return model.encode(texts, batch_size=32, convert_to_tensor=True)
+
+    def encode_all():
+        return {name: encode(texts) for name, texts in sets.items()}
+    out = {}
+    with _compiled_code() as codes:
+        t0 = time.perf_counter()
+        embeddings = encode_all()
+        out["first_call_s"] = time.perf_counter() - t0
+        out["warm_calls"] = _settle(encode_all)
+    out["kernels"] = kernel_report(codes)
+    times = {name: [] for name in sets}
+    for _ in range(spec["rounds"]):
+        for name, texts in sets.items():
+            t0 = time.perf_counter()
+            encode(texts)
+            times[name].append(time.perf_counter() - t0)
+    out["sets"] = {}
+    for i, (name, texts) in enumerate(sets.items()):
+        path = Path(spec["outdir"]) / f"encoder-{key}-{i}.npy"
+        np.save(path, embeddings[name].float().numpy())
+        seconds = statistics.median(times[name])
+        out["sets"][name] = {"seconds": seconds, "spread": _spread(times[name]),
+                             "speed": len(texts) / seconds, "embeddings": str(path)}
+    return out
+
+
+def _lm(spec: dict, key: str, model, tokenizer) -> dict:
+    """Greedy decode of each prompt: first call, warm-up, rounds; then the next-token
+    distributions fed the float model's tokens (the float contender: its own, saved)."""
+    import numpy as np
+
+    from . import torch_lm
+    tokens = spec["tokens"]
+    prompts = torch_lm.prompts(tokenizer, spec["prompts"], spec["prompt_tokens"])
+    decoder = torch_lm.Decoder(model, spec["prompt_tokens"] + tokens)
+    out = {}
+    with _compiled_code() as codes:
+        t0 = time.perf_counter()
+        decoder.generate(prompts[0], tokens)
+        out["first_call_s"] = time.perf_counter() - t0
+        turn = iter(range(1 << 30))
+        out["warm_calls"] = _settle(
+            lambda: decoder.generate(prompts[next(turn) % len(prompts)], tokens))
+    out["kernels"] = kernel_report(codes)
+    decode, prefill, generated = [], [], []
+    for _ in range(spec["rounds"]):
+        runs = [decoder.generate(p, tokens) for p in prompts]
+        decode.append(sum(r.decode_s for r in runs))
+        prefill.append(sum(r.prefill_s for r in runs))
+        generated = [r.tokens for r in runs]
+    steps = len(prompts) * (tokens - 1)
+    rates = [steps / s for s in decode]
+    out.update(speed=statistics.median(rates), spread=_spread(rates),
+               prefill_s=statistics.median(prefill) / len(prompts), tokens=generated)
+    reference = Path(spec["outdir"]) / "lm-reference.npz"
+    if key == "float":
+        runs = [decoder.generate(p, tokens, keep_logits=True) for p in prompts]
+        np.savez(reference, tokens=np.array([r.tokens for r in runs]),
+                 logits=np.stack([np.stack([t.numpy() for t in r.logits]) for r in runs]))
+        return out
+    ref = np.load(reference)
+    kl, top1 = [], []
+    for p, ref_tokens, ref_logits in zip(prompts, ref["tokens"], ref["logits"]):
+        run = decoder.generate(p, tokens, forced=[int(t) for t in ref_tokens[:-1]],
+                               keep_logits=True)
+        logits = np.stack([t.numpy() for t in run.logits])
+        kl.extend(torch_lm.kl_divergence(ref_logits, logits))
+        top1.extend(logits.argmax(-1) == ref_tokens)
+    out.update(kl=float(np.mean(kl)), kl_max=float(np.max(kl)), top1=float(np.mean(top1)),
+               same_tokens=float(np.mean([a == list(b) for a, b in
+                                          zip(generated, ref["tokens"])])))
+    return out
+
+
+def contender_main(spec: dict) -> dict:
+    """One contender, start to end, in this process (`spec`: see :func:`run_contender`)."""
+    key, model_name = spec["contender"], spec["model"]
+    quantizer, _, mode = key.partition("-")
+    t0 = time.perf_counter()
+    if model_name == "encoder":
+        from .encode_timing import load_encoder
+        model, tokenizer = load_encoder(), None
+    else:
+        from .torch_lm import load_lm
+        model, tokenizer = load_lm(spec.get("layers"))
+    load_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    model = _quantize(model, quantizer)
+    if mode:
+        model = _compile(model, mode)
+    out = {"load_s": load_s, "prepare_s": time.perf_counter() - t0}
+    if quantizer == "pyw8a8":
+        from ..torch import _ops
+        out["operator"] = "native" if _ops.NATIVE is not None else "Python"
+    if model_name == "encoder":
+        out.update(_encoder(spec, key, model))
+    else:
+        out.update(_lm(spec, key, model, tokenizer))
+    return out
+
+
+# -- in bench's process --------------------------------------------------------------------
+
+def run_contender(spec: dict, timeout: float = 3600) -> dict:
+    """Run one contender in a fresh interpreter with a fresh Inductor cache; its result,
+    or {"error": the last lines of its stderr}.  `spec`: model ("encoder" or "lm"),
+    contender (a key of CONTENDERS), rounds, outdir (where outputs go), and the model's
+    settings: texts ({name: [str]}) for the encoder; tokens, prompt_tokens, prompts and
+    layers (None: all) for the LM."""
+    from .torch_sharing import KEEP_FREED_MEMORY
+    code = ("import json, sys; from pyw8a8.tools import torch_contenders as c; "
+            "print(json.dumps(c.contender_main(json.load(sys.stdin))))")
+    with tempfile.TemporaryDirectory(prefix="pyw8a8-inductor-") as cache:
+        env = {**os.environ, **KEEP_FREED_MEMORY, "TORCHINDUCTOR_CACHE_DIR": cache,
+               "HF_HUB_OFFLINE": "1"}
+        try:
+            done = subprocess.run([sys.executable, "-c", code], input=json.dumps(spec),
+                                  capture_output=True, text=True, timeout=timeout, env=env)
+        except subprocess.TimeoutExpired:
+            return {"error": f"no result in {timeout:.0f} s"}
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+        return {"error": " / ".join(lines[-3:])[-600:] or f"exit status {done.returncode}"}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@dataclass
+class Settings:
+    """What --torch-models, --torch-contenders, --texts, --tokens, --prompt-tokens,
+    --prompts, --lm-layers and --rounds ask of the model-level table."""
+
+    models: list
+    contenders: list
+    rounds: int
+    texts: int = 64
+    tokens: int = 24
+    prompt_tokens: int = 192
+    prompts: int = 3
+    layers: int | None = None
+
+
+def run(settings: Settings, texts: dict | None = None, progress=print) -> list[dict]:
+    """Every model's contenders, one process each, float first; a row per model (and text
+    set) and contender: the result, its fidelity against float and its speed ratio."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="pyw8a8-bench-torch-") as outdir:
+        for model in settings.models:
+            if model not in MODELS:
+                continue
+            spec = {"model": model, "rounds": settings.rounds, "outdir": outdir}
+            if model == "encoder":
+                spec["texts"] = texts
+            else:
+                spec.update(tokens=settings.tokens, prompt_tokens=settings.prompt_tokens,
+                            prompts=settings.prompts, layers=settings.layers)
+            results = {}
+            for key in settings.contenders:
+                if key.startswith("torchao") and not torchao_available():
+                    continue  # left out, and bench --torch says so
+                t0 = time.perf_counter()
+                results[key] = run_contender({**spec, "contender": key})
+                progress(f"bench --torch: {model}, {label(key)}: "
+                         f"{time.perf_counter() - t0:.0f} s"
+                         + (f" (failed: {results[key]['error']})"
+                            if "error" in results[key] else ""))
+                if key == "float" and "error" in results[key]:
+                    break  # nothing to compare with
+            rows += (_encoder_rows if model == "encoder" else _lm_rows)(results)
+    return rows
+
+
+def _encoder_rows(results: dict) -> list[dict]:
+    import numpy as np
+    import torch
+
+    from .torch_bench import fidelity
+    rows = []
+    base = results.get("float", {})
+    for name in (base.get("sets") or {}):
+        reference = torch.from_numpy(np.load(base["sets"][name]["embeddings"]))
+        for key, r in results.items():
+            row = {"model": "encoder", "set": name, "contender": key, **_common(r)}
+            if "error" not in r:
+                s = r["sets"][name]
+                row.update(speed=s["speed"], spread=s["spread"],
+                           ratio=s["speed"] / base["sets"][name]["speed"])
+                if key != "float":
+                    row["fidelity"] = fidelity(torch.from_numpy(np.load(s["embeddings"])),
+                                               reference)
+            rows.append(row)
+    if not rows:
+        rows = [{"model": "encoder", "set": "", "contender": k, **_common(r)}
+                for k, r in results.items()]
+    return rows
+
+
+def _lm_rows(results: dict) -> list[dict]:
+    rows = []
+    base = results.get("float", {})
+    for key, r in results.items():
+        row = {"model": "lm", "set": "", "contender": key, **_common(r)}
+        if "error" not in r:
+            row.update(speed=r["speed"], spread=r["spread"], prefill_s=r["prefill_s"])
+            if "speed" in base:
+                row["ratio"] = r["speed"] / base["speed"]
+            if "kl" in r:
+                row["fidelity"] = {k: r[k] for k in ("kl", "kl_max", "top1", "same_tokens")}
+        rows.append(row)
+    return rows
+
+
+def _common(result: dict) -> dict:
+    keys = ("error", "first_call_s", "warm_calls", "kernels", "load_s", "prepare_s",
+            "operator")
+    return {k: result[k] for k in keys if k in result}
+
+
+def kernels_text(row: dict) -> str:
+    """The table's "what ran" cell: templates by micro-kernel, ATen _int_mm calls, pyw8a8
+    operator calls, graphs and graph breaks, Inductor's counters."""
+    k = row.get("kernels")
+    if not k:
+        return "-"
+    parts = []
+    if row["contender"].partition("-")[2]:
+        templates = [f"{k[f'template_{kind}']} {name}" for kind, name in TEMPLATE_KINDS.items()
+                     if k.get(f"template_{kind}")]
+        if templates:
+            parts.append("C++ GEMM template: " + ", ".join(templates))
+        if k["int_mm"]:
+            parts.append(f"ATen _int_mm: {k['int_mm']}")
+        if k.get("onednn_qlinear"):
+            parts.append(f"oneDNN qlinear: {k['onednn_qlinear']}")
+        if k["pyw8a8_ops"]:
+            parts.append(f"pyw8a8 ops: {k['pyw8a8_ops']}")
+        parts.append(f"{k['graphs']} graphs, {k['graph_breaks']} breaks")
+        parts += [f"{name}={value}" for name, value in k["counters"].items()]
+    if row.get("operator"):
+        parts.append(f"{row['operator']} operator")
+    return "; ".join(parts) or "-"
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.2f}" if value < 10 else f"{value:.0f}"
+
+
+def format_table(rows: list[dict], settings: Settings, texts: dict | None) -> list[str]:
+    lines = ["\nModel level: each contender in a process of its own (a fresh Inductor cache: "
+             "first compiles), compiled ones with static shapes (dynamic=False); speed: "
+             "medians of the rounds"]
+    if any(r["model"] == "encoder" for r in rows):
+        counts = ", ".join(f"{len(v)} {k}" for k, v in (texts or {}).items())
+        lines.append(f"encoder: all-MiniLM-L6-v2, SentenceTransformer.encode of {counts} "
+                     "(batches of 32), speed in texts/s; fidelity: mean (lowest) cosine "
+                     "to float")
+    if any(r["model"] == "lm" for r in rows):
+        layers = ("" if settings.layers is None else
+                  f", only its first {settings.layers} layers (a quick check, not the model)")
+        lines.append(f"lm: Gemma 3 270M in transformers{layers}, greedy decode of "
+                     f"{settings.tokens} tokens after {settings.prompts} prompt(s) of "
+                     f"{settings.prompt_tokens} tokens (StaticCache), speed in decode tok/s "
+                     f"(the {settings.tokens - 1} one-token steps); fidelity: KL to float "
+                     "of the next-token distributions, mean (max) over the positions, every "
+                     "contender fed float's tokens, and the share of positions with float's "
+                     "top token")
+    lines += ["| model | contender | speed (spread) | vs float | fidelity | first call s | "
+              "what ran |", "|---|---|--:|--:|--:|--:|---|"]
+    for r in rows:
+        model = r["model"] + (f", {r['set']}" if r["set"] else "")
+        if "error" in r:
+            lines.append(f"| {model} | {label(r['contender'])} | - | - | - | - | "
+                         f"failed: {r['error']} |")
+            continue
+        speed = f"{r['speed']:.1f} (±{r['spread'] * 50:.0f}%)"
+        if "prefill_s" in r:
+            speed += f", prefill {r['prefill_s'] * 1e3:.0f} ms"
+        ratio = f"{r['ratio']:.2f}x" if "ratio" in r else "-"
+        f = r.get("fidelity")
+        if f is None:
+            fid = "reference" if r["contender"] == "float" else "-"
+        elif "kl" in f:
+            fid = f"KL {f['kl']:.4f} ({f['kl_max']:.3f}), top-1 {f['top1']:.3f}"
+        else:
+            fid = f"cosine {f['cosine']:.4f} ({f['cosine_min']:.4f})"
+        lines.append(f"| {model} | {label(r['contender'])} | {speed} | {ratio} | {fid} | "
+                     f"{_seconds(r['first_call_s'])} | {kernels_text(r)} |")
+    lines.append("first call: the first encode of the texts or generation of the first prompt, "
+                 "compilation included; what ran (compiled): Inductor's C++ GEMM templates by "
+                 "micro-kernel, ATen _int_mm calls and pyw8a8 operator calls in the compiled "
+                 "graphs, and Inductor's counters")
+    return lines
