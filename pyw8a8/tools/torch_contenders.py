@@ -294,8 +294,8 @@ def contender_main(spec: dict) -> dict:
         model = _compile(model, mode)
     out = {"load_s": load_s, "prepare_s": time.perf_counter() - t0}
     if quantizer == "pyw8a8":
-        from ..torch import _ops
-        out["operator"] = "native" if _ops.NATIVE is not None else "Python"
+        from ..torch import _native
+        out["operator"] = "native" if _native.NATIVE is not None else "Python"
     if model_name == "encoder":
         out.update(_encoder(spec, key, model))
     else:
