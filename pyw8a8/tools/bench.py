@@ -391,7 +391,7 @@ def main(argv=None, quick=False):
                              "the versions of Python, numpy, pyw8a8 and the peers found, the "
                              "commit of the source tree and the command line; a later run "
                              "on the same day and CPU kind is appended to that file")
-    torch_bench.add_options(parser)
+    torch_bench.add_options(parser, _option_type)
     args = parser.parse_args(argv)
     isas = _checked_isas(parser, args.isa or [], "--isa")
     _checked_isas(parser, args.crossover or [], "--crossover")

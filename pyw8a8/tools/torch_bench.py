@@ -121,18 +121,10 @@ def format_table(results: dict[str, dict[str, float]], label: str, count: int) -
     return lines
 
 
-def add_options(parser) -> None:
-    """``bench``'s options of --torch (its model-level table: torch_contenders)."""
+def add_options(parser, option) -> None:
+    """``bench``'s options of --torch (its model-level table: torch_contenders); `option`
+    makes a parse function an argparse type (bench's _option_type)."""
     from .torch_contenders import CONTENDERS, DEFAULT_CONTENDERS, parse_contenders, parse_models
-
-    def option(parse):
-        def convert(text):
-            try:
-                return parse(text)
-            except ValueError as exc:
-                import argparse
-                raise argparse.ArgumentTypeError(str(exc)) from None
-        return convert
     group = parser.add_argument_group("--torch")
     group.add_argument("--torch-models", type=option(parse_models),
                        default=["sharing", "encoder", "lm"],
