@@ -1,4 +1,5 @@
-"""Loading and timing the sentence encoder of ``bench --torch``, with no import of pyw8a8.
+"""Loading, timing and scoring the sentence encoder of ``bench --torch``, with no import of
+pyw8a8.
 
 Run as a script (``python .../encode_timing.py TEXTS_JSON ROUNDS``), it is the "torch
 alone" process of :mod:`pyw8a8.tools.torch_sharing`: the float model timed in a process
@@ -58,9 +59,26 @@ def timed_encodes(model, texts, layer_type, rounds):
     return statistics.median(totals), statistics.median(insides), list(calls)
 
 
+def fidelity(embeddings, reference) -> dict[str, float]:
+    """Cosine to the float embeddings (mean, lowest) and nearest-neighbour agreement."""
+    import torch
+    e = torch.nn.functional.normalize(embeddings.float(), dim=1)
+    r = torch.nn.functional.normalize(reference.float(), dim=1)
+    cos = (e * r).sum(1)
+
+    def neighbours(v):
+        sim = v @ v.T
+        sim.fill_diagonal_(-2.0)
+        return sim.argmax(1)
+    agree = (neighbours(e) == neighbours(r)).float().mean()
+    return {"cosine": float(cos.mean()), "cosine_min": float(cos.min()),
+            "neighbours": float(agree)}
+
+
 if __name__ == "__main__":
     import torch
     total, linear, _ = timed_encodes(load_encoder(), json.loads(sys.argv[1]),
                                      torch.nn.Linear, int(sys.argv[2]))
     assert not any(name.startswith("pyw8a8") for name in sys.modules)
     print(json.dumps({"torch": total - linear}))
+

@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 from . import torch_sharing
-from .encode_timing import MODEL_PACKAGE, load_encoder
+from .encode_timing import MODEL_PACKAGE, fidelity, load_encoder
 
 
 def texts(count: int) -> dict[str, list[str]]:
@@ -51,22 +51,6 @@ def variants(model) -> dict[str, Any]:
         dynamic = torch.ao.quantization.quantize_dynamic(copy.deepcopy(model),
                                                          {torch.nn.Linear}, dtype=torch.qint8)
     return {"float32": model, "torch dynamic int8": dynamic, "pyw8a8.torch": pt.quantize(model)}
-
-
-def fidelity(embeddings, reference) -> dict[str, float]:
-    """Cosine to the float embeddings (mean, lowest) and nearest-neighbour agreement."""
-    import torch
-    e = torch.nn.functional.normalize(embeddings.float(), dim=1)
-    r = torch.nn.functional.normalize(reference.float(), dim=1)
-    cos = (e * r).sum(1)
-
-    def neighbours(v):
-        sim = v @ v.T
-        sim.fill_diagonal_(-2.0)
-        return sim.argmax(1)
-    agree = (neighbours(e) == neighbours(r)).float().mean()
-    return {"cosine": float(cos.mean()), "cosine_min": float(cos.min()),
-            "neighbours": float(agree)}
 
 
 def run(models: dict[str, Any], texts: list[str], rounds: int,

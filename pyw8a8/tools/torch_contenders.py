@@ -54,7 +54,7 @@ CONTENDERS = [q + m for q in QUANTIZERS for m in MODES]
 #: The table's contenders unless --torch-contenders names others.
 DEFAULT_CONTENDERS = ("float", "torchao-max", "pyw8a8", "pyw8a8-compiled", "pyw8a8-max")
 MODELS = ("encoder", "lm")
-TORCHAO_INSTALL = 'pip install "pyw8a8[torchao]"'
+TORCHAO_INSTALL = 'pip install ".[torchao]" in the pyw8a8 checkout'
 
 
 def label(key: str) -> str:
@@ -377,7 +377,7 @@ def _encoder_rows(results: dict) -> list[dict]:
     import numpy as np
     import torch
 
-    from .torch_bench import fidelity
+    from .encode_timing import fidelity
     rows = []
     base = results.get("float", {})
     for name in (base.get("sets") or {}):

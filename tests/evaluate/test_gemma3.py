@@ -284,7 +284,7 @@ def test_load_gguf_path_error_message(monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", fake_import)
-    with pytest.raises(ImportError, match=r"pyw8a8\[eval\]"):
+    with pytest.raises(ImportError, match=r"pip install \"\.\[eval\]\""):
         gemma3.load_gguf_path()
 
 

