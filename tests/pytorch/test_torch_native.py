@@ -95,6 +95,24 @@ def test_the_gated_unit_runs_natively_with_matmul_pairs_bits():
 
 
 @native
+def test_a_freed_large_output_is_reused_and_a_live_one_never():
+    layer = pt.Linear.from_float(dense(64, 1024))
+    x = torch.randn(32, 64)  # a 128 KiB output: kept when freed
+    settle(layer, x)
+    with torch.inference_mode():
+        first = layer(x)
+        address, expected = first.data_ptr(), first.clone()
+        del first
+        assert calls()["outputs_kept_bytes"] >= 32 * 1024 * 4
+        again, in_c, _ = routes(lambda: layer(x))
+        assert in_c == 1 and again.data_ptr() == address
+        live = layer(x + 1)
+        assert live.data_ptr() != again.data_ptr()
+        assert torch.equal(again, expected) and torch.equal(live, reference(layer, x + 1))
+        assert torch.equal(again, reference(layer, x))
+
+
+@native
 def test_what_c_cannot_take_gets_the_python_route_and_its_errors():
     layer = pt.Linear.from_float(dense(64, 8), activation="gelu")
     x = torch.randn(5, 64)
