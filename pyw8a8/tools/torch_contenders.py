@@ -255,7 +255,8 @@ def _lm(spec: dict, key: str, model, tokenizer) -> dict:
     steps = len(prompts) * (tokens - 1)
     rates = [steps / s for s in decode]
     out.update(speed=statistics.median(rates), spread=_spread(rates),
-               prefill_s=statistics.median(prefill) / len(prompts), tokens=generated)
+               prefill_s=statistics.median(prefill) / len(prompts), tokens=generated,
+               split=torch_lm.decode_split(decoder, prompts[0], tokens))
     reference = Path(spec["outdir"]) / "lm-reference.npz"
     if key == "float":
         runs = [decoder.generate(p, tokens, keep_logits=True) for p in prompts]
@@ -404,7 +405,8 @@ def _lm_rows(results: dict) -> list[dict]:
     for key, r in results.items():
         row = {"model": "lm", "set": "", "contender": key, **_common(r)}
         if "error" not in r:
-            row.update(speed=r["speed"], spread=r["spread"], prefill_s=r["prefill_s"])
+            row.update(speed=r["speed"], spread=r["spread"], prefill_s=r["prefill_s"],
+                       split=r["split"])
             if "speed" in base:
                 row["ratio"] = r["speed"] / base["speed"]
             if "kl" in r:
@@ -492,4 +494,15 @@ def format_table(rows: list[dict], settings: Settings, texts: dict | None) -> li
                  "compilation included; what ran (compiled): Inductor's C++ GEMM templates by "
                  "micro-kernel, ATen _int_mm calls and pyw8a8 operator calls in the compiled "
                  "graphs, and Inductor's counters")
+    split = [r for r in rows if "split" in r]
+    if split:
+        lines += ["\nlm: where a decoded token's time goes, ms per one-token step of one "
+                  "generation under torch's profiler (slower than unprofiled): the linear "
+                  "layers' products (pyw8a8's operators, ATen's _int_mm, mm or addmm), the "
+                  "LM head's product, and the rest (attention, norms, activation quantizing "
+                  "outside a product, Python)",
+                  "| contender | step | products | LM head | rest |", "|---|--:|--:|--:|--:|"]
+        lines += [f"| {label(r['contender'])} | {r['split']['total']:.2f} | "
+                  f"{r['split']['products']:.2f} | {r['split']['head']:.2f} | "
+                  f"{r['split']['rest']:.2f} |" for r in split]
     return lines

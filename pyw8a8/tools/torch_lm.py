@@ -15,6 +15,7 @@ token, so a compiled model meets two shapes, the prompt's length and 1.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import os
@@ -186,10 +187,11 @@ class Decoder:
         return out.logits[0, -1]
 
     def generate(self, prompt: list[int], tokens: int, forced: list[int] | None = None,
-                 keep_logits: bool = False) -> Decoded:
+                 keep_logits: bool = False, around_decode=None) -> Decoded:
         """`tokens` new tokens after `prompt`, each the argmax of the last one's logits, or,
         with `forced`, the next of those tokens fed in its place (the same shapes and
-        work; the distributions then follow `forced`'s sequence)."""
+        work; the distributions then follow `forced`'s sequence).  `around_decode`, a
+        context manager, encloses the one-token steps (not the prefill)."""
         import torch
         if len(prompt) + tokens > self.max_len:
             raise ValueError(f"{len(prompt)} + {tokens} tokens exceed the cache's "
@@ -201,14 +203,48 @@ class Decoder:
             t1 = time.perf_counter()
             new = [int(logits.argmax())]
             kept = [logits.clone()] if keep_logits else None
-            for i in range(tokens - 1):
-                feed = forced[i] if forced is not None else new[-1]
-                logits = self._step(torch.tensor([[feed]]))
-                new.append(int(logits.argmax()))
-                if keep_logits:
-                    kept.append(logits.clone())
+            with around_decode or contextlib.nullcontext():
+                for i in range(tokens - 1):
+                    feed = forced[i] if forced is not None else new[-1]
+                    logits = self._step(torch.tensor([[feed]]))
+                    new.append(int(logits.argmax()))
+                    if keep_logits:
+                        kept.append(logits.clone())
             t2 = time.perf_counter()
         return Decoded(new, t1 - t0, t2 - t1, kept)
+
+
+#: The operators that run a linear layer's product, eager or compiled: pyw8a8's, ATen's
+#: int8 matmul (torchao's, where Inductor picks ATen) and float's.  Inductor's C++ GEMM
+#: template runs inside a generated kernel that the profiler does not name.
+PRODUCT_OPS = frozenset({"pyw8a8::linear", "pyw8a8::gated_linear", "aten::_int_mm",
+                         "aten::mm", "aten::addmm"})
+
+
+def decode_split(decoder: Decoder, prompt: list[int], tokens: int) -> dict[str, float]:
+    """Where a decoded token's time goes, in ms per one-token step, from one generation
+    under torch's profiler: ``products`` (the linear layers' `PRODUCT_OPS` calls but the
+    LM head's), ``head`` (the LM head's product: a call with a vocabulary-wide operand)
+    and ``rest`` (the step's wall time less both: attention, norms, quantizing
+    activations outside the product, Python and the profiler's own cost)."""
+    import torch
+    vocab = decoder.model.config.vocab_size
+    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                  record_shapes=True)
+    run = decoder.generate(prompt, tokens, around_decode=prof)
+    products = head = 0.0
+    for event in prof.events():
+        if event.name in PRODUCT_OPS:
+            wide = any(vocab in shape for shape in event.input_shapes if shape)
+            if wide:
+                head += event.cpu_time_total
+            else:
+                products += event.cpu_time_total
+    steps = tokens - 1
+    total = run.decode_s * 1e3 / steps
+    products, head = products / 1e3 / steps, head / 1e3 / steps
+    return {"total": total, "products": products, "head": head,
+            "rest": total - products - head}
 
 
 def kl_divergence(reference, logits) -> np.ndarray:

@@ -86,7 +86,9 @@ def _result(speed, **more):
             "kernels": {"graphs": 0, "template_amx": 0, "template_vnni": 0, "template_ref": 0,
                         "template_other": 0, "int_mm": 0, "onednn_qlinear": 0,
                         "pyw8a8_ops": 0, "counters": {}, "graph_breaks": 0},
-            "speed": speed, "spread": 0.1, "prefill_s": 0.2, "tokens": [[1, 2]], **more}
+            "speed": speed, "spread": 0.1, "prefill_s": 0.2, "tokens": [[1, 2]],
+            "split": {"total": 100 / speed, "products": 50 / speed, "head": 20 / speed,
+                      "rest": 30 / speed}, **more}
 
 
 def test_each_contender_runs_in_its_own_process_float_first(monkeypatch):
@@ -120,6 +122,9 @@ def test_each_contender_runs_in_its_own_process_float_first(monkeypatch):
                                          "1.50"]
     assert body[1].split(" | ")[3:5] == ["2.50x", "KL 0.0100 (0.050), top-1 0.900"]
     assert "failed: compile failed" in body[2]
+    split = table[table.index("| contender | step | products | LM head | rest |") + 2:]
+    assert split == ["| float eager | 10.00 | 5.00 | 2.00 | 3.00 |",
+                     "| pyw8a8 eager | 4.00 | 2.00 | 0.80 | 1.20 |"]
 
 
 def test_a_failed_float_contender_stops_the_model(monkeypatch):
