@@ -150,11 +150,15 @@ def compile_as_torchao_users_do(model):
 
 def inductor_int8_kernel(code):
     """Which int8 GEMM Inductor's generated `code` (its sources, one string) runs: its AMX
-    or AVX-512 VNNI micro-kernel, or ATen's ``_int_mm``."""
+    or AVX-512 VNNI micro-kernel, oneDNN's ``qlinear_pointwise`` (which max-autotune may
+    time faster than the template, as on an AMX Xeon at 8 x 128 x 64), or ATen's
+    ``_int_mm``."""
     if "_tile_loadd" in code or "_tile_dp" in code:
         return "amx"
     if "_mm512_dpbusd" in code or "avx512vnni" in code.lower():
         return "vnni"
+    if "qlinear_pointwise" in code:
+        return "oneDNN qlinear"
     if "_int_mm" in code:
         return "_int_mm"
     return "?"

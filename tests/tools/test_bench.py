@@ -381,8 +381,17 @@ def test_the_torchao_contender_is_its_int8_linear_compiled_and_names_its_kernel(
     y = run().numpy()
     ref = x @ w.T
     assert np.abs(y - ref).max() < 0.05 * np.abs(ref).max()
-    assert run.kernel in ("amx", "vnni", "_int_mm")
+    assert run.kernel in ("amx", "vnni", "oneDNN qlinear", "_int_mm")
     assert contenders.TORCHAO in contenders.contender_names(["avx2"])
+
+
+def test_the_inductor_kernel_is_read_from_the_generated_code():
+    from pyw8a8.tools import peers
+    named = {"_tile_loadd(...)": "amx", "_mm512_dpbusd_epi32(...)": "vnni",
+             "torch.ops.onednn.qlinear_pointwise.tensor(...)": "oneDNN qlinear",
+             "extern_kernels._int_mm(buf0, arg1, out=buf2)": "_int_mm", "cpp_fused_add": "?"}
+    for code, kernel in named.items():
+        assert peers.inductor_int8_kernel(code) == kernel, code
 
 
 def test_torch_layer_times_the_layer_eager_compiled_and_on_the_python_operator():
