@@ -1,7 +1,9 @@
 """The kernels' memory layout, as the Python modules see it: the C core's constants
 (``_simd/common.h``, exported by ``_kernels``) and the one rounding rule every padded size
 follows, and the alignment of the arrays the kernels stream."""
+import errno
 import math
+import mmap
 
 import numpy as np
 
@@ -31,11 +33,31 @@ def packed_k(k, rotate, block):
     return padded(padded(k, block) if rotate else k, W8_KPAD)
 
 
+#: From this size on a weight's array is a private anonymous mapping of its own, advised to
+#: the kernel for transparent huge pages before its first write: where THP is "madvise"
+#: (the usual default) nothing else asks for them (numpy's arrays and torch's tensors had
+#: none on an AMX Xeon), and a weight streamed once a call, as in every one-token decode
+#: step, then misses the TLB each 4 KiB: Gemma 3's 1 x 640 x 262144 LM head took 1.5x as
+#: long from 4 KiB pages there.
+HUGE_PAGE_FROM_BYTES = 1 << 22
+
+
 def empty_aligned(shape, dtype):
-    """An uninitialized C-contiguous array whose data starts on an ALIGN_BYTES boundary (a
-    view of a slightly larger buffer)."""
+    """An uninitialized C-contiguous array for a weight, whose data starts on an
+    ALIGN_BYTES boundary: a view of a slightly larger buffer, or from
+    HUGE_PAGE_FROM_BYTES on (on Linux) a page-aligned mapping advised for huge pages."""
     dtype = np.dtype(dtype)
-    buf = np.empty(math.prod(shape) * dtype.itemsize + ALIGN_BYTES, dtype=np.uint8)
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes >= HUGE_PAGE_FROM_BYTES and hasattr(mmap, "MADV_HUGEPAGE"):
+        try:
+            memory = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        except OSError as exc:  # out of memory is a MemoryError, as numpy's is
+            if exc.errno == errno.ENOMEM:
+                raise MemoryError(f"cannot allocate {nbytes} bytes for a weight") from None
+            raise
+        memory.madvise(mmap.MADV_HUGEPAGE)
+        return np.frombuffer(memory, dtype=dtype).reshape(shape)
+    buf = np.empty(nbytes + ALIGN_BYTES, dtype=np.uint8)
     return np.ndarray(shape, dtype, buf, -data_address(buf) % ALIGN_BYTES)
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _cpu, _kernels
-from ._layout import empty_aligned, is_aligned, packed_k, padded
+from ._layout import HUGE_PAGE_FROM_BYTES, empty_aligned, is_aligned, packed_k, padded
 from ._packed import panels as _panels
 from ._packed import saved as _saved
 from ._packed.panels import ENCODINGS
@@ -301,6 +301,12 @@ def _unpickle(version, shape, encoding, rotate, block, seed, panels, psum, scale
     files): a pickle is trusted code anyway, and unpickling stays O(1) beyond the copy of
     the bytes. The encoding is kept: every ISA runs both encodings exactly.
     """
+    if isinstance(panels, np.ndarray) and panels.nbytes >= HUGE_PAGE_FROM_BYTES:
+        # numpy's memory holds the unpickled bytes: a large weight moves to one of its own,
+        # eligible for huge pages (_layout.py says why).
+        moved = empty_aligned(panels.shape, panels.dtype)
+        moved[...] = panels
+        panels = moved
     return _saved.checked(PackedWeight, _saved.pickled_version(version), shape, encoding,
                           rotate, block, seed, panels, psum, scales)
 

@@ -20,6 +20,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from .._layout import HUGE_PAGE_FROM_BYTES, empty_aligned
 from ..matmul import matmul, matmul_pair, settled_call
 from ..packing import PackedWeight
 from . import _runtime
@@ -132,13 +133,26 @@ def packed_from(panels: torch.Tensor, psum: torch.Tensor, scales: torch.Tensor,
     return packed
 
 
+def owned_copy(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous copy of CPU tensor `t` in memory of its own: a weight's array
+    (``_layout.empty_aligned``: huge pages for a large one, which torch's allocator does
+    not ask for) from ``HUGE_PAGE_FROM_BYTES`` on, torch's below.  Never numpy's memory
+    for a small or empty one: torch.export.save reads a buffer's storage, which for an
+    empty array from numpy (the sums of an ISA that needs none) has no address."""
+    t = t.detach()
+    if t.numel() * t.element_size() < HUGE_PAGE_FROM_BYTES:
+        return t.contiguous().clone()
+    dtype = torch.empty(0, dtype=t.dtype).numpy().dtype
+    return torch.from_numpy(empty_aligned(tuple(t.shape), dtype)).copy_(t)
+
+
 def tensors_of(packed: PackedWeight) -> tuple[torch.Tensor, ...]:
-    """(panels, psum, scales, header): torch's own copies of `packed`'s arrays, with the
-    weight they hold (its arrays viewing them) kept on the panels, so nothing is checked
-    again.  Copies, not numpy's memory: torch.export.save reads a buffer's storage, which
-    for an empty array from numpy (the sums of an ISA that needs none) has no address."""
-    panels, psum, scales = (torch.from_numpy(a).clone() for a in (packed.panels, packed.psum,
-                                                                  packed.scales))
+    """(panels, psum, scales, header): torch's own copies of `packed`'s arrays
+    (:func:`owned_copy`), with the weight they hold (its arrays viewing them) kept on the
+    panels, so nothing is checked again."""
+    panels, psum, scales = (owned_copy(torch.from_numpy(a)) for a in (packed.panels,
+                                                                      packed.psum,
+                                                                      packed.scales))
     head = header(packed)
     view = PackedWeight(packed.shape, packed.encoding, panels.numpy(), psum.numpy(),
                         scales.numpy(), packed.rotate, packed.block, packed.seed)

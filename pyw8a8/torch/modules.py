@@ -128,7 +128,7 @@ class _PackedModule(nn.Module):
             missing_keys.extend(missing)
             if missing:
                 continue
-            tensors = [state_dict[key].detach().cpu().contiguous().clone() for key in keys]
+            tensors = [_ops.owned_copy(state_dict[key].cpu()) for key in keys]
             try:
                 packed = _ops.packed_from(*tensors)
             except ValueError as exc:
@@ -197,6 +197,16 @@ class _PackedModule(nn.Module):
         state["_buffers"] = {name: None if buf is None else buf.detach()
                              for name, buf in self._buffers.items()}
         return state
+
+    def __setstate__(self, state):
+        # Unpickled buffers are in torch's memory: the weights move to owned_copy's, where
+        # a large one gets huge pages.
+        super().__setstate__(state)
+        with torch.inference_mode(False):
+            for names in self._parts.values():
+                panels = self._buffers.get(names[0])
+                if panels is not None:
+                    self._buffers[names[0]] = _ops.owned_copy(panels)
 
 
 class Linear(_PackedModule):

@@ -1,5 +1,6 @@
 """Arrays the kernels stream start on a cache line (_layout.ALIGN_BYTES): packed panels,
 however the weight was made, and the outputs pyw8a8 allocates (from ALIGNED_FROM_BYTES)."""
+import mmap
 import pickle
 
 import numpy as np
@@ -9,6 +10,7 @@ import pyw8a8
 from pyw8a8._layout import (
     ALIGN_BYTES,
     ALIGNED_FROM_BYTES,
+    HUGE_PAGE_FROM_BYTES,
     RECYCLED_BUFFERS,
     RECYCLED_BYTES,
     data_address,
@@ -35,6 +37,51 @@ def test_empty_aligned(shape, dtype):
     assert arr.flags.writeable and is_aligned(arr)
     arr[...] = 1
     assert (arr == 1).all()
+
+
+def _mapping(arr):
+    """The mmap an array's memory belongs to, or None."""
+    while isinstance(arr, np.ndarray):
+        arr = arr.base
+    if isinstance(arr, memoryview):
+        arr = arr.obj
+    return arr if isinstance(arr, mmap.mmap) else None
+
+
+def _smaps_field(address, field):
+    """`field` of /proc/self/smaps for the mapping holding `address` (None if absent)."""
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(v, 16) for v in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == field + ":":
+                return " ".join(line.split()[1:])
+    return None
+
+
+@pytest.mark.skipif(not hasattr(mmap, "MADV_HUGEPAGE"), reason="huge-page advice is Linux's")
+def test_a_large_weight_array_is_a_mapping_of_its_own_eligible_for_huge_pages():
+    small = empty_aligned((HUGE_PAGE_FROM_BYTES - 1,), np.uint8)
+    large = empty_aligned((HUGE_PAGE_FROM_BYTES // 4, 2, 2), np.int8)
+    assert _mapping(small) is None and _mapping(large) is not None
+    assert data_address(large) % mmap.PAGESIZE == 0 and large.flags.writeable
+    large[...] = 1
+    with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+        thp = f.read()
+    # advised before its first write ("hg"), so where THP is on the kernel may back it
+    # with huge pages
+    assert "hg" in _smaps_field(data_address(large), "VmFlags")
+    assert "hg" not in _smaps_field(data_address(small), "VmFlags")
+    if "[never]" not in thp:
+        assert _smaps_field(data_address(large), "THPeligible") in ("1", None)
+    # a packed weight that large is made there, and pickles back there
+    w = np.random.default_rng(0).standard_normal((4096, 1024)).astype(np.float32)
+    packed = pyw8a8.pack_weight(w, rotate=False)
+    assert packed.panels.nbytes >= HUGE_PAGE_FROM_BYTES and _mapping(packed.panels)
+    assert _mapping(pickle.loads(pickle.dumps(packed)).panels)
 
 
 @pytest.mark.parametrize("shape", SHAPES + [()])

@@ -5,11 +5,14 @@ Skipped, with the reason shown, where torch is not installed (.ci/run installs i
 import copy
 import gc
 import io
+import mmap
 import pickle
 import threading
 import weakref
 
 import pytest
+
+from pyw8a8._layout import HUGE_PAGE_FROM_BYTES
 
 from torch_helpers import dense, torch
 
@@ -112,6 +115,38 @@ def test_deepcopy_and_pickle_give_independent_bit_exact_layers():
             assert again.weight_panels.data_ptr() != layer.weight_panels.data_ptr()
     # Only the tensors travel, not the numpy-side weight kept for the kernels.
     assert len(pickle.dumps(layer)) < 1.5 * sum(b.nbytes for b in layer.buffers())
+
+
+def _in_a_weight_mapping(tensor):
+    """Whether a tensor's memory is advised for huge pages (_layout.empty_aligned): "hg"
+    among the VmFlags of the mapping holding it."""
+    address, inside = tensor.data_ptr(), False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(v, 16) for v in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == "VmFlags:":
+                return "hg" in line.split()[1:]
+    return False
+
+
+@pytest.mark.skipif(not hasattr(mmap, "MADV_HUGEPAGE"), reason="huge-page advice is Linux's")
+def test_a_large_weight_stays_in_memory_eligible_for_huge_pages():
+    # torch's allocator asks for no huge pages: built, copied, unpickled or loaded, a large
+    # weight's panels live in a mapping of their own, advised for them.
+    layer = pt.Linear.from_float(dense(1024, 4096), rotate=False)
+    assert layer.weight_panels.nbytes >= HUGE_PAGE_FROM_BYTES
+    loaded = pt.Linear(1024, 4096)
+    loaded.load_state_dict(torch.load(saved(layer.state_dict())))
+    x = torch.randn(2, 1024)
+    with torch.no_grad():
+        y = layer(x)
+        for other in (layer, copy.deepcopy(layer), pickle.loads(pickle.dumps(layer)), loaded):
+            assert _in_a_weight_mapping(other.weight_panels)
+            assert not _in_a_weight_mapping(other.weight_scales)  # small: torch's memory
+            assert torch.equal(other(x), y)
 
 
 def test_writing_a_buffer_in_place_is_seen_by_the_next_call():
