@@ -25,12 +25,11 @@ KL_PERCENTILES = (50, 99, 99.9)
 def _row_lse(row64, work):
     """log(sum(exp(row))) of a float64 row, `work` a scratch row of its size."""
     m = row64.max()
+    if not np.isfinite(m):  # NaN or +inf anywhere, or a row of -inf
+        raise ValueError("logits contain NaN or infinities")
     np.subtract(row64, m, out=work)
     np.exp(work, out=work)
-    lse = m + np.log(work.sum())
-    if not np.isfinite(lse):
-        raise ValueError("logits contain NaN or infinities")
-    return lse
+    return m + np.log(work.sum())
 
 
 class ControlDistribution:

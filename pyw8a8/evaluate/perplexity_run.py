@@ -66,7 +66,7 @@ def run_perplexity(spec: dict) -> dict:
     scores = {name: WindowScores() for name in names}
     forward_s = dict.fromkeys(names, 0.0)
     score_s = 0.0
-    for window in progress(wins, len(wins), f"context {context}"):
+    for window in progress(wins, len(wins), f"context {context}", unit="window"):
         caches = {name: models[name].new_cache() for name in names}
         for s in range(0, context - 1, LOGITS_CHUNK):
             # positions s .. e-1 predict tokens s+1 .. e; the window's last token is only
