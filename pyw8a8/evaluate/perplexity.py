@@ -16,7 +16,7 @@ import numpy as np
 
 from .bootstrap import RESAMPLES, SEED, mean_interval, paired_bootstrap
 
-__all__ = ["ControlDistribution", "WindowScores", "summarize"]
+__all__ = ["KL_PERCENTILES", "ControlDistribution", "WindowScores", "summarize"]
 
 #: Percentiles of the per-position KL that the summary reports.
 KL_PERCENTILES = (50, 99, 99.9)
