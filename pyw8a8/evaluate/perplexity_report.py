@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .bootstrap import RESAMPLES, SEED
 from .perplexity import KL_PERCENTILES, summarize
 
 __all__ = ["build_perplexity", "render_perplexity_markdown"]
@@ -111,8 +112,9 @@ def render_perplexity_markdown(comp: dict) -> str:
         "*KL*: KL(control || configuration) of the next-token distribution at every "
         "position, nats; percentiles over positions. *Same top token*: share of positions "
         "whose most likely token is the control's. [95% CI]: 2.5th and 97.5th percentiles "
-        "of 10,000 bootstrap resamples of the windows (seed 0), the control's and the "
-        "configuration's scores resampled together.",
+        f"of {RESAMPLES:,} bootstrap resamples of the windows (seed {SEED}), the control's "
+        "and the configuration's scores resampled together; a few windows give only a "
+        "rough interval.",
     ]
     for context, entry in comp["contexts"].items():
         lines += _context_lines(context, entry)
