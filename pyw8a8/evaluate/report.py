@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 
+from .bootstrap import RESAMPLES, SEED
 from .configs import NOISE_FLOOR
-from .metrics import compare_answers, kl_summary
+from .metrics import answer_intervals, compare_answers, kl_summary
 from .speed import decode_summary, speed_summary, time_split
 
 __all__ = ["build_comparison", "render_markdown"]
@@ -28,6 +29,7 @@ def build_comparison(results: dict, labels, meta: dict, speed=None) -> dict:
             if ctrl_ok:
                 entry["speedup"] = control["wall_time_s"] / r["wall_time_s"]
                 entry["eval_speedup"] = control["eval_time_s"] / r["eval_time_s"]
+                entry["intervals"] = answer_intervals(labels, control["choices"], r["choices"])
                 if name != "control":
                     entry["answers"] = compare_answers(labels, control["choices"], r["choices"])
                     if r.get("kl_full"):
@@ -227,6 +229,8 @@ def _intro_lines(meta):
         f"- Data: {meta['data']} ({meta['n']} questions)",
         f"- Date: {meta['date']}; CPU: {meta['cpu']}; {meta['cpus']} logical CPUs; "
         f"threads: {meta['threads'] or 'default'}",
+        f"- Total wall time: {_fmt(meta.get('wall_time_s'), '{:.1f} s')} (every run, from "
+        "the start of the command)",
         f"- Python {meta['python']}, numpy {meta['numpy']}"
         + (f", kernel ISA {meta['isa']}" if meta.get("isa") else ""),
         "- Control: the Q4_K_M release dequantized to float32; W8A8 re-quantizes those floats.",
@@ -280,6 +284,41 @@ def _flips_lines(cfgs):
          f"| {a['incorrect_to_correct']} | {a['wrong_to_wrong_changes']} | {a['flips']} "
          f"| {a['net_correct']:+d} | {100 * a['top1_agreement']:.2f}% |"
          for name, _, a in _answered(cfgs)])
+
+
+def _interval_cell(point, interval, scale=100.0, spec="{:.2f}"):
+    low, high = interval
+    return (f"{spec.format(scale * point)} [{spec.format(scale * low)}, "
+            f"{spec.format(scale * high)}]")
+
+
+def _interval_lines(cfgs):
+    """Accuracy, its change, flips and answer changes with their bootstrap intervals."""
+    rows = []
+    for name, e in cfgs.items():
+        iv = e.get("intervals")
+        if iv is None:
+            continue
+        a = e.get("answers")
+        cells = [_interval_cell(e["accuracy"], iv["target_accuracy"])]
+        if a is None:  # the control: only its accuracy has an interval worth printing
+            cells += ["-", "-", "-"]
+        else:
+            cells += [_interval_cell(a["target_accuracy"] - a["control_accuracy"],
+                                     iv["accuracy_change"], spec="{:+.2f}"),
+                      _interval_cell(a["flip_rate"], iv["flip_rate"]),
+                      _interval_cell(a["answer_changes"] / a["n"], iv["answer_change_rate"])]
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    if not rows:
+        return []
+    return ["", "## 95% confidence intervals (paired bootstrap over questions)", "",
+            f"Percent of the questions; [low, high]: the 2.5th and 97.5th percentiles of "
+            f"{RESAMPLES:,} resamples of the questions with replacement (numpy generator, "
+            f"seed {SEED}), the control's and each configuration's answers resampled "
+            "together. An interval of the accuracy change that contains 0 does not tell the "
+            "configuration's accuracy from the control's.", ""] + _table(
+        ["Configuration", "Accuracy", "Accuracy change", "Correctness flips",
+         "Answer changes"], rows)
 
 
 def _kl_lines(cfgs):
@@ -340,6 +379,7 @@ def render_markdown(comp: dict) -> str:
     sections = [
         _intro_lines(comp["meta"]),
         _combined_lines(cfgs),
+        _interval_lines(cfgs),
         _noise_floor_lines(cfgs),
         _speed_section_lines(comp.get("speed")),
         _flips_lines(cfgs),

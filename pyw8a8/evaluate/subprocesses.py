@@ -15,8 +15,12 @@ import time
 import traceback
 from pathlib import Path
 
+from .perplexity_run import run_perplexity
 from .speed import run_speed
 from .worker import peak_rss_mib, run_config
+
+# What a spec's "kind" runs; no kind: one configuration's questions.
+_RUNNERS = {"speed": run_speed, "ppl": run_perplexity}
 
 __all__ = ["run_in_subprocess", "worker_main"]
 
@@ -26,7 +30,7 @@ def worker_main(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
     out = Path(spec["result_path"])
     try:
-        result = run_speed(spec) if spec.get("kind") == "speed" else run_config(spec)
+        result = _RUNNERS.get(spec.get("kind"), run_config)(spec)
         code = 0
     except BaseException as exc:  # report, never hang the parent
         result = {"name": spec["name"], "error": f"{type(exc).__name__}: {exc}",

