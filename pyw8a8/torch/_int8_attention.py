@@ -1,0 +1,165 @@
+"""The arithmetic of :class:`~pyw8a8.torch.Int8Cache`: int8 rows, the key rotation and the
+int8 attention over the cached keys and values.
+
+Quantization is pyw8a8's activation scheme: per row (one token of one head) a float32
+scale ``max|x| / 127`` and ``round(x / scale)`` in [-127, 127].  Keys (after RoPE) and the
+queries that meet them are rotated first by the block randomized Walsh-Hadamard transform
+of :func:`pyw8a8.rotate` (orthonormal, so ``q . k`` is unchanged in exact arithmetic);
+values are not.
+
+The attention works in a transposed layout, tokens along rows: per batch row and KV head,
+``S^T = K8 @ Q8^T`` (int8 x int8, exact int32 sums; the query heads of a group of GQA are
+columns of ``Q8^T``, so K is never repeated), then the scales, softcapping and the mask,
+a float32 softmax down the columns, V's per-token scale folded into each column of P,
+each column quantized (``scale = max / 127``), and ``O^T = V8^T @ P8^T`` exact in int32.
+Both products are ``torch._int_mm`` with the long operand (the cached tokens) on the left,
+the layout in which it is fastest for the few query columns of a decode step; every
+operand is laid out anew (standard strides), as ``_int_mm`` needs on AMX CPUs.
+"""
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple, Optional
+
+import numpy as np
+import torch
+
+from ..rotation import MAX_BLOCK, MIN_BLOCK, rotate
+
+#: The attribute of the int8 keys an Int8Cache returns that holds their `QuantizedKV`.
+MARK = "_pyw8a8_quantized_kv"
+#: The largest magnitude of a quantized value (symmetric int8).
+QMAX = 127
+#: The int32 sums of P.V stay exact while 127 * 127 * tokens < 2**31.
+MAX_TOKENS = (2**31 - 1) // (QMAX * QMAX)
+# The float scores of one chunk of queries (all heads): 16 MiB, so a long prefill does
+# not hold a (queries x tokens) matrix per head at once.
+_CHUNK_ELEMENTS = 1 << 22
+
+
+class QuantizedKV(NamedTuple):
+    """The cached tokens an attention call reads, besides the int8 keys themselves.
+
+    ``key_scales`` and ``value_scales``: float32 (batch, kv_heads, tokens); ``values_t``:
+    int8 (batch, kv_heads, head_dim, tokens), the values transposed; ``rotation``: float32
+    (head_dim, head_dim), the keys' rotation, or None where the keys are not rotated."""
+
+    key_scales: torch.Tensor
+    values_t: torch.Tensor
+    value_scales: torch.Tensor
+    rotation: Optional[torch.Tensor]
+
+
+def rotation_block(head_dim: int) -> Optional[int]:
+    """The rotation block for `head_dim` features: the largest power of two that divides
+    it (head_dim itself when it is one), at most 4096; None when that is below 16 (the
+    smallest block :func:`pyw8a8.rotate` takes: such keys are not rotated)."""
+    block = min(head_dim & -head_dim, MAX_BLOCK)
+    return block if block >= MIN_BLOCK else None
+
+
+@functools.lru_cache(maxsize=None)
+def rotation_matrix(head_dim: int, seed: int) -> Optional[torch.Tensor]:
+    """The rotation as a float32 (head_dim, head_dim) matrix M, ``rotate(x) == x @ M``
+    (the rotations of the unit vectors), or None (`rotation_block`)."""
+    block = rotation_block(head_dim)
+    if block is None:
+        return None
+    with torch.inference_mode(False):  # a normal tensor, usable in and out of inference mode
+        return torch.from_numpy(rotate(np.eye(head_dim, dtype=np.float32), block=block,
+                                       seed=seed))
+
+
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """int8 rows of float `x` (..., n) and their float32 scales (...): symmetric,
+    round to nearest, ``x ~= q * scale``; an all-zero row gets scale 0."""
+    x = x.float()
+    amax = x.abs().amax(-1)
+    inverse = torch.where(amax > 0, QMAX / amax, torch.zeros_like(amax))
+    q = torch.round(x * inverse.unsqueeze(-1)).clamp_(-QMAX, QMAX)
+    return _laid_out(q, torch.int8), amax / QMAX
+
+
+def _laid_out(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`x` converted to `dtype` in fresh memory of standard strides."""
+    return torch.empty(x.shape, dtype=dtype).copy_(x)
+
+
+def int8_products(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+    """Exact ``left[b, h] @ right[b, h]`` for int8 (B, H, M, K) and (B, H, K, N): int32
+    (B, H, M, N), one ``torch._int_mm`` per (b, h)."""
+    batch, heads, m, _ = left.shape
+    out = torch.empty((batch, heads, m, right.shape[-1]), dtype=torch.int32)
+    for b in range(batch):
+        for h in range(heads):
+            torch._int_mm(left[b, h], right[b, h], out=out[b, h])
+    return out
+
+
+def _mask_columns(mask: torch.Tensor, heads: int, groups: int, queries: int,
+                  tokens: int) -> torch.Tensor:
+    """The model's mask (batch, 1 or query heads, queries, >= tokens) as (batch, 1 or
+    heads, tokens, 1 or groups, queries): a view of the scores' transposed layout."""
+    if mask.dim() != 4 or mask.shape[-2] != queries or mask.shape[-1] < tokens:
+        raise ValueError(f"attention_mask must be (batch, heads, {queries}, {tokens}), got "
+                         f"shape {tuple(mask.shape)}")
+    mask = mask[..., :tokens]
+    if mask.shape[1] == 1:
+        return mask.transpose(-1, -2).unsqueeze(3)
+    if mask.shape[1] != heads * groups:
+        raise ValueError(f"attention_mask has {mask.shape[1]} heads; expected 1 or "
+                         f"{heads * groups}")
+    return mask.reshape(mask.shape[0], heads, groups, queries, tokens).permute(0, 1, 4, 2, 3)
+
+
+def attend(query: torch.Tensor, keys: torch.Tensor, cached: QuantizedKV,
+           mask: Optional[torch.Tensor], scaling: float,
+           softcap: Optional[float]) -> torch.Tensor:
+    """Attention of float `query` (B, Hq, Q, d) over the int8 `keys` (B, H, T, d) and
+    `cached`; `mask` as transformers' mask functions give it (bool, True where a query
+    sees a token, or additive float; None: causal, the last query seeing every token).
+
+    Returns the output as transformers' attention functions do: (B, Q, Hq, d), in
+    `query`'s dtype."""
+    batch, query_heads, queries, head_dim = query.shape
+    heads, tokens = keys.shape[1], keys.shape[2]
+    groups = query_heads // heads
+    q = query.float()
+    if cached.rotation is not None:
+        q = q @ cached.rotation
+    q8, q_scales = quantize_rows(q)
+    q8 = q8.view(batch, heads, groups, queries, head_dim)
+    q_scales = (q_scales * scaling).view(batch, heads, groups, queries)
+    columns = None if mask is None else _mask_columns(mask, heads, groups, queries, tokens)
+    out = torch.empty((batch, queries, heads, groups, head_dim), dtype=torch.float32)
+    chunk = max(1, _CHUNK_ELEMENTS // max(1, batch * heads * tokens * groups))
+    for i0 in range(0, queries, chunk):
+        i1 = min(queries, i0 + chunk)
+        width = groups * (i1 - i0)
+        queries_t = _laid_out(q8[:, :, :, i0:i1].permute(0, 1, 4, 2, 3).reshape(
+            batch, heads, head_dim, width), torch.int8)
+        scores = int8_products(keys, queries_t).float()
+        scores.mul_(cached.key_scales.unsqueeze(-1))
+        scores.mul_(q_scales[:, :, :, i0:i1].reshape(batch, heads, 1, width))
+        if softcap is not None:
+            scores = torch.tanh(scores / softcap).mul_(softcap)
+        grid = scores.view(batch, heads, tokens, groups, i1 - i0)
+        if columns is not None:
+            part = columns[..., i0:i1]
+            if part.dtype == torch.bool:
+                grid.masked_fill_(~part, float("-inf"))
+            else:
+                grid.add_(part)
+        elif queries > 1:  # causal, aligned to the last token
+            seen = torch.arange(tokens).unsqueeze(1) <= \
+                torch.arange(tokens - queries + i0, tokens - queries + i1).unsqueeze(0)
+            grid.masked_fill_(~seen.unsqueeze(1), float("-inf"))
+        probs = torch.softmax(scores, dim=2)
+        if columns is not None and columns.dtype == torch.bool:
+            probs.nan_to_num_(0.0)  # a query that sees no token (padding) gets zeros
+        probs.mul_(cached.value_scales.unsqueeze(-1))
+        p8, p_scales = quantize_rows(probs.transpose(-1, -2))
+        sums = int8_products(cached.values_t, _laid_out(p8.transpose(-1, -2), torch.int8))
+        o = sums.float().mul_(p_scales.unsqueeze(2))
+        out[:, i0:i1] = o.view(batch, heads, head_dim, groups, i1 - i0).permute(0, 4, 1, 3, 2)
+    return out.view(batch, queries, query_heads, head_dim).to(query.dtype)
