@@ -1,11 +1,12 @@
 """The arithmetic of :class:`~pyw8a8.torch.Int8Cache`: int8 rows, the key rotation and the
 int8 attention over the cached keys and values.
 
-Quantization is pyw8a8's activation scheme: per row (one token of one head) a float32
-scale ``max|x| / 127`` and ``round(x / scale)`` in [-127, 127].  Keys (after RoPE) and the
-queries that meet them are rotated first by the block randomized Walsh-Hadamard transform
-of :func:`pyw8a8.rotate` (orthonormal, so ``q . k`` is unchanged in exact arithmetic);
-values are not.
+Quantization is pyw8a8's activation scheme, by pyw8a8's own row quantizer (the one
+:func:`pyw8a8.matmul` runs): per row (one token of one head) a float32 scale
+``max|x| / 127`` and ``round(x / scale)`` in [-127, 127].  Keys (after RoPE) and the
+queries that meet them are rotated first, fused with their quantization, by the block
+randomized Walsh-Hadamard transform of :func:`pyw8a8.rotate` (orthonormal, so ``q . k``
+is unchanged in exact arithmetic); values are not.
 
 The attention works in a transposed layout, tokens along rows: per batch row and KV head,
 ``S^T = K8 @ Q8^T`` (int8 x int8, exact int32 sums; the query heads of a group of GQA are
@@ -18,13 +19,14 @@ operand is laid out anew (standard strides), as ``_int_mm`` needs on AMX CPUs.
 """
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
 
-from ..rotation import MAX_BLOCK, MIN_BLOCK, rotate
+from .. import quantize as _quantize
+from .._layout import W8_KPAD, padded
+from ..rotation import MAX_BLOCK, MIN_BLOCK
 
 #: The attribute of the int8 keys an Int8Cache returns that holds their `QuantizedKV`.
 MARK = "_pyw8a8_quantized_kv"
@@ -41,43 +43,36 @@ class QuantizedKV(NamedTuple):
     """The cached tokens an attention call reads, besides the int8 keys themselves.
 
     ``key_scales`` and ``value_scales``: float32 (batch, kv_heads, tokens); ``values_t``:
-    int8 (batch, kv_heads, head_dim, tokens), the values transposed; ``rotation``: float32
-    (head_dim, head_dim), the keys' rotation, or None where the keys are not rotated."""
+    int8 (batch, kv_heads, head_dim, tokens), the values transposed; ``block`` and
+    ``seed``: the keys' rotation (block 0: not rotated)."""
 
     key_scales: torch.Tensor
     values_t: torch.Tensor
     value_scales: torch.Tensor
-    rotation: Optional[torch.Tensor]
+    block: int
+    seed: int
 
 
-def rotation_block(head_dim: int) -> Optional[int]:
+def rotation_block(head_dim: int) -> int:
     """The rotation block for `head_dim` features: the largest power of two that divides
-    it (head_dim itself when it is one), at most 4096; None when that is below 16 (the
-    smallest block :func:`pyw8a8.rotate` takes: such keys are not rotated)."""
+    it (head_dim itself when it is one), at most 4096; 0 (no rotation) when that is below
+    16, the smallest block :func:`pyw8a8.rotate` takes."""
     block = min(head_dim & -head_dim, MAX_BLOCK)
-    return block if block >= MIN_BLOCK else None
+    return block if block >= MIN_BLOCK else 0
 
 
-@functools.lru_cache(maxsize=None)
-def rotation_matrix(head_dim: int, seed: int) -> Optional[torch.Tensor]:
-    """The rotation as a float32 (head_dim, head_dim) matrix M, ``rotate(x) == x @ M``
-    (the rotations of the unit vectors), or None (`rotation_block`)."""
-    block = rotation_block(head_dim)
-    if block is None:
-        return None
-    with torch.inference_mode(False):  # a normal tensor, usable in and out of inference mode
-        return torch.from_numpy(rotate(np.eye(head_dim, dtype=np.float32), block=block,
-                                       seed=seed))
-
-
-def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """int8 rows of float `x` (..., n) and their float32 scales (...): symmetric,
-    round to nearest, ``x ~= q * scale``; an all-zero row gets scale 0."""
-    x = x.float()
-    amax = x.abs().amax(-1)
-    inverse = torch.where(amax > 0, QMAX / amax, torch.zeros_like(amax))
-    q = torch.round(x * inverse.unsqueeze(-1)).clamp_(-QMAX, QMAX)
-    return _laid_out(q, torch.int8), amax / QMAX
+def quantize_rows(x: torch.Tensor, block: int = 0, seed: int = 0,
+                  name: str = "x") -> tuple[torch.Tensor, torch.Tensor]:
+    """int8 rows of float `x` (..., n), rotated first where `block` (pyw8a8's row
+    quantizer, rotation fused), and their float32 scales (...); ``x ~= q * scale`` (an
+    all-zero row: scale 0).  A row holding Inf or NaN raises a ValueError naming `name`."""
+    shape = x.shape
+    rows = x.detach().reshape(-1, shape[-1]).to(torch.float32).contiguous()
+    width = padded(shape[-1], W8_KPAD)
+    q, scales, _ = _quantize.quantize_rows(rows.numpy(), width, name=name, shape=shape,
+                                           block=block, seed=seed)
+    q8 = torch.from_numpy(q[:rows.shape[0], :shape[-1]].view(np.int8))
+    return q8.reshape(shape), torch.from_numpy(scales).reshape(shape[:-1])
 
 
 def _laid_out(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -90,9 +85,9 @@ def int8_products(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
     (B, H, M, N), one ``torch._int_mm`` per (b, h)."""
     batch, heads, m, _ = left.shape
     out = torch.empty((batch, heads, m, right.shape[-1]), dtype=torch.int32)
-    for b in range(batch):
-        for h in range(heads):
-            torch._int_mm(left[b, h], right[b, h], out=out[b, h])
+    for a, b, c in zip(left.flatten(0, 1).unbind(), right.flatten(0, 1).unbind(),
+                       out.flatten(0, 1).unbind()):
+        torch._int_mm(a, b, out=c)
     return out
 
 
@@ -124,10 +119,7 @@ def attend(query: torch.Tensor, keys: torch.Tensor, cached: QuantizedKV,
     batch, query_heads, queries, head_dim = query.shape
     heads, tokens = keys.shape[1], keys.shape[2]
     groups = query_heads // heads
-    q = query.float()
-    if cached.rotation is not None:
-        q = q @ cached.rotation
-    q8, q_scales = quantize_rows(q)
+    q8, q_scales = quantize_rows(query, cached.block, cached.seed, name="query")
     q8 = q8.view(batch, heads, groups, queries, head_dim)
     q_scales = (q_scales * scaling).view(batch, heads, groups, queries)
     columns = None if mask is None else _mask_columns(mask, heads, groups, queries, tokens)
@@ -158,8 +150,11 @@ def attend(query: torch.Tensor, keys: torch.Tensor, cached: QuantizedKV,
         if columns is not None and columns.dtype == torch.bool:
             probs.nan_to_num_(0.0)  # a query that sees no token (padding) gets zeros
         probs.mul_(cached.value_scales.unsqueeze(-1))
-        p8, p_scales = quantize_rows(probs.transpose(-1, -2))
-        sums = int8_products(cached.values_t, _laid_out(p8.transpose(-1, -2), torch.int8))
-        o = sums.float().mul_(p_scales.unsqueeze(2))
+        # each query's column of P to int8, scale max / 127 (P >= 0; a column of zeros,
+        # a query that sees nothing, stays zeros)
+        p_scales = probs.amax(dim=2, keepdim=True).div_(QMAX)
+        probs.div_(p_scales.clamp(min=torch.finfo(torch.float32).tiny)).round_()
+        sums = int8_products(cached.values_t, _laid_out(probs, torch.int8))
+        o = sums.float().mul_(p_scales)
         out[:, i0:i1] = o.view(batch, heads, head_dim, groups, i1 - i0).permute(0, 4, 1, 3, 2)
     return out.view(batch, queries, query_heads, head_dim).to(query.dtype)

@@ -37,8 +37,8 @@ class Int8Layer(CacheLayerMixin):
     ----------
     num_heads, head_dim : int
         The KV heads and their size, which every update must have.
-    rotation : torch.Tensor or None
-        float32 (head_dim, head_dim): the keys are ``keys @ rotation`` before quantizing.
+    block, seed : int
+        The keys' rotation before quantizing (:func:`pyw8a8.rotate`'s); block 0: none.
     window : int, optional
         A sliding-window layer's window: only the last ``window - 1`` tokens are kept
         between updates.
@@ -47,10 +47,10 @@ class Int8Layer(CacheLayerMixin):
     is_compileable = False
     is_croppable = True
 
-    def __init__(self, num_heads: int, head_dim: int, rotation: Optional[torch.Tensor],
+    def __init__(self, num_heads: int, head_dim: int, block: int, seed: int,
                  window: Optional[int] = None):
         super().__init__()
-        self.num_heads, self.head_dim, self.rotation = num_heads, head_dim, rotation
+        self.num_heads, self.head_dim, self.block, self.seed = num_heads, head_dim, block, seed
         self.window = window
         self.is_sliding = window is not None
         self.cumulative_length = 0
@@ -131,11 +131,9 @@ class Int8Layer(CacheLayerMixin):
         self._check(key_states, value_states)
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        keys = key_states.float()
-        if self.rotation is not None:
-            keys = keys @ self.rotation
-        k8, k_scales = _int8_attention.quantize_rows(keys)
-        v8, v_scales = _int8_attention.quantize_rows(value_states)
+        k8, k_scales = _int8_attention.quantize_rows(key_states, self.block, self.seed,
+                                                     name="key_states")
+        v8, v_scales = _int8_attention.quantize_rows(value_states, name="value_states")
         n = key_states.shape[2]
         self._make_room(n)
         b, e = self._buffers, self._end
@@ -153,7 +151,7 @@ class Int8Layer(CacheLayerMixin):
         values_t = b["values_t"][:, :, :, s:self._end]
         setattr(keys_out, _int8_attention.MARK, _int8_attention.QuantizedKV(
             b["key_scales"][:, :, s:self._end], values_t, b["value_scales"][:, :, s:self._end],
-            self.rotation))
+            self.block, self.seed))
         if self.window is not None:
             self._start = max(s, self._end - (self.window - 1))
         return keys_out, values_t.transpose(-1, -2)
@@ -267,7 +265,7 @@ class Int8Cache(Cache):
         text = config.get_text_config(decoder=True)
         num_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
         head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
-        rotation = _int8_attention.rotation_matrix(int(head_dim), seed)
+        block = _int8_attention.rotation_block(int(head_dim))
         layer_types, layer_kwargs = get_layer_types_and_kwargs(text)
         layers = []
         for i, (layer_type, kwargs) in enumerate(zip(layer_types, layer_kwargs)):
@@ -278,7 +276,7 @@ class Int8Cache(Cache):
             else:
                 raise ValueError(f"layer {i} of the model is {layer_type!r}; Int8Cache holds "
                                  f"full and sliding-window attention layers only")
-            layers.append(Int8Layer(int(num_heads), int(head_dim), rotation, window))
+            layers.append(Int8Layer(int(num_heads), int(head_dim), block, seed, window))
         super().__init__(layers=layers)
         self.config = text
         self.seed = seed

@@ -5,6 +5,8 @@ is missing."""
 import numpy as np
 import pytest
 
+import pyw8a8
+
 torch = pytest.importorskip("torch", reason="needs PyTorch (pip install '.[torch]')")
 transformers = pytest.importorskip("transformers",
                                    reason="needs transformers (pip install '.[torch-model]')")
@@ -103,8 +105,7 @@ def test_eager_models_and_models_pyw8a8_did_not_quantize_run_on_it():
 
 
 def _filled_layer(tokens=37, heads=2, head_dim=64, window=None, seed=7):
-    rotation = _int8_attention.rotation_matrix(head_dim, 0)
-    layer = Int8Layer(heads, head_dim, rotation, window)
+    layer = Int8Layer(heads, head_dim, _int8_attention.rotation_block(head_dim), 0, window)
     g = torch.Generator().manual_seed(seed)
     keys = torch.randn(2, heads, tokens, head_dim, generator=g)
     keys[..., 5] *= 20  # an outlier channel, which the rotation spreads
@@ -136,7 +137,8 @@ def test_the_attention_is_float_attention_over_the_dequantized_cache():
     # rotated as the keys are, causal and aligned to the last token; GQA by repeating
     k = (keys.double() * cached.key_scales.double().unsqueeze(-1)).repeat_interleave(2, 1)
     v = (values.double() * cached.value_scales.double().unsqueeze(-1)).repeat_interleave(2, 1)
-    q = query.double() @ cached.rotation.double()
+    q = torch.from_numpy(pyw8a8.rotate(query.numpy(), block=cached.block,
+                                       seed=cached.seed)).double()
     scores = (q @ k.transpose(-1, -2)) * 0.125
     scores += torch.full((3, 37), float("-inf"), dtype=torch.float64).triu(35)
     expected = (torch.softmax(scores, -1) @ v).transpose(1, 2)
@@ -148,16 +150,20 @@ def test_the_attention_is_float_attention_over_the_dequantized_cache():
     assert (got - exact).abs().max() <= 0.05 * exact.abs().max()
 
 
-def test_the_rotation_is_orthonormal_and_keeps_q_dot_k():
-    for head_dim in (64, 256, 80):
-        rotation = _int8_attention.rotation_matrix(head_dim, 3)
-        torch.testing.assert_close(rotation @ rotation.T, torch.eye(head_dim), atol=1e-5,
-                                   rtol=0)
+def test_the_rotation_keeps_q_dot_k_and_spreads_an_outlier():
+    for head_dim, block in ((64, 64), (256, 256), (80, 16), (24, 0)):
+        assert _int8_attention.rotation_block(head_dim) == block
+        if not block:
+            continue  # no power-of-two block from 16 divides 24: such keys are not rotated
         q, k = torch.randn(2, 5, head_dim, generator=torch.Generator().manual_seed(head_dim))
-        torch.testing.assert_close((q @ rotation) @ (k @ rotation).T, q @ k.T, atol=1e-4,
-                                   rtol=1e-5)
-    assert _int8_attention.rotation_block(64) == 64 and _int8_attention.rotation_block(80) == 16
-    assert _int8_attention.rotation_matrix(24, 0) is None  # no power-of-two block from 16
+        k[:, 3] *= 30
+        rq, rk = (torch.from_numpy(pyw8a8.rotate(t.numpy(), block=block, seed=3)) for t in (q, k))
+        torch.testing.assert_close(rq @ rk.T, q @ k.T, atol=1e-3, rtol=1e-5)
+        assert rk.abs().amax(-1).max() < k.abs().amax(-1).max() / 2
+        # the cache's quantizer rotates as pyw8a8.rotate does, fused
+        k8, scales = _int8_attention.quantize_rows(k, block, 3)
+        torch.testing.assert_close(k8.float() * scales[:, None], rk, rtol=0,
+                                   atol=float(scales.max()) / 2 + 1e-6)
 
 
 def test_a_sliding_layer_keeps_its_window_and_gives_the_dynamic_layer_s_sizes():
@@ -211,7 +217,7 @@ def test_nbytes_counts_the_int8_buffers_and_their_scales():
 
 
 def test_bad_states_are_refused_naming_what_is_wrong():
-    layer = Int8Layer(2, 64, None)
+    layer = Int8Layer(2, 64, 0, 0)
     with pytest.raises(ValueError, match=r"2 KV heads"):
         layer.update(torch.zeros(1, 3, 4, 64), torch.zeros(1, 3, 4, 64))
     with pytest.raises(ValueError, match="64"):
@@ -220,6 +226,10 @@ def test_bad_states_are_refused_naming_what_is_wrong():
         layer.update(torch.zeros(1, 2, 4, 64, dtype=torch.int32), torch.zeros(1, 2, 4, 64))
     with pytest.raises(ValueError, match="value_states is on meta"):
         layer.update(torch.zeros(1, 2, 4, 64), torch.zeros(1, 2, 4, 64, device="meta"))
+    bad = torch.zeros(1, 2, 4, 64)
+    bad[0, 1, 2, 3] = float("inf")
+    with pytest.raises(ValueError, match=r"key_states has a non-finite .*\(index \(0, 1, 2\)"):
+        layer.update(bad, torch.zeros(1, 2, 4, 64))
     with pytest.raises(ValueError, match="differ in shape"):
         layer.update(torch.zeros(1, 2, 4, 64), torch.zeros(1, 2, 5, 64))
     layer.update(torch.zeros(1, 2, 4, 64), torch.zeros(1, 2, 4, 64))
@@ -266,8 +276,7 @@ def test_queries_the_int8_attention_cannot_take_are_refused():
 
 def test_the_decode_is_unchanged_by_the_seed_but_the_stored_keys_are_not():
     a, (keys_a, _), _, _ = _filled_layer()
-    rotation = _int8_attention.rotation_matrix(64, 5)
-    b = Int8Layer(2, 64, rotation)
+    b = Int8Layer(2, 64, 64, 5)
     g = torch.Generator().manual_seed(7)
     keys, values = torch.randn(2, 2, 37, 64, generator=g), torch.randn(2, 2, 37, 64,
                                                                           generator=g)
