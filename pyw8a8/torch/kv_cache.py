@@ -5,8 +5,8 @@ quantized per token and KV head) and their float32 scales, int8 values stored tr
 (head_dim x tokens, the left operand of the attention's P.V product) and theirs.  A new
 token is written in place; a full buffer grows to twice its size (amortized doubling), and
 a sliding-window layer, which keeps only its last ``window - 1`` tokens as transformers'
-``DynamicSlidingWindowLayer`` does, moves them to the front of its buffer once it reaches
-the end, so no step copies the whole cache.
+``DynamicSlidingWindowLayer`` does, in a buffer of about twice the window, moves them to
+the front once it reaches the end, so no step copies the whole cache.
 
 ``update`` returns int8 views of the live tokens, the keys marked with the rest
 (:class:`~pyw8a8.torch._int8_attention.QuantizedKV`); pyw8a8's attention implementation
@@ -20,6 +20,7 @@ import torch
 from transformers.cache_utils import Cache, CacheLayerMixin, get_layer_types_and_kwargs
 from transformers.configuration_utils import PreTrainedConfig
 
+from .._layout import padded
 from . import _int8_attention
 from .attention import ATTENTION_NAMES
 
@@ -27,7 +28,9 @@ __all__ = ["Int8Cache", "Int8Layer"]
 
 #: The dtypes the cache quantizes from.
 KV_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-_FIRST_CAPACITY = 64
+# Buffers hold whole multiples of this many tokens; a full layer's first buffer holds its
+# first update and an eighth more (then doubles).
+_CAPACITY_STEP = 64
 
 
 class Int8Layer(CacheLayerMixin):
@@ -71,7 +74,8 @@ class Int8Layer(CacheLayerMixin):
         return 0 if self._buffers is None else sum(b.nbytes for b in self._buffers.values())
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        self._allocate(key_states.shape[0], max(_FIRST_CAPACITY, 2 * key_states.shape[2]))
+        n = key_states.shape[2]
+        self._allocate(key_states.shape[0], padded(n + n // 8 + 1, _CAPACITY_STEP))
         self.device = key_states.device
         self.is_initialized = True
 
@@ -154,6 +158,9 @@ class Int8Layer(CacheLayerMixin):
             self.block, self.seed))
         if self.window is not None:
             self._start = max(s, self._end - (self.window - 1))
+            window_capacity = padded(2 * self.window, _CAPACITY_STEP)
+            if self.capacity > 2 * window_capacity:  # after a long prefill: the window only
+                self._allocate(b["keys"].shape[0], window_capacity)
         return keys_out, values_t.transpose(-1, -2)
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:

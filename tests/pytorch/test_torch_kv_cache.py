@@ -184,6 +184,16 @@ def test_a_sliding_layer_keeps_its_window_and_gives_the_dynamic_layer_s_sizes():
     assert layer.get_seq_length() == theirs.get_seq_length() == 5 + 99 + 3
 
 
+def test_a_sliding_layer_returns_a_long_prefill_whole_then_keeps_its_window():
+    layer, (keys, values), float_keys, _ = _filled_layer(tokens=300, window=8)
+    assert keys.shape[2] == values.shape[2] == 300  # the prefill's queries see them all
+    assert layer.capacity == 64  # then two windows' room, in whole 64s, not 300 tokens'
+    kept, _ = layer.update(*torch.zeros(2, 2, 2, 1, 64))
+    # the last 7 of the prefill, unchanged by the move, and the new token
+    assert torch.equal(kept[:, :, :7], keys[:, :, -7:]) and kept.shape[2] == 8
+    assert layer.get_seq_length() == 301
+
+
 def test_appending_writes_in_place_and_grows_by_doubling():
     layer, (keys, _), _, _ = _filled_layer(tokens=3)
     first = keys.clone()
@@ -208,7 +218,8 @@ def test_nbytes_counts_the_int8_buffers_and_their_scales():
     # per layer, batch 1, 2 KV heads of 32: keys and values 32 bytes a token, scales 4 each
     per_token = 2 * (2 * 32 + 2 * 4)
     assert cache.nbytes == sum(layer.capacity for layer in cache.layers) * per_token
-    assert [layer.capacity for layer in cache.layers] == [80, 80]
+    # 40 tokens and an eighth more, in whole 64s; the sliding layer keeps about two windows
+    assert [layer.capacity for layer in cache.layers] == [64, 64]
     float_cache = transformers.DynamicCache(config=model.config)
     with torch.inference_mode():
         model(torch.arange(40).unsqueeze(0), cache=float_cache)
