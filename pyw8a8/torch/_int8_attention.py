@@ -12,7 +12,8 @@ The attention works in a transposed layout, tokens along rows: per batch row and
 ``S^T = K8 @ Q8^T`` (int8 x int8, exact int32 sums; the query heads of a group of GQA are
 columns of ``Q8^T``, so K is never repeated), then the scales, softcapping and the mask,
 a float32 softmax down the columns, V's per-token scale folded into each column of P,
-each column quantized (``scale = max / 127``), and ``O^T = V8^T @ P8^T`` exact in int32.
+each column quantized (``scale = max / 127``; with "int8x2" its rounding error too, as
+more columns), and ``O^T = V8^T @ P8^T`` exact in int32.
 Both products are ``torch._int_mm`` with the long operand (the cached tokens) on the left,
 the layout in which it is fastest for the few query columns of a decode step; every
 operand is laid out anew (standard strides), as ``_int_mm`` needs on AMX CPUs.
@@ -34,6 +35,11 @@ MARK = "_pyw8a8_quantized_kv"
 QMAX = 127
 #: The int32 sums of P.V stay exact while 127 * 127 * tokens < 2**31.
 MAX_TOKENS = (2**31 - 1) // (QMAX * QMAX)
+#: How the attention quantizes each query's probabilities (V's scales folded in) for P.V:
+#: "int8", one int8 row, scale max / 127; "int8x2", that row and its rounding error as a
+#: second int8 row in steps of 1/254 of the first's (about 15 bits; twice the columns of
+#: the same product).
+PROBABILITIES = ("int8", "int8x2")
 # The float scores of one chunk of queries (all heads): 16 MiB, so a long prefill does
 # not hold a (queries x tokens) matrix per head at once.
 _CHUNK_ELEMENTS = 1 << 22
@@ -44,13 +50,15 @@ class QuantizedKV(NamedTuple):
 
     ``key_scales`` and ``value_scales``: float32 (batch, kv_heads, tokens); ``values_t``:
     int8 (batch, kv_heads, head_dim, tokens), the values transposed; ``block`` and
-    ``seed``: the keys' rotation (block 0: not rotated)."""
+    ``seed``: the keys' rotation (block 0: not rotated); ``probabilities``: how P.V
+    quantizes P (`PROBABILITIES`)."""
 
     key_scales: torch.Tensor
     values_t: torch.Tensor
     value_scales: torch.Tensor
     block: int
     seed: int
+    probabilities: str
 
 
 def rotation_block(head_dim: int) -> int:
@@ -153,8 +161,16 @@ def attend(query: torch.Tensor, keys: torch.Tensor, cached: QuantizedKV,
         # each query's column of P to int8, scale max / 127 (P >= 0; a column of zeros,
         # a query that sees nothing, stays zeros)
         p_scales = probs.amax(dim=2, keepdim=True).div_(QMAX)
-        probs.div_(p_scales.clamp(min=torch.finfo(torch.float32).tiny)).round_()
-        sums = int8_products(cached.values_t, _laid_out(probs, torch.int8))
-        o = sums.float().mul_(p_scales)
+        probs.div_(p_scales.clamp(min=torch.finfo(torch.float32).tiny))
+        high = torch.round(probs)
+        if cached.probabilities == "int8x2":
+            # the rounding error, within half a step, in steps of 1/254 of one: more
+            # columns of the same product, (T, 2 x width)
+            low = probs.sub_(high).mul_(2 * QMAX).round_()
+            high = torch.cat([high, low], dim=-1)
+        sums = int8_products(cached.values_t, _laid_out(high, torch.int8)).float()
+        o = sums[..., :width].mul_(p_scales)
+        if cached.probabilities == "int8x2":
+            o.add_(sums[..., width:].mul_(p_scales / (2 * QMAX)))
         out[:, i0:i1] = o.view(batch, heads, head_dim, groups, i1 - i0).permute(0, 4, 1, 3, 2)
     return out.view(batch, queries, query_heads, head_dim).to(query.dtype)

@@ -42,13 +42,15 @@ def generate(model, ids, cache=None, **kwargs):
     return out.sequences, torch.stack(out.logits)
 
 
-@pytest.mark.parametrize("build", [llama, gemma], ids=["llama", "gemma3"])
-def test_generate_with_the_int8_cache_gives_the_default_cache_s_tokens(build):
+@pytest.mark.parametrize("build, probabilities", [(llama, "int8"), (gemma, "int8"),
+                                                  (gemma, "int8x2")],
+                         ids=["llama", "gemma3", "gemma3-int8x2"])
+def test_generate_with_the_int8_cache_gives_the_default_cache_s_tokens(build, probabilities):
     model = pt.quantize(build())
     assert model.config._attn_implementation == "pyw8a8"
     ids = torch.randint(0, 96, (1, 11), generator=torch.Generator().manual_seed(2))
     expected, expected_logits = generate(model, ids)
-    cache = pt.Int8Cache(model.config)
+    cache = pt.Int8Cache(model.config, probabilities=probabilities)
     got, logits = generate(model, ids, cache)
     assert got.tolist() == expected.tolist()
     scale = expected_logits.abs().max()
@@ -133,16 +135,23 @@ def test_the_attention_is_float_attention_over_the_dequantized_cache():
     cached = getattr(keys, _int8_attention.MARK)
     query = torch.randn(2, 4, 3, 64, generator=torch.Generator().manual_seed(9))
     got = _int8_attention.attend(query, keys, cached, None, 0.125, None)
-    # float64 attention over the stored int8 keys and values, dequantized: the queries
-    # rotated as the keys are, causal and aligned to the last token; GQA by repeating
+    # float64 attention over the stored int8 keys and values and the int8 queries,
+    # dequantized (P alone is not quantized), causal and aligned to the last token; GQA
+    # by repeating
     k = (keys.double() * cached.key_scales.double().unsqueeze(-1)).repeat_interleave(2, 1)
     v = (values.double() * cached.value_scales.double().unsqueeze(-1)).repeat_interleave(2, 1)
-    q = torch.from_numpy(pyw8a8.rotate(query.numpy(), block=cached.block,
-                                       seed=cached.seed)).double()
+    q8, q_scales = _int8_attention.quantize_rows(query, cached.block, cached.seed)
+    q = q8.double() * q_scales.double().unsqueeze(-1)
     scores = (q @ k.transpose(-1, -2)) * 0.125
     scores += torch.full((3, 37), float("-inf"), dtype=torch.float64).triu(35)
     expected = (torch.softmax(scores, -1) @ v).transpose(1, 2)
-    assert (got.double() - expected).abs().max() <= 0.02 * expected.abs().max()
+    error = (got.double() - expected).abs().max()
+    assert error <= 0.02 * expected.abs().max()
+    # P as two int8 rows, the second its rounding error: about 15 bits
+    finer = _int8_attention.attend(query, keys, cached._replace(probabilities="int8x2"),
+                                   None, 0.125, None)
+    assert (finer.double() - expected).abs().max() <= min(error / 10,
+                                                          2e-4 * expected.abs().max())
     # and close to attention over the float keys and values themselves
     exact = torch.nn.functional.scaled_dot_product_attention(
         query, float_keys.repeat_interleave(2, 1), float_values.repeat_interleave(2, 1),
@@ -266,6 +275,8 @@ def test_models_and_configs_it_cannot_serve_are_refused_naming_why():
         pt.Int8Cache(config)
     with pytest.raises(TypeError, match="config must be"):
         pt.Int8Cache({"num_hidden_layers": 2})
+    with pytest.raises(ValueError, match="probabilities must be one of 'int8', 'int8x2'"):
+        pt.Int8Cache(config, probabilities="int4")
     with pytest.raises(ValueError, match="seed"):
         pt.Int8Cache(config.__class__(num_hidden_layers=1), seed=-1)
 

@@ -37,7 +37,7 @@ def test_the_smallest_run_prints_both_caches_bytes_and_kl(capsys):
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 11 and cells[0] == "llama":
             rows[cells[3]] = cells
-    assert list(rows) == ["default", "Int8Cache"], out
+    assert list(rows) == ["default", "Int8Cache", "Int8Cache int8x2"], out
     for cells in rows.values():
         assert cells[1:3] == ["1", "16"]
         assert float(re.match(r"(\S+) \(", cells[5]).group(1)) > 0  # decode tok/s
@@ -45,7 +45,8 @@ def test_the_smallest_run_prints_both_caches_bytes_and_kl(capsys):
     # float32 K and V: 16 tokens x 8 heads x 64 x 4 bytes x 2; Int8Cache: 64 tokens of
     # room x 8 heads x (64 + 4) bytes x 2
     assert float(rows["default"][7]) == pytest.approx(16 * 8 * 64 * 4 * 2 / 2**20, rel=1e-3)
-    assert float(rows["Int8Cache"][7]) == pytest.approx(64 * 8 * 68 * 2 / 2**20, rel=1e-3)
-    kl_next, kl_mean = float(rows["Int8Cache"][8]), float(rows["Int8Cache"][9].split()[0])
-    assert 0 <= kl_next < 0.01 and 0 <= kl_mean < 0.01, out
+    for name in ("Int8Cache", "Int8Cache int8x2"):
+        assert float(rows[name][7]) == pytest.approx(64 * 8 * 68 * 2 / 2**20, rel=1e-3)
+        kl_next, kl_mean = float(rows[name][8]), float(rows[name][9].split()[0])
+        assert 0 <= kl_next < 0.01 and 0 <= kl_mean < 0.01, out
     assert all(float(cells[10]) < 0.05 for cells in rows.values()), out
