@@ -136,28 +136,30 @@ def attend(query: torch.Tensor, keys: torch.Tensor, cached: QuantizedKV,
     for i0 in range(0, queries, chunk):
         i1 = min(queries, i0 + chunk)
         width = groups * (i1 - i0)
+        # causal (no mask): the chunk's last query sees the first `seen` tokens, no more
+        seen = tokens if columns is not None else tokens - queries + i1
         queries_t = _laid_out(q8[:, :, :, i0:i1].permute(0, 1, 4, 2, 3).reshape(
             batch, heads, head_dim, width), torch.int8)
-        scores = int8_products(keys, queries_t).float()
-        scores.mul_(cached.key_scales.unsqueeze(-1))
+        scores = int8_products(keys[:, :, :seen], queries_t).float()
+        scores.mul_(cached.key_scales[:, :, :seen].unsqueeze(-1))
         scores.mul_(q_scales[:, :, :, i0:i1].reshape(batch, heads, 1, width))
         if softcap is not None:
             scores = torch.tanh(scores / softcap).mul_(softcap)
-        grid = scores.view(batch, heads, tokens, groups, i1 - i0)
+        grid = scores.view(batch, heads, seen, groups, i1 - i0)
         if columns is not None:
             part = columns[..., i0:i1]
             if part.dtype == torch.bool:
                 grid.masked_fill_(~part, float("-inf"))
             else:
                 grid.add_(part)
-        elif queries > 1:  # causal, aligned to the last token
-            seen = torch.arange(tokens).unsqueeze(1) <= \
+        elif i1 - i0 > 1:  # causal, aligned to the last token
+            visible = torch.arange(seen).unsqueeze(1) <= \
                 torch.arange(tokens - queries + i0, tokens - queries + i1).unsqueeze(0)
-            grid.masked_fill_(~seen.unsqueeze(1), float("-inf"))
+            grid.masked_fill_(~visible.unsqueeze(1), float("-inf"))
         probs = torch.softmax(scores, dim=2)
         if columns is not None and columns.dtype == torch.bool:
             probs.nan_to_num_(0.0)  # a query that sees no token (padding) gets zeros
-        probs.mul_(cached.value_scales.unsqueeze(-1))
+        probs.mul_(cached.value_scales[:, :, :seen].unsqueeze(-1))
         # each query's column of P to int8, scale max / 127 (P >= 0; a column of zeros,
         # a query that sees nothing, stays zeros)
         p_scales = probs.amax(dim=2, keepdim=True).div_(QMAX)
@@ -168,7 +170,7 @@ def attend(query: torch.Tensor, keys: torch.Tensor, cached: QuantizedKV,
             # columns of the same product, (T, 2 x width)
             low = probs.sub_(high).mul_(2 * QMAX).round_()
             high = torch.cat([high, low], dim=-1)
-        sums = int8_products(cached.values_t, _laid_out(high, torch.int8)).float()
+        sums = int8_products(cached.values_t[..., :seen], _laid_out(high, torch.int8)).float()
         o = sums[..., :width].mul_(p_scales)
         if cached.probabilities == "int8x2":
             o.add_(sums[..., width:].mul_(p_scales / (2 * QMAX)))
