@@ -334,3 +334,14 @@ def test_importing_pyw8a8_torch_does_not_import_transformers():
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_beam_search_and_bfloat16_run_on_it():
+    # beam search expands the cache's batch and reorders it every step
+    model = pt.quantize(llama().to(torch.bfloat16))
+    ids = torch.randint(0, 96, (1, 9), generator=torch.Generator().manual_seed(12))
+    with torch.inference_mode():
+        expected = model.generate(ids, max_new_tokens=4, do_sample=False, num_beams=2)
+        got = model.generate(ids, max_new_tokens=4, do_sample=False, num_beams=2,
+                             cache=pt.Int8Cache(model.config))
+    assert got.tolist() == expected.tolist()
