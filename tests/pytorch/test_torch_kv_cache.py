@@ -345,3 +345,16 @@ def test_beam_search_and_bfloat16_run_on_it():
         got = model.generate(ids, max_new_tokens=4, do_sample=False, num_beams=2,
                              cache=pt.Int8Cache(model.config))
     assert got.tolist() == expected.tolist()
+
+
+def test_crop_forgets_the_last_tokens_as_assisted_decoding_needs():
+    layer, (keys, _), _, _ = _filled_layer(tokens=10)
+    layer.crop(-3)
+    assert layer.get_seq_length() == 7 and layer.get_mask_sizes(1) == (8, 0)
+    again, _ = layer.update(*torch.zeros(2, 2, 2, 1, 64))
+    assert again.shape[2] == 8 and torch.equal(again[:, :, :7], keys[:, :, :7])
+    with pytest.raises(ValueError, match="negative count"):
+        layer.crop(2)
+    sliding, _, _, _ = _filled_layer(tokens=20, window=8)
+    with pytest.raises(RuntimeError, match="keeps only its last 7"):
+        sliding.crop(-10)
