@@ -38,9 +38,10 @@ myst_heading_anchors = 3  # [text](#a-heading) links, as on GitHub
 numpydoc_show_class_members = False
 autodoc_member_order = "bysource"
 autodoc_typehints = "none"  # the numpydoc sections already give every type
-# pyw8a8.torch and pyw8a8.dask import their libraries, which the [docs] extra leaves out:
-# where one is missing, autodoc reads the docstrings against a stand-in.
-autodoc_mock_imports = [m for m in ("torch", "dask", "distributed")
+# pyw8a8.torch (and for its Int8Cache transformers) and pyw8a8.dask import their
+# libraries, which the [docs] extra leaves out: where one is missing, autodoc reads the
+# docstrings against a stand-in.
+autodoc_mock_imports = [m for m in ("torch", "transformers", "dask", "distributed")
                         if importlib.util.find_spec(m) is None]
 if "torch" in autodoc_mock_imports:
     # pyw8a8.torch builds its C++ operator on import, which a stand-in torch cannot.

@@ -3,7 +3,8 @@ them.  Its parts (``--torch-models``): "sharing", this module's tables and
 :mod:`~pyw8a8.tools.torch_sharing`'s, below; "encoder" and "lm", the model-level table of
 :mod:`~pyw8a8.tools.torch_contenders` (float, torchao compiled by Inductor and pyw8a8 eager
 and compiled, each in a process of its own, with compile times; the LM is Gemma 3 270M in
-transformers, :mod:`~pyw8a8.tools.torch_lm`).
+transformers, :mod:`~pyw8a8.tools.torch_lm`); "kvcache", pyw8a8.torch.Int8Cache against
+transformers' default cache (:mod:`~pyw8a8.tools.torch_kv_bench`; not run unless named).
 
 The sharing tables: float32 against torch's dynamic int8 and against
 ``pyw8a8.torch.quantize``.
@@ -116,7 +117,9 @@ def add_options(parser, option) -> None:
                             "(the encoder's float32, torch int8 and pyw8a8 taking turns in one "
                             "process, and each library's share beside the other and alone), "
                             "encoder and lm (the model-level table, a process per contender: "
-                            "all-MiniLM-L6-v2, Gemma 3 270M)")
+                            "all-MiniLM-L6-v2, Gemma 3 270M); also kvcache (Int8Cache against "
+                            "the default KV cache, decode speed, bytes and KL; not in the "
+                            "default)")
     group.add_argument("--torch-contenders", type=option(parse_contenders),
                        default=list(DEFAULT_CONTENDERS),
                        help="the model-level table's contenders, comma-separated, float always "
@@ -134,12 +137,25 @@ def add_options(parser, option) -> None:
     group.add_argument("--lm-layers", type=int, default=None,
                        help="only the LM's first this many layers (a quick check, not the "
                             "model; default all 18)")
+    from .torch_kv_bench import DEFAULT_CONTEXT, MODELS
+    from .torch_kv_bench import parse_models as parse_kv_models
+    group.add_argument("--kv-models", type=option(parse_kv_models), default=list(MODELS),
+                       help="kvcache's models, comma-separated (default: llama,gemma): a "
+                            "Llama-shaped model of random weights, Gemma 3 270M")
+    group.add_argument("--kv-context", type=int, default=None,
+                       help="kvcache's prompt in tokens (default: " +
+                            ", ".join(f"{m} {c}" for m, c in DEFAULT_CONTEXT.items()) + ")")
+    group.add_argument("--kv-tokens", type=int, default=32,
+                       help="kvcache's one-token decode steps per round and cache (default 32)")
+    group.add_argument("--kv-layers", type=int, default=None,
+                       help="kvcache's layers (default: llama 8, gemma all 18)")
 
 
 def settings(parser, args):
     """The --torch options as torch_contenders.Settings; a usage error (status 2) for a
     value out of range."""
     from .torch_contenders import Settings
+    from .torch_kv_bench import KVSettings
     checks = [(args.texts >= 1, "--texts must be at least 1"),
               (args.tokens >= 2, "--tokens must be at least 2"),
               (args.prompt_tokens >= 2, "--prompt-tokens must be at least 2"),
@@ -147,21 +163,28 @@ def settings(parser, args):
               (args.lm_layers is None or args.lm_layers >= 1, "--lm-layers must be at least 1"),
               # Gemma 3's sliding window: the decode's cache holds it whole (torch_lm.Decoder)
               (args.prompt_tokens + args.tokens <= 512,
-               "--prompt-tokens plus --tokens must be at most 512 (Gemma 3's sliding window)")]
+               "--prompt-tokens plus --tokens must be at most 512 (Gemma 3's sliding window)"),
+              (args.kv_context is None or args.kv_context >= 1, "--kv-context must be at least 1"),
+              (args.kv_tokens >= 1, "--kv-tokens must be at least 1"),
+              (args.kv_layers is None or args.kv_layers >= 1, "--kv-layers must be at least 1")]
     for ok, message in checks:
         if not ok:
             parser.error(message)
     return Settings(models=args.torch_models, contenders=args.torch_contenders,
                     rounds=args.rounds, texts=args.texts, tokens=args.tokens,
                     prompt_tokens=args.prompt_tokens, prompts=args.prompts,
-                    layers=args.lm_layers)
+                    layers=args.lm_layers,
+                    kv=KVSettings(models=args.kv_models, context=args.kv_context,
+                                  tokens=args.kv_tokens, layers=args.kv_layers,
+                                  rounds=args.rounds))
 
 
 def main(rounds: int, machine_lines: list[str], count: int = 64, settings=None) -> int:
     """``bench --torch``: the machine; with "sharing", a table per text set of the three
     encoders taking turns and torch and pyw8a8 beside each other against alone; with
-    "encoder" and "lm", the model-level table (:mod:`~pyw8a8.tools.torch_contenders`).
-    Status 1 where a package or the texts are missing.  `settings`: the --torch options
+    "encoder" and "lm", the model-level table (:mod:`~pyw8a8.tools.torch_contenders`);
+    with "kvcache", :mod:`~pyw8a8.tools.torch_kv_bench`'s table.  Status 1 where a package
+    or the texts are missing.  `settings`: the --torch options
     (default: everything, `count` texts)."""
     import sys
 
@@ -175,7 +198,8 @@ def main(rounds: int, machine_lines: list[str], count: int = 64, settings=None) 
     for line in machine_lines:
         print(line)
     try:
-        sets = texts(count)  # first: without them, nothing to quantize a model for
+        # first: without them, nothing to quantize a model for ("kvcache" finds its own)
+        sets = texts(count) if set(settings.models) - {"kvcache"} else {}
         if "lm" in settings.models:
             from .torch_lm import _imports
             _imports()
@@ -212,4 +236,9 @@ def main(rounds: int, machine_lines: list[str], count: int = 64, settings=None) 
             settings, sets, progress=lambda line: print(line, file=sys.stderr, flush=True))
         for line in torch_contenders.format_table(rows, settings, sets):
             print(line)
+    if "kvcache" in settings.models:
+        from . import torch_kv_bench
+        kv = settings.kv or torch_kv_bench.KVSettings(rounds=rounds)
+        return torch_kv_bench.main(
+            kv, progress=lambda line: print(line, file=sys.stderr, flush=True))
     return 0

@@ -46,6 +46,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 QUANTIZERS = ("float", "torchao", "pyw8a8")
 MODES = {"": "eager", "-compiled": "compiled", "-max": "compiled (freezing + max-autotune)"}
@@ -74,9 +75,9 @@ def parse_contenders(text: str) -> list[str]:
 
 
 def parse_models(text: str) -> list[str]:
-    """--torch-models: comma-separated, of MODELS and "sharing"."""
+    """--torch-models: comma-separated, of MODELS, "sharing" and "kvcache"."""
     names = [n.strip() for n in text.split(",") if n.strip()]
-    known = MODELS + ("sharing",)
+    known = MODELS + ("sharing", "kvcache")
     unknown = [n for n in names if n not in known]
     if unknown or not names:
         raise ValueError(f"unknown model {', '.join(unknown) or '(none)'}; expected some of "
@@ -342,6 +343,8 @@ class Settings:
     prompt_tokens: int = 192
     prompts: int = 3
     layers: int | None = None
+    #: "kvcache"'s settings (a torch_kv_bench.KVSettings)
+    kv: Any = None
 
 
 def run(settings: Settings, texts: dict | None = None, progress=print) -> list[dict]:

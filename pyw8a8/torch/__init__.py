@@ -5,7 +5,9 @@ checkout); ``import pyw8a8`` never does.  The layers are inference-only CPU modu
 whose products are :func:`pyw8a8.matmul` and :func:`pyw8a8.matmul_pair`, bit for bit,
 through the operators ``torch.ops.pyw8a8.linear`` and ``torch.ops.pyw8a8.gated_linear``
 (C++ kernels, built for the installed torch on first import), eager, under
-``torch.compile`` and from ``torch.export`` or AOTInductor.
+``torch.compile`` and from ``torch.export`` or AOTInductor.  For transformers models,
+:class:`Int8Cache`, an int8 KV cache, and the int8 attention that reads it
+(:func:`enable_int8_attention`, which `quantize` applies).
 
 Examples
 --------
@@ -25,11 +27,33 @@ except ImportError as exc:  # pragma: no cover - exercised where torch is absent
                       "checkout (torch's CPU build first: pip install torch --index-url "
                       "https://download.pytorch.org/whl/cpu)") from exc
 
+import sys
+
 from . import (
     _native,  # noqa: F401  (registers their CPU kernels)
     _ops,  # noqa: F401  (defines torch.ops.pyw8a8.*)
 )
+from .attention import enable_int8_attention
 from .convert import Decision, QuantizeReport, quantize
 from .modules import GatedLinear, Linear
 
-__all__ = ["Decision", "GatedLinear", "Linear", "QuantizeReport", "quantize"]
+__all__ = ["Decision", "GatedLinear", "Int8Cache", "Linear", "QuantizeReport",
+           "enable_int8_attention", "quantize"]
+
+if "transformers.modeling_utils" in sys.modules:
+    # A pickled quantized model names pyw8a8's attention implementation in its config:
+    # unpickling imports transformers, then this package (for the layers).
+    from .attention import register as _register
+    _register()
+
+
+def __getattr__(name):
+    # Int8Cache imports transformers, which `import pyw8a8.torch` does not need.
+    if name == "Int8Cache":
+        try:
+            from .kv_cache import Int8Cache
+        except ImportError as exc:
+            raise ImportError(f"pyw8a8.torch.Int8Cache needs transformers ({exc}): pip "
+                              f"install transformers") from exc
+        return Int8Cache
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,6 +12,7 @@ import copy
 import dataclasses
 import fnmatch
 import logging
+import sys
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -19,6 +20,7 @@ from torch import nn
 
 from .._validation import renamed_keyword
 from . import fusion
+from .attention import ATTENTION_NAMES, enable_int8_attention
 from .modules import GatedLinear, Linear
 
 __all__ = ["Decision", "QuantizeReport", "quantize"]
@@ -45,6 +47,9 @@ class QuantizeReport:
     decisions: list[Decision] = field(default_factory=list)
     fused: list[fusion.Fusion] = field(default_factory=list)
     gated: list[fusion.GatedUnit] = field(default_factory=list)
+    #: A transformers model's attention implementation before and after, where quantize
+    #: set pyw8a8's (:func:`~pyw8a8.torch.enable_int8_attention`): ("sdpa", "pyw8a8").
+    attention: Optional[tuple[str, str]] = None
 
     @property
     def replaced(self) -> list[str]:
@@ -69,6 +74,9 @@ class QuantizeReport:
                      if g.down is not None else
                      "left in the module's code (its forward does more than the unit)")
                   for g in self.gated]
+        if self.attention:
+            lines.append(f"  attention: {self.attention[1]} (int8 with a "
+                         f"pyw8a8.torch.Int8Cache, else {self.attention[0]} as before)")
         return "\n".join(lines)
 
 
@@ -160,6 +168,11 @@ def quantize(model: nn.Module, *, include: Optional[Sequence[str]] = None,
     :mod:`pyw8a8.torch.fusion`).  Elsewhere its activation is fused into the gate and the
     report names the unit.
 
+    A transformers model with "sdpa" or "eager" attention gets pyw8a8's attention
+    implementation over it (:func:`~pyw8a8.torch.enable_int8_attention`): the same
+    attention as before, and int8 attention where it is given an
+    :class:`~pyw8a8.torch.Int8Cache`.
+
     Examples
     --------
     >>> import torch, pyw8a8.torch
@@ -242,5 +255,11 @@ def quantize(model: nn.Module, *, include: Optional[Sequence[str]] = None,
         logger.log(logging.INFO if verbose else logging.DEBUG, "%s %s (%s %d -> %d): %s",
                    d.action, d.name or "(root)", d.kind, d.in_features, d.out_features,
                    d.reason)
+    transformers = sys.modules.get("transformers")
+    if transformers is not None and isinstance(model, transformers.PreTrainedModel):
+        before = model.config._attn_implementation
+        if before in ATTENTION_NAMES:
+            enable_int8_attention(model)
+            report.attention = (before, model.config._attn_implementation)
     model.pyw8a8_report = report
     return model

@@ -20,6 +20,9 @@ NOT_RUN = {"tcp://scheduler-host:8786": "needs a running dask scheduler"}
 if importlib.util.find_spec("torch") is None:
     NOT_RUN["import torch"] = ("needs PyTorch, which is not installed "
                                "(pip install \".[torch]\" adds it)")
+if importlib.util.find_spec("transformers") is None:
+    NOT_RUN["import transformers"] = ("needs transformers, which is not installed "
+                                      "(pip install \".[torch-model]\" adds it)")
 
 
 def python_blocks(page):
@@ -144,7 +147,8 @@ def test_api_reference_names_every_public_name():
                  if n != "PACKED_FORMAT_VERSION" and n not in pyw8a8.__all__} |
                 {"pyw8a8.router.packed_file.PACKED_FORMAT_VERSION"} |
                 {f"pyw8a8.torch.{n}" for n in ("Linear", "GatedLinear", "quantize",
-                                                "QuantizeReport", "Decision")})
+                                                "QuantizeReport", "Decision", "Int8Cache",
+                                                "enable_int8_attention")})
     assert sorted(expected - names) == []
 
 

@@ -1,0 +1,236 @@
+"""``bench --torch --torch-models kvcache``: :class:`pyw8a8.torch.Int8Cache` against
+transformers' default cache (``DynamicCache``) on models quantized by
+:func:`pyw8a8.torch.quantize`, eager, in one process.
+
+Two models:
+
+* ``llama``: a Llama-shaped transformers model built from a config with random weights
+  (seeded): hidden 1024, 16 query heads and 8 KV heads of 64, FFN 2816, a 32,000-token
+  vocabulary, 8 layers (``--kv-layers``), at 8,192 tokens of context (``--kv-context``).
+  The target: Int8Cache decodes at least 1.3x as fast.
+* ``gemma``: Gemma 3 270M (:mod:`~pyw8a8.tools.torch_lm`; 1 KV head of 256, 4 query
+  heads, five of six layers with a 512-token sliding window), at 4,096 tokens of MMLU
+  questions.  The targets: Int8Cache adds at most 0.002 KL at the next token and decodes
+  no slower.
+
+The caches: the default, Int8Cache, and Int8Cache with ``probabilities="int8x2"`` (P as
+two int8 rows, the second its rounding error).  Per model and context, each cache is
+filled by one prefill of the prompt (timed once), then they decode in turns: each round
+``--kv-tokens`` one-token steps on each cache, one after the other, each continuing where
+it stopped (the context grows by that many tokens a round).  All are fed the default
+cache's greedy tokens, so their next-token distributions are comparable: KL(default ||
+Int8Cache) at the prefill's last position ("next token") and over it and every step
+(mean, max).  The quantized model's next token jumps where an
+activation's int8 rounding flips, so any change to the attention's arithmetic moves it
+some: the KL of each cache to the float model (unquantized, one forward pass over the
+same tokens) shows that floor beside what Int8Cache adds.  The bytes are the caches' own
+after the prefill: the default cache's float32 keys and values, Int8Cache's buffers as
+allocated (``nbytes``, the room to grow included).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+MODELS = ("llama", "gemma")
+#: Each model's context and layers unless the options name others.
+DEFAULT_CONTEXT = {"llama": 8192, "gemma": 4096}
+DEFAULT_LAYERS = {"llama": 8, "gemma": None}
+#: The Llama-shaped model's dimensions (besides its layers).
+LLAMA_SHAPE = dict(hidden_size=1024, num_attention_heads=16, num_key_value_heads=8,
+                   head_dim=64, intermediate_size=2816, vocab_size=32000)
+#: The caches, by their rows' names: the default, and Int8Cache with each way of
+#: quantizing P (its `probabilities`).
+CACHES = {"default": None, "Int8Cache": "int8", "Int8Cache int8x2": "int8x2"}
+
+
+@dataclass
+class KVSettings:
+    """What --kv-models, --kv-context, --kv-tokens, --kv-layers and --rounds ask."""
+
+    models: list = field(default_factory=lambda: list(MODELS))
+    context: int | None = None
+    tokens: int = 32
+    layers: int | None = None
+    rounds: int = 5
+
+
+def parse_models(text: str) -> list[str]:
+    """--kv-models: comma-separated, of MODELS."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in MODELS]
+    if unknown or not names:
+        raise ValueError(f"unknown model {', '.join(unknown) or '(none)'}; expected some of "
+                         f"{', '.join(MODELS)}")
+    return list(dict.fromkeys(names))
+
+
+def llama(layers: int, max_positions: int):
+    """The Llama-shaped model with random weights (seed 0), float32, SDPA attention."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    config = LlamaConfig(num_hidden_layers=layers, max_position_embeddings=max_positions,
+                         attn_implementation="sdpa", **LLAMA_SHAPE)
+    return LlamaForCausalLM(config).eval()
+
+
+def _model_and_prompt(name: str, settings: KVSettings):
+    """The float model and a prompt of the context's length (token ids)."""
+    import torch
+    context = settings.context or DEFAULT_CONTEXT[name]
+    layers = settings.layers or DEFAULT_LAYERS[name]
+    if name == "llama":
+        model = llama(layers, context + settings.tokens * (settings.rounds + 1) + 1)
+        generator = torch.Generator().manual_seed(1)
+        prompt = torch.randint(0, LLAMA_SHAPE["vocab_size"], (context,),
+                               generator=generator).tolist()
+        return model, prompt
+    from . import torch_lm
+    model, tokenizer = torch_lm.load_lm(layers)
+    return model, torch_lm.prompts(tokenizer, 1, context)[0]
+
+
+def _cache(kind: str, model):
+    import transformers
+
+    import pyw8a8.torch as pt
+    if CACHES[kind] is None:
+        return transformers.DynamicCache(config=model.config)
+    return pt.Int8Cache(model.config, probabilities=CACHES[kind])
+
+
+def cache_bytes(cache) -> int:
+    """The bytes a cache holds: Int8Cache's ``nbytes``, a DynamicCache's keys and values."""
+    if hasattr(cache, "nbytes"):
+        return cache.nbytes
+    return sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers
+               if layer.keys is not None)
+
+
+def measure(model, prompt: list[int], tokens: int, rounds: int):
+    """Both caches on `model` (quantized): prefill seconds, decode tok/s (median of the
+    rounds) and its spread and bytes after the prefill, per cache; the next-token logits
+    of each, float32 (1 + rounds * tokens, vocabulary), at the prefill's last position and
+    every step; the tokens fed."""
+    import torch
+
+    def step(cache, ids):
+        return model(input_ids=torch.tensor([ids]), cache=cache, use_cache=True,
+                     logits_to_keep=1).logits[0, -1]
+
+    results = {kind: {"times": []} for kind in CACHES}
+    logits = {kind: [] for kind in CACHES}
+    caches = {}
+    with torch.inference_mode():
+        for kind in CACHES:
+            caches[kind] = _cache(kind, model)
+            t0 = time.perf_counter()
+            logits[kind].append(step(caches[kind], prompt))
+            results[kind]["prefill_s"] = time.perf_counter() - t0
+            results[kind]["bytes"] = cache_bytes(caches[kind])
+        fed = [int(logits["default"][0].argmax())]
+        for _ in range(rounds):
+            start = len(fed) - 1
+            for kind in CACHES:
+                t0 = time.perf_counter()
+                for i in range(tokens):
+                    out = step(caches[kind], [fed[start + i]])
+                    logits[kind].append(out)
+                    if kind == "default":
+                        fed.append(int(out.argmax()))
+                results[kind]["times"].append(time.perf_counter() - t0)
+    for kind in CACHES:
+        times = results[kind].pop("times")
+        median = statistics.median(times)
+        results[kind].update(tok_s=tokens / median,
+                             spread=(max(times) - min(times)) / median)
+    return results, {k: torch.stack(v).numpy() for k, v in logits.items()}, fed
+
+
+def float_logits(model, prompt: list[int], fed: list[int]):
+    """The float model's next-token logits at the positions `measure` kept: one forward
+    pass over the prompt and the tokens fed but the last."""
+    import torch
+    ids = prompt + fed[:-1]
+    with torch.inference_mode():
+        return model(input_ids=torch.tensor([ids]), use_cache=False,
+                     logits_to_keep=len(fed)).logits[0].numpy()
+
+
+def fidelity(logits: dict, reference) -> dict:
+    """Per cache: its mean KL to the float model's `reference` logits ("kl_float"), and
+    for an Int8Cache KL(default || it) at the first position and its mean and max."""
+    import numpy as np
+
+    from .torch_lm import kl_divergence
+    out = {}
+    for kind in CACHES:
+        out[kind] = {"kl_float": float(np.mean(kl_divergence(reference, logits[kind])))}
+        if kind != "default":
+            kl = kl_divergence(logits["default"], logits[kind])
+            out[kind].update(kl_next=float(kl[0]), kl_mean=float(np.mean(kl)),
+                             kl_max=float(np.max(kl)))
+    return out
+
+
+def run(settings: KVSettings, progress=print) -> list[dict]:
+    """A row per model and cache: the settings it ran at and `measure`'s figures."""
+    import pyw8a8.torch as pt
+    rows = []
+    for name in settings.models:
+        t0 = time.perf_counter()
+        model, prompt = _model_and_prompt(name, settings)
+        quantized = pt.quantize(model)
+        results, logits, fed = measure(quantized, prompt, settings.tokens, settings.rounds)
+        del quantized
+        kl = fidelity(logits, float_logits(model, prompt, fed))
+        for kind in CACHES:
+            rows.append({"model": name, "context": len(prompt),
+                         "layers": model.config.num_hidden_layers, "cache": kind,
+                         **results[kind], **kl[kind]})
+        progress(f"bench --torch: kvcache, {name}: {time.perf_counter() - t0:.0f} s")
+    return rows
+
+
+def format_table(rows: list[dict], settings: KVSettings) -> list[str]:
+    lines = [f"\nKV cache: Int8Cache against transformers' default (DynamicCache, float32), "
+             f"both on the model quantized by pyw8a8.torch.quantize, eager; decode: "
+             f"{settings.tokens} one-token steps a round, the caches taking turns, "
+             f"{settings.rounds} rounds (median), both fed the default cache's greedy "
+             f"tokens; KL(default || Int8Cache) of the next-token distributions, and each "
+             f"cache's mean KL to the float model (unquantized) over the same positions",
+             "llama: random weights, hidden 1024, 16 query heads, 8 KV heads of 64; gemma: "
+             "Gemma 3 270M on MMLU questions; Int8Cache int8x2: Int8Cache(probabilities="
+             "'int8x2'), P as two int8 rows",
+             "| model | layers | context | cache | prefill s | decode tok/s (spread) | vs "
+             "default | cache MiB | KL next token | KL mean (max) | KL to float |",
+             "|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|"]
+    base = {r["model"]: r["tok_s"] for r in rows if r["cache"] == "default"}
+    for r in rows:
+        kl = (f"{r['kl_next']:.5f} | {r['kl_mean']:.5f} ({r['kl_max']:.5f})"
+              if "kl_next" in r else "reference | reference")
+        lines.append(f"| {r['model']} | {r['layers']} | {r['context']} | {r['cache']} | "
+                     f"{r['prefill_s']:.2f} | {r['tok_s']:.1f} (±{r['spread'] * 50:.0f}%) | "
+                     f"{r['tok_s'] / base[r['model']]:.2f}x | {r['bytes'] / 2**20:.3g} | "
+                     f"{kl} | {r['kl_float']:.5f} |")
+    return lines
+
+
+def main(settings: KVSettings, progress=print) -> int:
+    """The table; status 1 (with the reason printed) where a package or the questions
+    are missing."""
+    from ..evaluate.download import QuestionsUnavailable
+    try:
+        import transformers  # noqa: F401
+        if "gemma" in settings.models:
+            from .torch_lm import _imports
+            _imports()
+        rows = run(settings, progress)
+    except (ImportError, QuestionsUnavailable) as exc:
+        print(f"bench --torch kvcache: {exc}")
+        return 1
+    for line in format_table(rows, settings):
+        print(line)
+    return 0

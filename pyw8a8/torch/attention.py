@@ -1,0 +1,167 @@
+"""pyw8a8's attention implementations for transformers models.
+
+transformers picks a model's attention function by name (``config._attn_implementation``,
+looked up in its ``AttentionInterface``) and the mask function by the same name
+(``AttentionMaskInterface``).  pyw8a8 registers one name per implementation it wraps:
+``"pyw8a8"`` over ``"sdpa"`` and ``"pyw8a8_eager"`` over ``"eager"``, each with the mask
+function of the one it wraps.  Called with the int8 keys of an
+:class:`~pyw8a8.torch.Int8Cache`, it runs pyw8a8's int8 attention
+(:func:`~pyw8a8.torch._int8_attention.attend`); with anything else (a default cache, no
+cache) it calls the wrapped function with the same arguments, so the model computes what
+it computed before.  The check is on the key's dtype, which ``torch.compile`` resolves
+while tracing: a compiled model with a float cache keeps one graph.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+import torch
+
+from . import _int8_attention
+from ._ops import INFERENCE_ONLY
+
+__all__ = ["ATTENTION_NAMES", "enable_int8_attention"]
+
+#: pyw8a8's implementation's name for each implementation it wraps.
+ATTENTION_NAMES = {"sdpa": "pyw8a8", "eager": "pyw8a8_eager"}
+#: The query dtypes the int8 attention takes.
+QUERY_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _eager(module: torch.nn.Module) -> Callable:
+    """The model's own eager attention: its modeling file's ``eager_attention_forward``
+    (transformers' default when a model's implementation is "eager")."""
+    function = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+    if function is None:
+        raise RuntimeError(f"{type(module).__name__}'s module has no eager_attention_forward "
+                           f"for pyw8a8_eager to call")
+    return function
+
+
+def int8_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+                   value: torch.Tensor, attention_mask: Any, **kwargs):
+    """pyw8a8's int8 attention over an Int8Cache's keys and values, for transformers.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The model's attention module.
+    query : torch.Tensor
+        float32, bfloat16 or float16 (batch, query heads, queries, head_dim), on the CPU;
+        query heads a multiple of the KV heads (GQA).
+    key, value : torch.Tensor
+        int8 (batch, KV heads, tokens, head_dim), as :meth:`Int8Layer.update` returns them.
+    attention_mask : torch.Tensor or None
+        The mask of the model's mask function: bool (True where a query sees a token) or
+        additive float, (batch, 1 or query heads, queries, tokens); None: causal.
+    **kwargs
+        ``scaling`` (default head_dim ** -0.5), ``softcap`` (tanh softcapping of the
+        scores, as Gemma 2 has), ``dropout`` (must be 0: inference only); the rest (the
+        sliding window, which the mask applies) is not used.
+
+    Returns
+    -------
+    tuple
+        The output, (batch, queries, query heads, head_dim) in `query`'s dtype, and None
+        (no attention weights).
+    """
+    cached = getattr(key, _int8_attention.MARK, None)
+    if cached is None:
+        raise TypeError("key is int8 but not an Int8Cache's: pyw8a8's attention reads "
+                        "int8 keys from an Int8Cache only")
+    if not isinstance(query, torch.Tensor) or query.device.type != "cpu":
+        raise ValueError(f"query must be a CPU tensor; pyw8a8's int8 attention runs on the "
+                         f"CPU, got {getattr(query, 'device', type(query).__name__)}")
+    if query.dtype not in QUERY_DTYPES:
+        raise TypeError(f"query must be float32, bfloat16 or float16, got {query.dtype}")
+    if query.requires_grad and torch.is_grad_enabled():
+        raise RuntimeError(f"query {INFERENCE_ONLY}")
+    heads, head_dim = key.shape[1], key.shape[3]
+    if query.dim() != 4 or query.shape[3] != head_dim or query.shape[1] % heads:
+        raise ValueError(f"query must be (batch, a multiple of {heads} heads, queries, "
+                         f"{head_dim}), got shape {tuple(query.shape)}")
+    if query.shape[0] != key.shape[0]:
+        raise ValueError(f"query has batch {query.shape[0]}, the cache {key.shape[0]}")
+    if kwargs.get("dropout", 0.0) and module.training:
+        raise RuntimeError("pyw8a8's int8 attention is inference only: dropout must be 0 "
+                           "(call model.eval())")
+    if attention_mask is not None and not isinstance(attention_mask, torch.Tensor):
+        raise TypeError(f"attention_mask must be a tensor or None, got "
+                        f"{type(attention_mask).__name__}")
+    scaling = kwargs.get("scaling")
+    scaling = head_dim ** -0.5 if scaling is None else float(scaling)
+    softcap = kwargs.get("softcap")
+    out = _int8_attention.attend(query, key, cached, attention_mask, scaling,
+                                 None if softcap is None else float(softcap))
+    return out, None
+
+
+def _over(inner: str) -> Callable:
+    """The registered function of the pyw8a8 implementation over `inner`."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    def attention(module, query, key, value, attention_mask, **kwargs):
+        if key.dtype == torch.int8:
+            return int8_attention(module, query, key, value, attention_mask, **kwargs)
+        wrapped = _eager(module) if inner == "eager" else ALL_ATTENTION_FUNCTIONS[inner]
+        return wrapped(module, query, key, value, attention_mask, **kwargs)
+    attention.__name__ = f"pyw8a8_over_{inner}"
+    return attention
+
+
+def register() -> None:
+    """Register pyw8a8's implementations with transformers (once; again is harmless)."""
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+    from transformers.modeling_utils import AttentionInterface
+    for inner, name in ATTENTION_NAMES.items():
+        if name not in ALL_MASK_ATTENTION_FUNCTIONS._global_mapping:
+            AttentionInterface.register(name, _over(inner))
+            AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[inner])
+
+
+def enable_int8_attention(model: torch.nn.Module) -> torch.nn.Module:
+    """Run a transformers model's attention through pyw8a8: int8 attention where the
+    model is given an :class:`~pyw8a8.torch.Int8Cache`, its own attention otherwise.
+
+    :func:`pyw8a8.torch.quantize` calls it on a transformers model; call it on a model
+    that pyw8a8 did not quantize to use an Int8Cache there.
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+        On the CPU, with attention implementation "sdpa" or "eager".
+
+    Returns
+    -------
+    transformers.PreTrainedModel
+        `model` itself, its attention implementation now "pyw8a8" (over "sdpa") or
+        "pyw8a8_eager" (over "eager"); already so, it is left as it is.
+
+    Raises
+    ------
+    TypeError
+        `model` is not a transformers ``PreTrainedModel``.
+    ValueError
+        Its attention implementation is another (flash, flex, paged: pyw8a8 wraps sdpa and
+        eager), or it cannot change it (its attention does not go through transformers'
+        ``AttentionInterface``).
+    """
+    transformers = sys.modules.get("transformers")
+    if transformers is None or not isinstance(model, transformers.PreTrainedModel):
+        raise TypeError(f"model must be a transformers PreTrainedModel, got "
+                        f"{type(model).__name__}")
+    current = model.config._attn_implementation
+    if current in ATTENTION_NAMES.values():
+        return model
+    if current not in ATTENTION_NAMES:
+        raise ValueError(f"the model's attention implementation is {current!r}; pyw8a8's "
+                         f"int8 attention wraps {' or '.join(map(repr, ATTENTION_NAMES))} "
+                         f"(load the model with attn_implementation='sdpa')")
+    register()
+    model.set_attn_implementation(ATTENTION_NAMES[current])
+    if model.config._attn_implementation != ATTENTION_NAMES[current]:
+        raise ValueError(f"{type(model).__name__} cannot change its attention implementation "
+                         f"(its attention does not go through transformers' "
+                         f"AttentionInterface)")
+    return model
