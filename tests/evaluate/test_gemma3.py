@@ -393,6 +393,24 @@ def test_generate_through_the_cache_equals_reprefill(real):
     assert list(model.generate(ids, 4)) == _greedy_by_reprefill(model, ids, 4)
 
 
+def test_int8_kv_cache_past_the_window_is_close_to_float(real):
+    from pyw8a8.evaluate.metrics import kl_divergence
+
+    model, tok = real
+    c = model.config
+    ids = tok.encode(" ".join(f"item {i} weighs {i * 7 % 13} kg;" for i in range(90)))
+    assert len(ids) > c.sliding_window + 40  # the local layers' ring drops pages
+    cache = Int8KVCache([None if L.is_global else c.sliding_window for L in model.layers],
+                        c.n_kv_heads, c.head_dim)
+    got = [model.forward(ids[:-3], cache)]
+    got += [model.forward([t], cache) for t in ids[-3:]]
+    assert cache.held(0).start > 0 and cache.held(5) == range(len(ids))
+    ref = model.forward(ids, logits_positions=range(len(ids) - 4, len(ids)))
+    for g, r in zip(got, ref):
+        assert int(np.argmax(g)) == int(np.argmax(r))
+        assert kl_divergence(r, g) < 0.01
+
+
 def test_w8a8_router_close_to_float(real):
     from pyw8a8.evaluate.metrics import kl_divergence
     from pyw8a8.models.gemma3 import load_weights
