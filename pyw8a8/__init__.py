@@ -38,7 +38,8 @@ __version__ = "0.2.0"  # the one place the version is set (pyproject.toml reads 
 # Subpackages load on first access (``pyw8a8.router`` works after ``import pyw8a8``), so
 # the import stays as cheap as the API: pyw8a8.dask imports dask, pyw8a8.torch torch, the
 # evaluation its model and reports. ``metrics`` is the evaluation's metrics module.
-_SUBMODULES = {"dask": "dask", "evaluate": "evaluate", "metrics": "evaluate.metrics",
+_SUBMODULES = {"attention": "attention", "dask": "dask", "evaluate": "evaluate",
+               "metrics": "evaluate.metrics",
                "models": "models", "router": "router", "tools": "tools", "torch": "torch"}
 
 

@@ -71,7 +71,8 @@ def _parser():
     p.add_argument("--configs", nargs="+", default=[",".join(DEFAULT_CONFIGS)],
                    help="configurations, comma or space separated: control, bf16 (the noise "
                    "floor: bfloat16-rounded weights, float32 arithmetic), naive, rotatedN, env, "
-                   "the W8A8 ones optionally +scaling (default: %(default)s). The control "
+                   "the W8A8 ones optionally +scaling, then optionally +kv8 (int8 KV cache, exact "
+                   "int8 attention) or +kv8norot (default: %(default)s). The control "
                    "always runs.")
     p.add_argument("--out", default="eval_out", help="output directory (default: ./eval_out)")
     p.add_argument("--threads", type=int, help="threads for BLAS and the W8A8 kernels")

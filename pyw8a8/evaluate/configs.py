@@ -9,8 +9,8 @@ from ..models import gemma3
 from ..router import Router, RouterConfig, WeightCache, float_linear
 from .bfloat16 import bfloat16_linear
 
-__all__ = ["DEFAULT_CONFIGS", "NOISE_FLOOR", "Bfloat16Weights", "build_model", "linear_factory",
-           "parse_config", "parse_config_list"]
+__all__ = ["DEFAULT_CONFIGS", "NOISE_FLOOR", "Bfloat16Weights", "build_model", "kv_cache_kind",
+           "linear_factory", "parse_config", "parse_config_list"]
 
 #: The noise-floor configuration's name (see `Bfloat16Weights`).
 NOISE_FLOOR = "bf16"
@@ -20,7 +20,10 @@ DEFAULT_CONFIGS = ["control", NOISE_FLOOR, "naive", "rotated128", "rotated64",
 
 # fullmatch, ASCII digits, no leading zeros: "naive\n", "rotated0128" or "rotated١٢٨" are not
 # names ("rotated0" still parses so that it gets the power-of-two message).
-_CONFIG_RE = re.compile(r"(control|bf16|naive|env|rotated(0|[1-9][0-9]*))(\+scaling)?")
+_CONFIG_RE = re.compile(
+    r"(control|bf16|naive|env|rotated(0|[1-9][0-9]*))(\+scaling)?(\+kv8(?:norot)?)?")
+# The model's KV cache (`Gemma3`'s kv_cache) of each suffix.
+_KV_CACHES = {None: "float", "+kv8": "int8", "+kv8norot": "int8-norot"}
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,11 @@ def parse_config(name: str):
     Names: ``control`` (float), ``bf16`` (the noise floor: float with bfloat16-rounded
     weights), ``naive`` (W8A8, no rotation), ``rotatedN`` (rotation with block N, a power
     of two from 16 to 4096), ``env`` (``RouterConfig.from_env()``); the W8A8 ones
-    optionally followed by ``+scaling`` (FFN equalization).
+    optionally followed by ``+scaling`` (FFN equalization), then optionally by ``+kv8``
+    (the int8 KV cache and exact int8 attention, keys Hadamard-rotated) or ``+kv8norot``
+    (the same without the rotation, an ablation); `kv_cache_kind` reads that suffix.
+    ``control+kv8`` and ``bf16+kv8`` are rejected: the control is the float reference
+    every KL is measured against, and the noise floor is a float model.
 
     Returns
     -------
@@ -53,21 +60,15 @@ def parse_config(name: str):
         ``rotated8192``, or ``env`` with a bad ``PYW8A8_*`` variable); the message names
         the configuration.
     """
-    m = _CONFIG_RE.fullmatch(name) if isinstance(name, str) else None
-    if not m:
-        raise ValueError(
-            f"unknown configuration {name!r}; use control, bf16, naive, env or rotatedN "
-            "(N a power of two from 16 to 4096), the last three optionally with +scaling"
-        )
-    kind, block, scaling = m.group(1), m.group(2), bool(m.group(3))
-    if kind == "control":
-        if scaling:
-            raise ValueError("control+scaling is not a configuration (the control is float)")
-        return None
-    if kind == NOISE_FLOOR:
-        if scaling:
-            raise ValueError("bf16+scaling is not a configuration (FFN scaling is for W8A8)")
-        return Bfloat16Weights()
+    kind, block, scaling, kv = _name_parts(name)
+    if kind in ("control", NOISE_FLOOR):
+        if scaling or kv:
+            model = ("the control is the float reference" if kind == "control" else
+                     "the noise floor is a float model")
+            why = ("FFN scaling is for W8A8" if scaling else "the int8 KV cache goes with "
+                   "the W8A8 configurations, e.g. rotated128+kv8")
+            raise ValueError(f"{name} is not a configuration ({model}; {why})")
+        return None if kind == "control" else Bfloat16Weights()
     # RouterConfig validates its fields (rotatedN: a block pack_weight accepts); say which
     # configuration name they came from.
     try:
@@ -79,6 +80,31 @@ def parse_config(name: str):
         return RouterConfig(rotate=True, block=int(block), scaling=scaling)
     except ValueError as exc:
         raise ValueError(f"configuration {name!r}: {exc}") from exc
+
+
+def _name_parts(name):
+    """(kind, block digits or None, +scaling, +kv8 suffix or None) of a configuration name."""
+    m = _CONFIG_RE.fullmatch(name) if isinstance(name, str) else None
+    if not m:
+        raise ValueError(
+            f"unknown configuration {name!r}; use control, bf16, naive, env or rotatedN "
+            "(N a power of two from 16 to 4096), the last three optionally with +scaling, "
+            "then optionally with +kv8 (int8 KV cache) or +kv8norot"
+        )
+    return m.group(1), m.group(2), bool(m.group(3)), m.group(4)
+
+
+def kv_cache_kind(name: str) -> str:
+    """The KV cache of a configuration name (see `parse_config`): ``"float"``, ``"int8"``
+    (``+kv8``) or ``"int8-norot"`` (``+kv8norot``), a kind of `Gemma3`'s ``kv_cache``.
+
+    Raises
+    ------
+    ValueError
+        As `parse_config`, for a name it rejects.
+    """
+    parse_config(name)
+    return _KV_CACHES[_name_parts(name)[3]]
 
 
 def parse_config_list(values):
@@ -112,8 +138,8 @@ def linear_factory(settings):
     return router, router
 
 
-def build_model(settings, weights, config):
-    """(model, router) of a configuration's settings (see `parse_config`); router None for
-    the float models."""
+def build_model(settings, weights, config, kv_cache="float"):
+    """(model, router) of a configuration's settings (see `parse_config`) and KV cache (see
+    `kv_cache_kind`); router None for the float models."""
     factory, router = linear_factory(settings)
-    return gemma3.Gemma3(weights, config=config, linear=factory), router
+    return gemma3.Gemma3(weights, config=config, linear=factory, kv_cache=kv_cache), router

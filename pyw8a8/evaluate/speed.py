@@ -20,7 +20,7 @@ import numpy as np
 from .._threads import set_num_threads
 from ..models import gemma3
 from ..router import Linear
-from .configs import linear_factory, parse_config
+from .configs import kv_cache_kind, linear_factory, parse_config
 from .timing import LinearTimer
 from .worker import progress
 
@@ -88,7 +88,8 @@ def run_speed(spec: dict) -> dict:
     for name in spec["configs"]:
         factory, routers[name] = linear_factory(parse_config(name))
         timers[name] = LinearTimer(factory)
-        models[name] = gemma3.Gemma3(weights, config=config, linear=timers[name])
+        models[name] = gemma3.Gemma3(weights, config=config, linear=timers[name],
+                                     kv_cache=kv_cache_kind(name))
     del weights
     prompts = [tok.encode(s["prompt"]) for s in spec["samples"]]
     decode_prompts = [tok.encode(s["prompt"]) for s in spec.get("decode_samples", [])]

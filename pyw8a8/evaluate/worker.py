@@ -12,7 +12,7 @@ import numpy as np
 from .._cpu import isa
 from .._threads import get_num_threads, set_num_threads
 from ..models import gemma3
-from .configs import build_model, parse_config
+from .configs import build_model, kv_cache_kind, parse_config
 from .metrics import kl_divergence, option_kl
 
 __all__ = ["partial_logits_path", "peak_rss_mib", "progress", "run_config"]
@@ -143,7 +143,8 @@ def run_config(spec: dict) -> dict:
     t_loaded = time.perf_counter()
 
     rcfg = parse_config(name)
-    model, router = build_model(rcfg, weights, config)
+    result["kv_cache"] = kv_cache = kv_cache_kind(name)
+    model, router = build_model(rcfg, weights, config, kv_cache)
     if router is not None:
         result["router_config"] = {k: v for k, v in vars(rcfg).items()}
     del weights  # the model keeps what it needs

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import pyw8a8
+import pyw8a8.attention
 import pyw8a8.dask
 import pyw8a8.router
 
@@ -143,6 +144,7 @@ def test_api_reference_names_every_public_name():
             names.add(name if name.startswith("pyw8a8.") else f"{current}.{name}")
     expected = ({f"pyw8a8.{n}" for n in pyw8a8.__all__} |
                 {f"pyw8a8.dask.{n}" for n in ("pack_weight", "matmul", "SharedWeight")} |
+                {f"pyw8a8.attention.{n}" for n in pyw8a8.attention.__all__} |
                 {f"pyw8a8.router.{n}" for n in pyw8a8.router.__all__
                  if n != "PACKED_FORMAT_VERSION" and n not in pyw8a8.__all__} |
                 {"pyw8a8.router.packed_file.PACKED_FORMAT_VERSION"} |

@@ -172,12 +172,17 @@ class FakeTokenizer:
         return [int(re.search(r"question (\d+)", prompt).group(1)), 0, 1]
 
 
+BUILT_KV_CACHES = []  # the kv_cache of every FakeGemma3 built, in order
+
+
 class FakeGemma3:
     """Returns the hand-made logits: the control's for the float control and rotated64, the
     target's for naive; the noise floor (bf16) changes question 3 only.  Greedy generation
     yields ``prompt[0] + j``; naive's tokens differ from the control's from the middle on."""
 
-    def __init__(self, weights, config=None, linear=None):
+    def __init__(self, weights, config=None, linear=None, kv_cache="float"):
+        self.kv_cache = kv_cache
+        BUILT_KV_CACHES.append(kv_cache)
         factory = getattr(linear, "factory", linear)  # the speed check wraps it in a timer
         if factory is float_linear:
             self.kind = "control"
@@ -364,3 +369,30 @@ def test_main_noise_floor_and_decode_only(fake_pipeline, tmp_path):
     assert table_rows(md, "## Decode, side by side")["naive"][-1] == "6/12"
     split = md.split("## Where the time goes")[1]
     assert "prefill, per decode prompt" in split and "prefill, per question" not in split
+
+
+def test_control_with_an_int8_kv_cache_is_a_usage_error(no_model, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--configs", "naive+kv8,control+kv8", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "control+kv8 is not a configuration" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_main_kv8_configs_build_their_models_with_the_int8_cache(fake_pipeline, tmp_path):
+    data = write_synthetic_fixture(tmp_path)
+    out = tmp_path / "out"
+    BUILT_KV_CACHES.clear()
+    code = cli.main(["--data", str(data), "--configs", "rotated64+kv8,naive+kv8norot",
+                     "--out", str(out), "--decode-tokens", "4", "--decode-prompts", "1"])
+    assert code == 0
+    assert fake_pipeline == ["control", "rotated64+kv8", "naive+kv8norot", "speed"]
+    # the three workers, then the speed check's three models
+    assert BUILT_KV_CACHES == ["float", "int8", "int8-norot"] * 2
+    runs = {n: json.loads((out / "runs" / f"{n}.json").read_text())
+            for n in ("control", "rotated64+kv8", "naive+kv8norot")}
+    assert [r["kv_cache"] for r in runs.values()] == ["float", "int8", "int8-norot"]
+    comp = json.loads((out / "comparison.json").read_text())
+    assert comp["configs"]["rotated64+kv8"]["router_config"]["block"] == 64
+    # the fake's rotated models answer as the control: no KL, whatever the cache
+    assert comp["configs"]["rotated64+kv8"]["kl_full_values"] == [0.0] * 4

@@ -9,6 +9,7 @@ import pytest
 from pyw8a8.evaluate.configs import (
     DEFAULT_CONFIGS,
     Bfloat16Weights,
+    kv_cache_kind,
     parse_config,
     parse_config_list,
 )
@@ -54,6 +55,37 @@ def test_parse_config_env_reads_the_environment(clean_env):
     clean_env.setenv("PYW8A8_BLOCK", "3")
     with pytest.raises(ValueError, match="PYW8A8_BLOCK"):
         parse_config("env")
+
+
+@pytest.mark.parametrize("name, base, kind", [
+    ("naive+kv8", "naive", "int8"),
+    ("rotated128+kv8", "rotated128", "int8"),
+    ("rotated64+scaling+kv8", "rotated64+scaling", "int8"),
+    ("rotated128+kv8norot", "rotated128", "int8-norot"),
+    ("env+scaling+kv8norot", "env+scaling", "int8-norot"),
+    ("rotated128", "rotated128", "float"),
+    ("control", "control", "float"),
+    ("bf16", "bf16", "float"),
+])
+def test_kv8_suffix_names_the_kv_cache_of_the_same_w8a8_config(clean_env, name, base, kind):
+    assert parse_config(name) == parse_config(base)
+    assert kv_cache_kind(name) == kind
+
+
+@pytest.mark.parametrize("name, match", [
+    ("control+kv8", r"control\+kv8 is not a configuration \(the control is the float "
+                    r"reference; the int8 KV cache goes with the W8A8 configurations"),
+    ("bf16+kv8norot", r"bf16\+kv8norot is not a configuration \(the noise floor is a float"),
+    ("rotated128+kv8+scaling", "unknown configuration .*then optionally with \\+kv8"),
+    ("naive+kv8+kv8", "unknown configuration"),
+    ("naive+kv4", "unknown configuration"),
+    ("rotated96+kv8", "power of two"),
+])
+def test_kv8_suffix_rejections(name, match):
+    with pytest.raises(ValueError, match=match):
+        parse_config(name)
+    with pytest.raises(ValueError, match=match):
+        kv_cache_kind(name)
 
 
 @pytest.mark.parametrize("name", ["", "Control", "NAIVE", "rotated", "rotated-4", "rotatedx",

@@ -6,13 +6,16 @@ otherwise; the first run dequantizes the GGUF file into the cache
 (~30 s, 1.1 GB under ~/.cache/pyw8a8/gemma3-270m).
 """
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 
+from pyw8a8.attention import Int8KVCache
 from pyw8a8.models.gemma3 import (
     EMBEDDING_NAME,
+    KV_CACHE_KINDS,
     OUTPUT_NAME,
     Gemma3,
     Gemma3Config,
@@ -155,6 +158,43 @@ def test_tiny_incremental_decode(tiny):
         out = model.forward(ids[j : j + 1], cache)
         np.testing.assert_allclose(out, ref[j], atol=2e-4, rtol=1e-4)
     assert cache.length == len(ids)
+
+
+# head_dim 16: the smallest the int8 cache's Hadamard rotation takes (one block of 16).
+TINY16 = dataclasses.replace(TINY, head_dim=16)
+
+
+@pytest.fixture(scope="module")
+def tiny16():
+    w = _tiny_weights(TINY16, seed=2)
+    ids = np.random.default_rng(3).integers(0, TINY16.vocab_size, size=13)
+    return w, ids, Gemma3(w, config=TINY16).forward(ids, logits_positions=range(len(ids)))
+
+
+@pytest.mark.parametrize("kind", ["int8", "int8-norot"])
+def test_tiny_int8_kv_cache_is_close_to_the_float_cache(tiny16, kind):
+    w, ids, ref = tiny16
+    model = Gemma3(w, config=TINY16, kv_cache=kind, attn_block=3)
+    cache = model.new_cache()
+    assert isinstance(cache, Int8KVCache) and cache.rotate_keys == (kind == "int8")
+    # sliding-window layers (window 4) and a global one, prefill then one token at a time
+    got = [model.forward(ids[:6], cache, logits_positions=range(6))]
+    got += [model.forward(ids[j:j + 1], cache)[None] for j in range(6, len(ids))]
+    got = np.concatenate(got)
+    assert cache.length == len(ids)
+    np.testing.assert_allclose(got, ref, atol=0.03 * np.abs(ref).max())
+    assert (got.argmax(-1) == ref.argmax(-1)).mean() >= 0.9
+    float_cache = Gemma3(w, config=TINY16).new_cache()
+    Gemma3(w, config=TINY16).forward(ids, float_cache)
+    assert cache.nbytes < float_cache.nbytes
+    assert list(model.generate(ids[:5], 3)) == list(model.generate(ids[:5], 3))
+
+
+def test_tiny_kv_cache_kind_is_checked(tiny16):
+    w, _, _ = tiny16
+    with pytest.raises(ValueError, match="kv_cache must be one of 'float', 'int8'"):
+        Gemma3(w, config=TINY16, kv_cache="int4")
+    assert KV_CACHE_KINDS == ("float", "int8", "int8-norot")
 
 
 def _greedy_by_reprefill(model, ids, n):
@@ -351,6 +391,24 @@ def test_generate_through_the_cache_equals_reprefill(real):
     model, tok = real
     ids = tok.encode("The capital of France is")
     assert list(model.generate(ids, 4)) == _greedy_by_reprefill(model, ids, 4)
+
+
+def test_int8_kv_cache_past_the_window_is_close_to_float(real):
+    from pyw8a8.evaluate.metrics import kl_divergence
+
+    model, tok = real
+    c = model.config
+    ids = tok.encode(" ".join(f"item {i} weighs {i * 7 % 13} kg;" for i in range(90)))
+    assert len(ids) > c.sliding_window + 40  # the local layers' ring drops pages
+    cache = Int8KVCache([None if L.is_global else c.sliding_window for L in model.layers],
+                        c.n_kv_heads, c.head_dim)
+    got = [model.forward(ids[:-3], cache)]
+    got += [model.forward([t], cache) for t in ids[-3:]]
+    assert cache.held(0).start > 0 and cache.held(5) == range(len(ids))
+    ref = model.forward(ids, logits_positions=range(len(ids) - 4, len(ids)))
+    for g, r in zip(got, ref):
+        assert int(np.argmax(g)) == int(np.argmax(r))
+        assert kl_divergence(r, g) < 0.01
 
 
 def test_w8a8_router_close_to_float(real):

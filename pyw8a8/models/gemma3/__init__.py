@@ -14,12 +14,13 @@ Install the optional dependencies with ``pip install ".[eval]"`` in the pyw8a8 c
 
 One module per job: `weights` (the GGUF file and its float32 cache), `tokenizer`,
 `config` (the hyper-parameters), `layers` (KV cache, RMSNorm, GeGLU, RoPE) and
-`model` (the forward pass).
+`model` (the forward pass, with a float32 or an int8 KV cache: ``Gemma3(...,
+kv_cache="int8")``, see `pyw8a8.attention`).
 """
 
 from .config import EMBEDDING_NAME, OUTPUT_NAME, Gemma3Config
 from .layers import KVCache
-from .model import Gemma3, load_model
+from .model import KV_CACHE_KINDS, Gemma3, load_model
 from .tokenizer import Tokenizer
 from .weights import (
     cache_dir,
@@ -35,6 +36,7 @@ __all__ = [
     "Gemma3",
     "Gemma3Config",
     "KVCache",
+    "KV_CACHE_KINDS",
     "Tokenizer",
     "OUTPUT_NAME",
     "EMBEDDING_NAME",

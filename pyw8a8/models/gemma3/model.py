@@ -8,12 +8,17 @@ import threading
 
 import numpy as np
 
+from ...attention import Int8KVCache, int8_attention
 from ...router import SeparatePair, float_linear
 from .config import EMBEDDING_NAME, OUTPUT_NAME, Gemma3Config
 from .layers import KVCache, apply_rope, geglu, rms_norm
 from .weights import ensure_cache, load_config, load_tokenizer, load_weights
 
-__all__ = ["Gemma3", "load_model"]
+__all__ = ["KV_CACHE_KINDS", "Gemma3", "load_model"]
+
+#: The KV caches a model makes (`Gemma3.new_cache`): float32, or int8 (`Int8KVCache`) with
+#: the keys rotated, or without the rotation (the ablation).
+KV_CACHE_KINDS = ("float", "int8", "int8-norot")
 
 
 def _checked_tensor(weights, name, shape):
@@ -67,6 +72,11 @@ class Gemma3:
     attn_block : int
         At most this many query rows per attention block (smaller blocks
         skip more of the causally masked scores).
+    kv_cache : {"float", "int8", "int8-norot"}
+        The cache `new_cache` makes, and so the attention of `forward` without a
+        cache: float32 keys and values (`KVCache`, float attention), or int8 ones
+        (`pyw8a8.attention.Int8KVCache`: exact int8 attention, `int8_attention`),
+        with the keys Hadamard-rotated or, for the ablation, not.
 
     Notes
     -----
@@ -86,6 +96,7 @@ class Gemma3:
         max_tokens_per_step: int = 4096,
         attn_chunk_elems: int = 1 << 23,
         attn_block: int = 128,
+        kv_cache: str = "float",
     ):
         if EMBEDDING_NAME not in weights:
             raise KeyError(f"weights lack {EMBEDDING_NAME!r}")
@@ -99,6 +110,10 @@ class Gemma3:
         self.max_tokens_per_step = int(max_tokens_per_step)
         self.attn_chunk_elems = int(attn_chunk_elems)
         self.attn_block = max(1, int(attn_block))
+        if kv_cache not in KV_CACHE_KINDS:
+            raise ValueError(f"kv_cache must be one of {', '.join(map(repr, KV_CACHE_KINDS))}, "
+                             f"got {kv_cache!r}")
+        self.kv_cache = kv_cache
 
         if linear is None:
             linear = float_linear
@@ -152,11 +167,17 @@ class Gemma3:
 
     # -- public API --------------------------------------------------------
 
-    def new_cache(self) -> KVCache:
-        """An empty KV cache for `forward`."""
-        return KVCache(self.config)
+    def new_cache(self) -> KVCache | Int8KVCache:
+        """An empty KV cache for `forward`, of the model's `kv_cache` kind."""
+        c = self.config
+        if self.kv_cache == "float":
+            return KVCache(c)
+        windows = [None if L.is_global else c.sliding_window for L in self.layers]
+        return Int8KVCache(windows, c.n_kv_heads, c.head_dim,
+                           rotate_keys=self.kv_cache == "int8")
 
-    def forward(self, token_ids, cache: KVCache | None = None, logits_positions=None):
+    def forward(self, token_ids, cache: KVCache | Int8KVCache | None = None,
+                logits_positions=None):
         """Run the model on new tokens and return next-token logits.
 
         Parameters
@@ -164,8 +185,9 @@ class Gemma3:
         token_ids : sequence of int
             New tokens (include BOS at the start of a sequence).  With a
             non-empty `cache` they continue the cached sequence.
-        cache : KVCache, optional
-            Updated in place.  Default: a fresh cache (a full prefill).
+        cache : KVCache or Int8KVCache, optional
+            Updated in place.  Default: a fresh cache of the model's `kv_cache` kind
+            (a full prefill).
         logits_positions : sequence of int, optional
             Indices into `token_ids` (negative allowed) whose logits to
             compute.  Default: only the last position.
@@ -205,7 +227,8 @@ class Gemma3:
 
     __call__ = forward
 
-    def generate(self, token_ids, max_new_tokens: int, cache: KVCache | None = None):
+    def generate(self, token_ids, max_new_tokens: int,
+                 cache: KVCache | Int8KVCache | None = None):
         """Greedy generation through the KV cache, one token per forward pass.
 
         The first new token comes from the prefill of `token_ids`; each later one from a
@@ -221,7 +244,7 @@ class Gemma3:
             `cache` it continues the cached sequence.
         max_new_tokens : int
             How many tokens to generate (>= 1); no end-of-sequence token stops it.
-        cache : KVCache, optional
+        cache : KVCache or Int8KVCache, optional
             Updated in place; after the last token it holds every position but the last
             token's (which is never fed back).  Default: a fresh cache.
 
@@ -246,8 +269,10 @@ class Gemma3:
         return self._greedy(prompt, int(max_new_tokens), cache)
 
     def _greedy(self, prompt, max_new_tokens, cache):
-        # The whole sequence's room at once: no cache growth (a copy) inside the decode loop.
-        cache.reserve(cache.length + prompt.size + max_new_tokens - 1)
+        if isinstance(cache, KVCache):
+            # The whole sequence's room at once: no cache growth (a copy) inside the decode
+            # loop (an Int8KVCache grows a page at a time, never copying).
+            cache.reserve(cache.length + prompt.size + max_new_tokens - 1)
         token = int(np.argmax(self.forward(prompt, cache)))
         yield token
         for _ in range(max_new_tokens - 1):
@@ -256,11 +281,14 @@ class Gemma3:
 
     # -- internals ---------------------------------------------------------
 
-    def _run_layers(self, ids: np.ndarray, cache: KVCache) -> np.ndarray:
+    def _run_layers(self, ids: np.ndarray, cache: KVCache | Int8KVCache) -> np.ndarray:
         c = self.config
         start = cache.length
         m = ids.size
-        cache.reserve(start + m)
+        in_float = isinstance(cache, KVCache)
+        if in_float:
+            cache.reserve(start + m)
+        scale = np.float32(c.query_pre_attn_scalar ** -0.5)
         x = np.asarray(self.embedding[ids], dtype=np.float32) * self.embed_scale
         positions = np.arange(start, start + m, dtype=np.float64)
         rope = {}
@@ -277,8 +305,12 @@ class Gemma3:
             v = np.asarray(L.v(h), np.float32).reshape(m, c.n_kv_heads, c.head_dim)
             q = apply_rope(rms_norm(q, L.q_norm, c.rms_eps), cos, sin)
             k = apply_rope(rms_norm(k, L.k_norm, c.rms_eps), cos, sin)
-            cache.write(i, start, k.transpose(1, 0, 2), v.transpose(1, 0, 2))
-            attn = self._attention(i, L, q, start, cache)
+            if in_float:
+                cache.write(i, start, k.transpose(1, 0, 2), v.transpose(1, 0, 2))
+                attn = self._attention(i, L, q, start, cache)
+            else:
+                attn = int8_attention(cache, i, q * scale, k, v, block_rows=self.attn_block)
+                attn = attn.reshape(m, -1)
             o = np.asarray(L.o(attn), np.float32)
             x = x + rms_norm(o, L.post_attn_norm, c.rms_eps)
 
@@ -291,7 +323,8 @@ class Gemma3:
                 act = geglu(np.asarray(g, np.float32), np.asarray(u, np.float32))
             f = np.asarray(L.down(act), np.float32)
             x = x + rms_norm(f, L.post_ffn_norm, c.rms_eps)
-        cache.length = start + m
+        if in_float:
+            cache.length = start + m
         return x
 
     def _attention(self, layer, L, q, start, cache):

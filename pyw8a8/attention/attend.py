@@ -1,0 +1,122 @@
+"""`int8_attention`: causal (optionally sliding-window) attention of new queries over an
+`Int8KVCache`, both of its products exact int8 x int8 sums on pyw8a8's kernels."""
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from .._validation import float_array
+from ._exact import combine, key_sums, quantize_terms, value_sums
+from .cache import Int8KVCache
+
+__all__ = ["int8_attention"]
+
+
+def int8_attention(cache: Int8KVCache, layer: int, q: npt.ArrayLike, k: npt.ArrayLike,
+                   v: npt.ArrayLike, *, block_rows: int = 128) -> npt.NDArray[np.float32]:
+    """Append the new tokens' keys and values to `cache` and attend their queries.
+
+    The new tokens take positions ``cache.length .. cache.length + n - 1`` of `layer`.
+    Query i sees the keys at positions up to its own (causal) and, on a sliding-window
+    layer, not before ``position - window + 1``: the masked scores are -inf exactly where
+    a float model's are.  Per KV head and query block:
+
+    1. scores: the query rows (rotated as the keys are when ``cache.rotate_keys``) split
+       into ``cache.query_terms`` int8 terms, times the int8 keys page by page, exact
+       int32 sums, then scaled by the query and key scales;
+    2. a float32 softmax of each row;
+    3. values: each probability times its value's scale, the row split into
+       ``cache.probability_terms`` int8 terms, times the int8 values page by page, exact
+       sums, scaled by the row's step (and rotated back when ``cache.rotate_values``).
+
+    Parameters
+    ----------
+    cache : Int8KVCache
+        Updated in place: `k` and `v` are appended to `layer`.
+    layer : int
+    q : array_like of float32 or float64, shape (n, n_heads, head_dim)
+        The new queries after norm and RoPE, already multiplied by the attention scale;
+        ``n_heads`` a multiple of ``cache.n_kv_heads`` (query head h reads KV head
+        ``h // (n_heads // n_kv_heads)``).
+    k, v : array_like of float32 or float64, shape (n, n_kv_heads, head_dim)
+        The new keys (after norm and RoPE) and values.
+    block_rows : int
+        Queries per block: bounds the scores held at once and skips the keys after the
+        block's last query.
+
+    Returns
+    -------
+    ndarray of float32, shape (n, n_heads, head_dim)
+
+    Raises
+    ------
+    TypeError
+        If `cache` is not an `Int8KVCache` or an array is not float32/float64.
+    ValueError
+        If a shape does not fit the cache or the others (the message names the argument),
+        `layer` is out of range, or an input holds NaN or Inf.
+    """
+    if not isinstance(cache, Int8KVCache):
+        raise TypeError(f"cache must be an Int8KVCache, got {type(cache).__name__}")
+    if isinstance(block_rows, bool) or not isinstance(block_rows, (int, np.integer)) or (
+            block_rows < 1):
+        raise ValueError(f"block_rows must be a positive int, got {block_rows!r}")
+    queries = float_array(q, "q")
+    n_kv, d = cache.n_kv_heads, cache.head_dim
+    if queries.ndim != 3 or queries.shape[2] != d or queries.shape[1] % n_kv:
+        raise ValueError(f"q must have shape (n, n_heads, head_dim={d}) with n_heads a "
+                         f"multiple of n_kv_heads={n_kv}, got {queries.shape}")
+    if not np.all(np.isfinite(queries)):
+        raise ValueError("q holds NaN or Inf")
+    n = queries.shape[0]
+    for name, arr in (("k", k), ("v", v)):
+        shape = np.shape(arr)
+        if len(shape) != 3 or shape[0] != n:
+            raise ValueError(f"{name} must have shape (n={n}, n_kv_heads={n_kv}, "
+                             f"head_dim={d}) to match q, got {shape}")
+    pages = cache._pages(layer)
+    start = pages.length
+    cache._append(layer, k, v, ("k", "v"))
+    group = queries.shape[1] // n_kv
+    # (n_kv, group, n, head_dim): the query heads of each KV head
+    heads = queries.transpose(1, 0, 2).reshape(n_kv, group, n, d)
+    heads = cache.rotated(np.ascontiguousarray(heads), cache.rotate_keys)
+    out = np.empty((n_kv, group, n, d), np.float32)
+    for r0 in range(0, n, int(block_rows)):
+        r1 = min(n, r0 + int(block_rows))
+        lo = 0 if pages.window is None else max(0, start + r0 - pages.window + 1)
+        seen = pages.covering(lo, start + r1)
+        for h in range(n_kv):
+            rows = heads[h, :, r0:r1].reshape(-1, d)
+            out[h, :, r0:r1] = _attend_block(cache, seen, h, rows, start + r0, start + r1,
+                                             pages.window).reshape(group, r1 - r0, d)
+    if cache.rotate_values:
+        out = cache.unrotated(out)
+    return out.reshape(n_kv * group, n, d).transpose(1, 0, 2)
+
+
+def _attend_block(cache, pages, head, rows, q_lo, q_hi, window):
+    """Attention of query rows ((group * (q_hi - q_lo), head_dim) float32, query-major
+    within each query head) at positions [q_lo, q_hi) over `pages` of KV head `head`."""
+    qt, pt = cache.query_terms, cache.probability_terms
+    q8, q_step = quantize_terms(rows, qt, "q")
+    sums = combine(key_sums(q8, pages, head), qt)
+    k_scale = np.concatenate([p.key_scales[head, :p.count] for p in pages])
+    scores = (sums * (q_step[:, None].astype(np.float64) * k_scale[None, :])).astype(
+        np.float32)
+    first = pages[0].start
+    kpos = np.arange(first, first + scores.shape[1])[None, :]
+    qpos = np.arange(q_lo, q_hi)[:, None]
+    masked = kpos > qpos
+    if window is not None:
+        masked |= (qpos - kpos) >= window
+    scores = scores.reshape(-1, q_hi - q_lo, scores.shape[1])  # (group, queries, keys)
+    scores += np.where(masked, np.float32(-np.inf), np.float32(0.0))
+    scores -= scores.max(axis=-1, keepdims=True)
+    np.exp(scores, out=scores)
+    scores /= scores.sum(axis=-1, keepdims=True)
+    v_scale = np.concatenate([p.value_scales[head, :p.count] for p in pages])
+    weights = scores.reshape(rows.shape[0], -1) * v_scale[None, :]
+    p8, p_step = quantize_terms(weights, pt, "probabilities")
+    sums = combine(value_sums(p8, pages, head), pt)
+    return (sums * p_step[:, None].astype(np.float64)).astype(np.float32)
