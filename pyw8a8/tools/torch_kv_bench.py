@@ -13,20 +13,19 @@ Two models:
   questions.  The targets: Int8Cache adds at most 0.002 KL at the next token and decodes
   no slower.
 
-The caches: the default, Int8Cache, and Int8Cache with ``probabilities="int8x2"`` (P as
-two int8 rows, the second its rounding error).  Per model and context, each cache is
-filled by one prefill of the prompt (timed once), then they decode in turns: each round
-``--kv-tokens`` one-token steps on each cache, one after the other, each continuing where
-it stopped (the context grows by that many tokens a round).  All are fed the default
-cache's greedy tokens, so their next-token distributions are comparable: KL(default ||
-Int8Cache) at the prefill's last position ("next token") and over it and every step
-(mean, max).  The quantized model's next token jumps where an
-activation's int8 rounding flips, so any change to the attention's arithmetic moves it
-some: the KL of each cache to the float model (unquantized, one forward pass over the
-same tokens) shows that floor beside what Int8Cache adds.  The bytes are the caches' own
-after the prefill: the default cache's float32 keys and values, Int8Cache's buffers as
-allocated (``nbytes``, the room to grow included).
-"""
+The caches: the default, Int8Cache (P.V with P as two int8 rows, the second its rounding
+error), and Int8Cache with ``probabilities="int8"`` (P as one int8 row). Per model and
+context, each cache is filled by one prefill of the prompt (timed once), then they decode
+in turns: each round ``--kv-tokens`` one-token steps on each cache, one after the other,
+each continuing where it stopped (the context grows by that many tokens a round). All are
+fed the default cache's greedy tokens, so their next-token distributions are comparable:
+KL(default || Int8Cache) at the prefill's last position ("next token") and over it and
+every step (mean, max). The quantized model's next token jumps where an activation's int8
+rounding flips, so any change to the attention's arithmetic moves it some: the KL of each
+cache to the float model (unquantized, one forward pass over the same tokens) shows that
+floor beside what Int8Cache adds. The bytes are the caches' own after the prefill: the
+default cache's float32 keys and values, Int8Cache's buffers as allocated (``nbytes``, the
+room to grow included)."""
 from __future__ import annotations
 
 import statistics
@@ -42,7 +41,7 @@ LLAMA_SHAPE = dict(hidden_size=1024, num_attention_heads=16, num_key_value_heads
                    head_dim=64, intermediate_size=2816, vocab_size=32000)
 #: The caches, by their rows' names: the default, and Int8Cache with each way of
 #: quantizing P (its `probabilities`).
-CACHES = {"default": None, "Int8Cache": "int8", "Int8Cache int8x2": "int8x2"}
+CACHES = {"default": None, "Int8Cache": "int8x2", "Int8Cache int8": "int8"}
 
 
 @dataclass
@@ -202,8 +201,8 @@ def format_table(rows: list[dict], settings: KVSettings) -> list[str]:
              f"tokens; KL(default || Int8Cache) of the next-token distributions, and each "
              f"cache's mean KL to the float model (unquantized) over the same positions",
              "llama: random weights, hidden 1024, 16 query heads, 8 KV heads of 64; gemma: "
-             "Gemma 3 270M on MMLU questions; Int8Cache int8x2: Int8Cache(probabilities="
-             "'int8x2'), P as two int8 rows",
+             "Gemma 3 270M on MMLU questions; Int8Cache: P as two int8 rows (its default); "
+             "Int8Cache int8: Int8Cache(probabilities='int8'), P as one int8 row",
              "| model | layers | context | cache | prefill s | decode tok/s (spread) | vs "
              "default | cache MiB | KL next token | KL mean (max) | KL to float |",
              "|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|"]

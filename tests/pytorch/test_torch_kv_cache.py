@@ -134,7 +134,8 @@ def test_the_attention_is_float_attention_over_the_dequantized_cache():
     layer, (keys, values), float_keys, float_values = _filled_layer()
     cached = getattr(keys, _int8_attention.MARK)
     query = torch.randn(2, 4, 3, 64, generator=torch.Generator().manual_seed(9))
-    got = _int8_attention.attend(query, keys, cached, None, 0.125, None)
+    got = _int8_attention.attend(query, keys, cached._replace(probabilities="int8"), None,
+                                 0.125, None)
     # float64 attention over the stored int8 keys and values and the int8 queries,
     # dequantized (P alone is not quantized), causal and aligned to the last token; GQA
     # by repeating
