@@ -74,7 +74,6 @@ def test_a_large_weight_array_is_a_mapping_of_its_own_eligible_for_huge_pages():
     # advised before its first write ("hg"), so where THP is on the kernel may back it
     # with huge pages
     assert "hg" in _smaps_field(data_address(large), "VmFlags")
-    assert "hg" not in _smaps_field(data_address(small), "VmFlags")
     if "[never]" not in thp:
         assert _smaps_field(data_address(large), "THPeligible") in ("1", None)
     # a packed weight that large is made there, and pickles back there
@@ -130,6 +129,10 @@ def test_recycling_keeps_the_newest_buffers_and_takes_one_of_about_the_size():
     takes the newest kept buffer of its size to twice it, and one larger than every kept
     buffer gets memory of its own."""
     sizes = [ALIGNED_FROM_BYTES // 4 + 1024 * i for i in range(12)]
+    # Outputs of earlier tests may still be kept, and one of them taken below: first
+    # RECYCLED_BUFFERS outputs too large for any request here replace them.
+    flush = [empty_output((ALIGNED_FROM_BYTES,)) for _ in range(RECYCLED_BUFFERS)]
+    del flush
     arrays = [empty_output((n,)) for n in sizes]
     addresses = [data_address(a) for a in arrays]
     for i in range(len(arrays)):
