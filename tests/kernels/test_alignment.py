@@ -5,6 +5,7 @@ import pickle
 
 import numpy as np
 import pytest
+from memory_maps import smaps_field
 
 import pyw8a8
 from pyw8a8._layout import (
@@ -48,20 +49,6 @@ def _mapping(arr):
     return arr if isinstance(arr, mmap.mmap) else None
 
 
-def _smaps_field(address, field):
-    """`field` of /proc/self/smaps for the mapping holding `address` (None if absent)."""
-    inside = False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split()[0]
-            if "-" in head and not head.endswith(":"):
-                lo, hi = (int(v, 16) for v in head.split("-"))
-                inside = lo <= address < hi
-            elif inside and head == field + ":":
-                return " ".join(line.split()[1:])
-    return None
-
-
 @pytest.mark.skipif(not hasattr(mmap, "MADV_HUGEPAGE"), reason="huge-page advice is Linux's")
 def test_a_large_weight_array_is_a_mapping_of_its_own_eligible_for_huge_pages():
     small = empty_aligned((HUGE_PAGE_FROM_BYTES - 1,), np.uint8)
@@ -73,9 +60,9 @@ def test_a_large_weight_array_is_a_mapping_of_its_own_eligible_for_huge_pages():
         thp = f.read()
     # advised before its first write ("hg"), so where THP is on the kernel may back it
     # with huge pages
-    assert "hg" in _smaps_field(data_address(large), "VmFlags")
+    assert "hg" in smaps_field(data_address(large), "VmFlags")
     if "[never]" not in thp:
-        assert _smaps_field(data_address(large), "THPeligible") in ("1", None)
+        assert smaps_field(data_address(large), "THPeligible") in ("1", None)
     # a packed weight that large is made there, and pickles back there
     w = np.random.default_rng(0).standard_normal((4096, 1024)).astype(np.float32)
     packed = pyw8a8.pack_weight(w, rotate=False)

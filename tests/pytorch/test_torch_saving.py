@@ -11,6 +11,7 @@ import threading
 import weakref
 
 import pytest
+from memory_maps import smaps_field
 
 from pyw8a8._layout import HUGE_PAGE_FROM_BYTES
 
@@ -120,16 +121,7 @@ def test_deepcopy_and_pickle_give_independent_bit_exact_layers():
 def _in_a_weight_mapping(tensor):
     """Whether a tensor's memory is advised for huge pages (_layout.empty_aligned): "hg"
     among the VmFlags of the mapping holding it."""
-    address, inside = tensor.data_ptr(), False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split()[0]
-            if "-" in head and not head.endswith(":"):
-                lo, hi = (int(v, 16) for v in head.split("-"))
-                inside = lo <= address < hi
-            elif inside and head == "VmFlags:":
-                return "hg" in line.split()[1:]
-    return False
+    return "hg" in (smaps_field(tensor.data_ptr(), "VmFlags") or "").split()
 
 
 @pytest.mark.skipif(not hasattr(mmap, "MADV_HUGEPAGE"), reason="huge-page advice is Linux's")
