@@ -137,7 +137,6 @@ def test_a_large_weight_stays_in_memory_eligible_for_huge_pages():
         y = layer(x)
         for other in (layer, copy.deepcopy(layer), pickle.loads(pickle.dumps(layer)), loaded):
             assert _in_a_weight_mapping(other.weight_panels)
-            assert not _in_a_weight_mapping(other.weight_scales)  # small: torch's memory
             assert torch.equal(other(x), y)
 
 
