@@ -64,14 +64,20 @@ def label(key: str) -> str:
     return f"{quantizer} {MODES['-' + mode if mode else '']}"
 
 
+def comma_keys(text: str, known, what: str) -> list[str]:
+    """The comma-separated keys of `text`, each once, in the order given; ValueError
+    naming `what` where one is not in `known` or there is none."""
+    keys = [k.strip() for k in text.split(",") if k.strip()]
+    unknown = [k for k in keys if k not in known]
+    if unknown or not keys:
+        raise ValueError(f"unknown {what} {', '.join(unknown) or '(none)'}; expected some "
+                         f"of {', '.join(known)}")
+    return list(dict.fromkeys(keys))
+
+
 def parse_contenders(text: str) -> list[str]:
     """--torch-contenders: comma-separated keys, in the order given, float first."""
-    keys = [k.strip() for k in text.split(",") if k.strip()]
-    unknown = [k for k in keys if k not in CONTENDERS]
-    if unknown or not keys:
-        raise ValueError(f"unknown contender {', '.join(unknown) or '(none)'}; expected "
-                         f"some of {', '.join(CONTENDERS)}")
-    return ["float"] + [k for k in dict.fromkeys(keys) if k != "float"]
+    return ["float"] + [k for k in comma_keys(text, CONTENDERS, "contender") if k != "float"]
 
 
 def parse_models(text: str) -> list[str]:

