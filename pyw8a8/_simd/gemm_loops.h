@@ -155,13 +155,18 @@ static void w8_finish_tile(const w8_gemm *g, int32_t *sums, int64_t m, int rows,
     int32_t row_corr[W8_MAX_MR], col_corr[W8_TILE_LD];
     const int32_t *rc, *cc;
     w8_tile_corrections(g, m, rows, n, cols, 0, g->Kp, row_corr, col_corr, &rc, &cc);
-    if (rc || cc) {
-        for (int r = 0; r < rows; r++)
-            for (int j = 0; j < cols; j++) {
-                int32_t *s = sums + r * g->ldo + j;
-                *s = (int32_t)((uint32_t)*s - (uint32_t)(rc ? rc[r] : 0) -
-                               (uint32_t)(cc ? cc[j] : 0));
-            }
+    /* One plain loop per kind of correction, each vectorized: with the choice inside the
+     * loop, an int32 output's finish took as long as its kernel (1 ns an element: 1024 x
+     * 128 x 256, AMX). */
+    for (int r = 0; r < rows; r++) {
+        int32_t *s = sums + r * g->ldo;
+        const uint32_t row = rc ? (uint32_t)rc[r] : 0;
+        if (cc) {
+            for (int j = 0; j < cols; j++)
+                s[j] = (int32_t)((uint32_t)s[j] - row - (uint32_t)cc[j]);
+        } else if (rc) {
+            for (int j = 0; j < cols; j++) s[j] = (int32_t)((uint32_t)s[j] - row);
+        }
     }
 }
 
