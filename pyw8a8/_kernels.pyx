@@ -10,7 +10,8 @@ None) any argument not already in the normal form. What is acceptable, and what 
 normal form, is one rule per argument here (``activation_code``, ``pair_fault``,
 ``bias_fault``, ``out_fault``), which the callers' checks read too.
 """
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t
+from libc.string cimport memcpy, memset
 from libc.stdlib cimport free
 from posix.stdlib cimport posix_memalign
 from libc.math cimport isfinite
@@ -56,6 +57,12 @@ cdef extern from "_simd/native_api.h" nogil:
     const char *W8_NATIVE_CAPSULE
 
 cnp.import_array()
+
+cdef enum:
+    # page_row_sums: the longest K of a page, and of a sum kept in int32 (127 * 127 * K
+    # below 2**31).
+    _PAGE_K = 1024
+    _PAGE_K_SUM = 131072
 
 
 def data_address(cnp.ndarray arr):
@@ -268,6 +275,125 @@ def product(IsaOps isa, cnp.ndarray x, list weights, list outs, Scratch scratch,
             w[j].out_size = out.itemsize
     return _run_product(isa, cnp.PyArray_DATA(x), cnp.PyArray_TYPE(x) == cnp.NPY_INT8,
                         x.shape[0], x.shape[1], w, nw, scratch, nthreads, act, glu)
+
+
+# ---- the paged products of int8 attention (pyw8a8.attention) ----
+# A KV cache's keys or values are packed a page of tokens at a time, so one attention
+# product is many small ones, a page each: a few microseconds of kernel work behind each
+# Python call (`product`) cost more than the kernels (a decode step over 4,096 tokens took
+# 1.2x the float cache's time so).  These run a product's pages in one call, one after
+# another, each page's product split over its rows only, over its whole K.
+
+cdef void _row_tasks(w8_call_weight *cw, const w8_weight_desc *w, int64_t rows, IsaOps isa,
+                     int nthreads) noexcept:
+    """A task per thread, each a share of the `rows` rows (whole tiles) and all of w's
+    columns (whole strips of the kernel's width), over the whole K: a page's weight is
+    small enough for L1 and L2 either way."""
+    cdef int64_t ncols = W8_NR * isa.npanels
+    cdef int64_t share = (rows + nthreads - 1) // nthreads
+    cdef int64_t m_step = (share + isa.mr - 1) // isa.mr * isa.mr
+    cw.w, cw.bias = w, NULL
+    cw.kc, cw.mc, cw.nc = w.Kp, m_step, (w.N + ncols - 1) // ncols * ncols
+    cw.m_step, cw.n_step = m_step, cw.nc
+
+
+def page_column_sums(IsaOps isa, cnp.ndarray x, list weights, cnp.ndarray out,
+                     Scratch scratch, int nthreads):
+    """The exact int32 products of int8 rows x (R, K), C-contiguous, values in [-127, 127],
+    with weights of K columns each (WeightPlans of unrotated int8 weights, (N_j, K)): weight
+    j's into the columns ``out[:, at_j:at_j + N_j]`` of out (R, sum N_j) int32 with
+    C-contiguous rows, ``at_j`` the N of the weights before it (the scores of a query block
+    over a cache's keys, a page a weight)."""
+    cdef int64_t R = x.shape[0], K = x.shape[1], at = 0
+    cdef w8_call_weight cw
+    cdef const w8_weight_desc *w
+    cdef char *base = <char *>cnp.PyArray_DATA(out)
+    cdef int64_t ldo = out.strides[0] // 4
+    for plan in weights:
+        w = &(<WeightPlan?>plan).desc
+        if w.K != K or w.rotate or at + w.N > out.shape[1]:
+            raise ValueError("every weight must have the rows' K, no rotation, and fit out")
+        _row_tasks(&cw, w, R, isa, nthreads)
+        cw.out, cw.ldo, cw.out_size = base + at * 4, ldo, 4
+        _run_product(isa, cnp.PyArray_DATA(x), True, R, K, &cw, 1, scratch, nthreads,
+                     W8_ACT_NONE, False)
+        at += w.N
+    if at != out.shape[1]:
+        raise ValueError("the weights' columns must add up to out's")
+
+
+def page_row_sums(IsaOps isa, cnp.ndarray x, list weights, cnp.ndarray out,
+                  Scratch scratch, int nthreads, cnp.ndarray work):
+    """The exact products of int8 rows x (R, sum K_j), rows C-contiguous, values in
+    [-127, 127], split along K over weights of N rows each (WeightPlans of unrotated int8
+    weights, (N, K_j), K_j <= 1024): the columns ``x[:, at_j:at_j + K_j]`` times weight j,
+    summed over j into out (R, N), C-contiguous, int32 where sum K_j <= 131072 (127 * 127
+    * K below 2**31), else int64 (a query block's probabilities times a cache's values, a
+    page a weight).  work: a C-contiguous buffer of at least ``page_row_sums_work(R, N,
+    max K_j)`` bytes, reused from call to call (fresh memory for it, faulted in on every
+    call, took longer than the products)."""
+    cdef int64_t R = x.shape[0], T = x.shape[1], N = out.shape[1], at = 0, i, r
+    cdef int64_t ldx = x.strides[0], held = 0
+    cdef bint wide = cnp.PyArray_TYPE(out) == cnp.NPY_INT64
+    cdef w8_call_weight cw
+    cdef const w8_weight_desc *w
+    cdef const int8_t *xs = <const int8_t *>cnp.PyArray_DATA(x)
+    cdef int64_t *o = <int64_t *>cnp.PyArray_DATA(out)
+    cdef int8_t *cols
+    cdef int32_t *part
+    cdef int32_t *acc
+    cdef int64_t kmax = 0
+    if not wide and (cnp.PyArray_TYPE(out) != cnp.NPY_INT32 or T > _PAGE_K_SUM):
+        raise ValueError(f"out must be int64, or int32 for at most {_PAGE_K_SUM} columns")
+    for plan in weights:
+        w = &(<WeightPlan?>plan).desc
+        if w.N != N or w.rotate or w.K > _PAGE_K:
+            raise ValueError(f"every weight must have out's N, K <= {_PAGE_K} and no "
+                             "rotation")
+        kmax = max(kmax, w.K)
+    if cnp.PyArray_NBYTES(work) < page_row_sums_work(R, N, kmax):
+        raise ValueError("work is too small")
+    # The running sum over the pages so far, in int32 up to _PAGE_K_SUM of K: out itself,
+    # or in work (then added to out, and restarted); then in work, a page's product and
+    # its columns of x, as the rows of that product.
+    acc = <int32_t *>cnp.PyArray_DATA(out if not wide else work)
+    part = <int32_t *>cnp.PyArray_DATA(work) + (R * N if wide else 0)
+    cols = <int8_t *>(part + R * N)
+    if wide:
+        memset(o, 0, R * N * sizeof(int64_t))
+    for plan in weights:
+        w = &(<WeightPlan>plan).desc
+        if at + w.K > T:
+            raise ValueError("the weights' K must add up to x's columns")
+        for r in range(R):
+            memcpy(cols + r * w.K, xs + r * ldx + at, w.K)
+        _row_tasks(&cw, w, R, isa, nthreads)
+        if held + w.K > _PAGE_K_SUM:
+            for i in range(R * N):
+                o[i] += acc[i]
+            held = 0
+        # The first page of a sum writes it; the others add their product to it.
+        cw.out, cw.ldo, cw.out_size = acc if held == 0 else part, N, 4
+        _run_product(isa, cols, True, R, w.K, &cw, 1, scratch, nthreads, W8_ACT_NONE,
+                     False)
+        if held:
+            for i in range(R * N):
+                acc[i] += part[i]
+        held += w.K
+        at += w.K
+    if at != T:
+        raise ValueError("the weights' K must add up to x's columns")
+    if not weights and not wide:
+        memset(acc, 0, R * N * sizeof(int32_t))
+    if wide and held:
+        for i in range(R * N):
+            o[i] += acc[i]
+
+
+cpdef int64_t page_row_sums_work(int64_t rows, int64_t n, int64_t k):
+    """The bytes of page_row_sums's `work` for R rows, N values and pages of up to K (an
+    int64 out's)."""
+    return 8 * rows * n + rows * k
 
 
 cdef int64_t _run_product(IsaOps isa, const void *x, bint int8_input, int64_t M, int64_t K,

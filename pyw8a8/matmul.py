@@ -133,6 +133,14 @@ def _activation_code(activation, name):
     return code
 
 
+def thread_scratch():
+    """The calling thread's reused `_kernels.Scratch`."""
+    scratch = getattr(_SCRATCH, "buffer", None)
+    if scratch is None:
+        scratch = _SCRATCH.buffer = _kernels.Scratch()
+    return scratch
+
+
 def _product(rows, plans, outs, name, shape, kc=None, biases=None, act=0, glu=False):
     """Run the products of `rows` ((M, K) C-contiguous float32, or int8 for an integer
     product; M, K >= 1) with every plan into its output, through the one compiled entry
@@ -154,11 +162,8 @@ def _product(rows, plans, outs, name, shape, kc=None, biases=None, act=0, glu=Fa
             slots.append(slot)
     if glu:
         blockings.append(blockings[0])
-    scratch = getattr(_SCRATCH, "buffer", None)
-    if scratch is None:
-        scratch = _SCRATCH.buffer = _kernels.Scratch()
     t0 = time.perf_counter() if slots else 0.0
-    bad = _kernels.product(ops, rows, plans, outs, scratch, nthreads, blockings,
+    bad = _kernels.product(ops, rows, plans, outs, thread_scratch(), nthreads, blockings,
                            biases or [None] * len(plans), act, glu)
     if bad >= 0:
         if plans[0].rotate and np.all(np.isfinite(rows[bad])):

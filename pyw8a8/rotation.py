@@ -274,6 +274,19 @@ def unrotate(y: npt.ArrayLike, block: int = 128, seed: int = 0) -> npt.NDArray[n
     return _rotate(y, "y", block, seed, inverse=True)
 
 
+def rotate_checked(x: npt.NDArray[np.float32], block: int, seed: int,
+                   inverse: bool = False) -> npt.NDArray[np.float32]:
+    """`rotate` (or, `inverse`, `unrotate`) of x for a caller that has checked its
+    arguments: x a C-contiguous float32 array whose last axis is a multiple of `block`, a
+    block and seed that `check_rotation` accepted (internal: the calls of an int8
+    attention's decode step, where rotate's checks cost more than the transform)."""
+    out = np.empty_like(x)
+    rows = x.reshape(-1, x.shape[-1])
+    _rows.rotate_rows(_cpu.active_ops(), rows, out.reshape(rows.shape), block, seed, inverse,
+                      _threads_for(out.size, block))
+    return out
+
+
 def _rotate(x: npt.ArrayLike, name: str, block: int, seed: int, inverse: bool,
             pad: bool = False) -> npt.NDArray[np.float32]:
     """The block rotation (or its inverse) of the last axis of x, as float32."""

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from .. import _rows, _threads
 from .._validation import float_array
-from ._exact import combine, key_sums, quantize_terms, value_sums
+from ._exact import LO_STEPS, combine, key_sums, quantize_terms, value_sums
 from .cache import Int8KVCache
 
 __all__ = ["int8_attention"]
@@ -85,38 +86,45 @@ def int8_attention(cache: Int8KVCache, layer: int, q: npt.ArrayLike, k: npt.Arra
     for r0 in range(0, n, int(block_rows)):
         r1 = min(n, r0 + int(block_rows))
         lo = 0 if pages.window is None else max(0, start + r0 - pages.window + 1)
-        seen = pages.covering(lo, start + r1)
+        span, last = pages.seen(lo, start + r1)
         for h in range(n_kv):
             rows = heads[h, :, r0:r1].reshape(-1, d)
-            out[h, :, r0:r1] = _attend_block(cache, seen, h, rows, start + r0, start + r1,
-                                             pages.window).reshape(group, r1 - r0, d)
+            out[h, :, r0:r1] = _attend_block(cache, span, last, h, rows, start + r0,
+                                             start + r1, pages.window).reshape(
+                                                 group, r1 - r0, d)
     if cache.rotate_values:
         out = cache.unrotated(out)
     return out.reshape(n_kv * group, n, d).transpose(1, 0, 2)
 
 
-def _attend_block(cache, pages, head, rows, q_lo, q_hi, window):
+def _attend_block(cache, span, last, head, rows, q_lo, q_hi, window):
     """Attention of query rows ((group * (q_hi - q_lo), head_dim) float32, query-major
-    within each query head) at positions [q_lo, q_hi) over `pages` of KV head `head`."""
-    qt, pt = cache.query_terms, cache.probability_terms
-    q8, q_step = quantize_terms(rows, qt, "q")
-    sums = combine(key_sums(q8, pages, head), qt)
-    k_scale = np.concatenate([p.key_scales[head, :p.count] for p in pages])
-    scores = (sums * (q_step[:, None].astype(np.float64) * k_scale[None, :])).astype(
-        np.float32)
-    first = pages[0].start
-    kpos = np.arange(first, first + scores.shape[1])[None, :]
-    qpos = np.arange(q_lo, q_hi)[:, None]
-    masked = kpos > qpos
-    if window is not None:
-        masked |= (qpos - kpos) >= window
-    scores = scores.reshape(-1, q_hi - q_lo, scores.shape[1])  # (group, queries, keys)
-    scores += np.where(masked, np.float32(-np.inf), np.float32(0.0))
-    scores -= scores.max(axis=-1, keepdims=True)
-    np.exp(scores, out=scores)
-    scores /= scores.sum(axis=-1, keepdims=True)
-    v_scale = np.concatenate([p.value_scales[head, :p.count] for p in pages])
-    weights = scores.reshape(rows.shape[0], -1) * v_scale[None, :]
-    p8, p_step = quantize_terms(weights, pt, "probabilities")
-    sums = combine(value_sums(p8, pages, head), pt)
-    return (sums * p_step[:, None].astype(np.float64)).astype(np.float32)
+    within each query head) at positions [q_lo, q_hi) over the full pages `span` and the
+    open page `last` (or None) of KV head `head`."""
+    q8, q_step = quantize_terms(rows, cache.query_terms, "q")
+    sums = key_sums(q8, span, last, head)
+    m, t = rows.shape[0], sums.shape[1]
+    p8 = np.empty((cache.probability_terms * m, t), np.int8)
+    p_step = np.empty(m, np.float32)
+    k_scale, v_scale = _scales(span, last, "key_scales", head), _scales(
+        span, last, "value_scales", head)
+    _rows.attention_probabilities(
+        sums, cache.query_terms, q_step, k_scale, v_scale,
+        span.start if span.count else last.start, q_lo, q_hi - q_lo,
+        0 if window is None else window, p8, p_step, LO_STEPS,
+        _threads.threads_for(m * t * 64))
+    sums = value_sums(p8, span, last, head, cache.head_dim)
+    if sums.dtype == np.int64:  # beyond EXACT_INT32_TOKENS
+        return (combine(sums, cache.probability_terms) * p_step[:, None].astype(
+            np.float64)).astype(np.float32)
+    out = np.empty((m, cache.head_dim), np.float32)
+    _rows.scaled_term_sums(sums, cache.probability_terms, p_step, LO_STEPS, out)
+    return out
+
+
+def _scales(span, last, name, head):
+    """The scales `name` of KV head `head` over `span` then `last`, (tokens,) float32."""
+    parts = [getattr(span, name)[head]] if span.count else []
+    if last is not None:
+        parts.append(getattr(last, name)[head, :last.count])
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)

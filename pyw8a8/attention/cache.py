@@ -8,8 +8,8 @@ import numpy as np
 import numpy.typing as npt
 
 from .._validation import float_array
-from ..quantize import quantize_per_token
-from ..rotation import check_rotation, rotate, unrotate
+from ..rotation import check_rotation, rotate, rotate_checked, unrotate
+from ._exact import quantize_terms
 from ._pages import LayerPages
 
 __all__ = ["Int8KVCache"]
@@ -134,12 +134,12 @@ class Int8KVCache:
         scale : ndarray of float32, shape (n_kv_heads, len(held(layer)))
             The keys are ``q * scale[..., None]``.
         """
-        return self._gather(layer, "packed_keys", "key_scales", transposed=False)
+        return self._gather(layer, "int8_keys", "key_scales")
 
     def quantized_values(self, layer: int) -> tuple[npt.NDArray[np.int8],
                                                      npt.NDArray[np.float32]]:
         """The held values of `layer` (rotated when `rotate_values`), as `quantized_keys`."""
-        return self._gather(layer, "packed_values", "value_scales", transposed=True)
+        return self._gather(layer, "int8_values", "value_scales")
 
     def append(self, layer: int, keys: npt.ArrayLike, values: npt.ArrayLike) -> None:
         """Quantize and append the keys and values of the next positions of `layer`.
@@ -158,14 +158,28 @@ class Int8KVCache:
         self._append(layer, keys, values, ("keys", "values"))
 
     def _append(self, layer, keys, values, names):
-        """`append`, its errors naming the keys and values `names` (a caller's arguments)."""
+        """`append`, its errors naming the keys and values `names` (a caller's arguments).
+        Keys and values are quantized in one call: a decode step's few rows cost that
+        call's overhead, not their arithmetic."""
         pages = self._pages(layer)
-        k8, ks = self._quantize(keys, names[0], self.rotate_keys)
-        v8, vs = self._quantize(values, names[1], self.rotate_values)
-        if k8.shape[1] != v8.shape[1]:
-            raise ValueError(f"{names[0]} and {names[1]} differ in tokens: {k8.shape[1]} "
-                             f"and {v8.shape[1]}")
-        pages.append(k8, v8, ks, vs)
+        k, v = self._heads(keys, names[0]), self._heads(values, names[1])
+        if k.shape[1] != v.shape[1]:
+            raise ValueError(f"{names[0]} and {names[1]} differ in tokens: {k.shape[1]} "
+                             f"and {v.shape[1]}")
+        for x, name in ((k, names[0]), (v, names[1])):
+            if not np.isfinite(x).all():
+                raise ValueError(f"{name} holds NaN or Inf")
+        k, v = self.rotated(k, self.rotate_keys), self.rotated(v, self.rotate_values)
+        rows = np.concatenate([k.reshape(-1, self.head_dim), v.reshape(-1, self.head_dim)])
+        try:
+            q, scale = quantize_terms(rows, 1, " and ".join(names))
+        except ValueError as exc:  # finite, but beyond the float32 range once rotated
+            raise ValueError(f"{' and '.join(names)}: {exc}") from None
+        heads, n = self.n_kv_heads, k.shape[1]
+        half = heads * n
+        pages.append(q[:half].reshape(heads, n, self.head_dim),
+                     q[half:].reshape(heads, n, self.head_dim),
+                     scale[:half].reshape(heads, n), scale[half:].reshape(heads, n))
 
     def rotated(self, x: npt.ArrayLike, on: bool = True) -> npt.NDArray[np.float32]:
         """x rotated as the cache rotates keys (and values): the queries' rotation.
@@ -182,29 +196,26 @@ class Int8KVCache:
             ``pyw8a8.rotate(x, block, seed)``: orthonormal, so ``rotated(q) . rotated(k)``
             is ``q . k`` in exact arithmetic.
         """
-        return rotate(x, block=self.block, seed=self.seed) if on else x
+        if not on:
+            return x
+        if (isinstance(x, np.ndarray) and x.dtype == np.float32 and x.flags.c_contiguous
+                and x.ndim and x.shape[-1] == self.head_dim):
+            return rotate_checked(x, self.block, self.seed)  # the cache's own calls
+        return rotate(x, block=self.block, seed=self.seed)
 
     def unrotated(self, y: npt.ArrayLike) -> npt.NDArray[np.float32]:
         """The inverse of `rotated`: y (..., head_dim) float32/float64 rotated back,
         float32."""
         return unrotate(y, block=self.block, seed=self.seed)
 
-    def _quantize(self, x, name, rotated):
-        """(int8 (n_kv_heads, n, head_dim), float32 scales (n_kv_heads, n)) of x (n,
-        n_kv_heads, head_dim), rotated first when `rotated`."""
+    def _heads(self, x, name):
+        """x (n, n_kv_heads, head_dim) float32/float64, checked, as (n_kv_heads, n,
+        head_dim) float32 C-contiguous."""
         arr = float_array(x, name)
         if arr.ndim != 3 or arr.shape[1:] != (self.n_kv_heads, self.head_dim):
             raise ValueError(f"{name} must have shape (n, n_kv_heads={self.n_kv_heads}, "
                              f"head_dim={self.head_dim}), got {arr.shape}")
-        heads = np.ascontiguousarray(arr.transpose(1, 0, 2))
-        rows = self.rotated(heads, rotated).reshape(-1, self.head_dim)
-        try:
-            q, scale = quantize_per_token(rows)
-        except ValueError as exc:
-            raise ValueError(f"{name}: {exc}") from None
-        n = arr.shape[0]
-        return (q.reshape(self.n_kv_heads, n, self.head_dim),
-                scale.reshape(self.n_kv_heads, n))
+        return np.ascontiguousarray(arr.transpose(1, 0, 2), np.float32)
 
     def _pages(self, layer):
         if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not (
@@ -213,16 +224,15 @@ class Int8KVCache:
                              f"{layer!r}")
         return self._layers[layer]
 
-    def _gather(self, layer, packed, scales, transposed):
+    def _gather(self, layer, int8_rows, scales):
         pages = self._pages(layer).pages
         n = sum(p.count for p in pages)
         q = np.empty((self.n_kv_heads, n, self.head_dim), np.int8)
         s = np.empty((self.n_kv_heads, n), np.float32)
         at = 0
         for p in pages:
-            for h, w in enumerate(getattr(p, packed)):
-                rows = w.int8()
-                q[h, at:at + p.count] = rows.T if transposed else rows
+            for h in range(self.n_kv_heads):
+                q[h, at:at + p.count] = getattr(p, int8_rows)(h)
             s[:, at:at + p.count] = getattr(p, scales)[:, :p.count]
             at += p.count
         return q, s

@@ -1,10 +1,13 @@
 """Tests of `Int8KVCache`: quantization, rotation, paged growth, the sliding window's ring of
 pages, and its argument checks."""
+import copy
+import pickle
+
 import numpy as np
 import pytest
 
 import pyw8a8
-from pyw8a8.attention import Int8KVCache
+from pyw8a8.attention import Int8KVCache, int8_attention
 
 D = 32  # head_dim: two rotation blocks of 16 where a test asks for block=16
 
@@ -148,3 +151,40 @@ def test_bad_append_names_the_argument():
     with pytest.raises(ValueError, match="values"):
         cache.append(0, good, bad)
     assert cache.length == 0 and cache.held(0) == range(0)  # nothing was appended
+
+
+def test_an_open_page_holds_what_it_was_given():
+    """A page of 128 tokens starts with room for 16 and grows 16 at a time: one token costs
+    its bytes, not a page's, and the values survive each growth."""
+    rng = np.random.default_rng(6)
+    cache = Int8KVCache([None], 1, D, page_tokens=128)
+    keys, values = _tokens(rng, 130), _tokens(rng, 130)
+    cache.append(0, keys[:1], values[:1])
+    one = cache.nbytes
+    assert one <= 16 * 2 * (D + 4)  # 16 tokens of room: int8 rows and a scale each
+    for t in range(1, 130):  # through 32, 48, ... 128 (a full page, packed), a new page
+        cache.append(0, keys[t:t + 1], values[t:t + 1])
+    for got, x in [(cache.quantized_keys(0), keys), (cache.quantized_values(0), values)]:
+        q, s = _quantized(x, x is keys)
+        np.testing.assert_array_equal(got[0], q)
+        np.testing.assert_array_equal(got[1], s)
+    page = cache._layers[0].pages[1]
+    assert page.count == 2 and page.keys.shape[1] == 16
+
+
+@pytest.mark.parametrize("duplicate", [copy.deepcopy, lambda c: pickle.loads(pickle.dumps(c))])
+def test_a_copied_cache_attends_as_the_original(duplicate):
+    """A deep copy or pickle of a cache with full and open pages in a global and a sliding
+    layer (a prompt's cache kept for reuse) attends the next token to the same bits, and
+    appending to it leaves the original as it was."""
+    rng = np.random.default_rng(7)
+    cache = Int8KVCache([None, 64], 1, D, page_tokens=32)
+    for layer in (0, 1):
+        int8_attention(cache, layer, _tokens(rng, 100, 2), _tokens(rng, 100), _tokens(rng, 100))
+    twin = duplicate(cache)
+    step = [_tokens(rng, 1, 2), _tokens(rng, 1), _tokens(rng, 1)]
+    for layer in (0, 1):
+        np.testing.assert_array_equal(int8_attention(twin, layer, *step),
+                                      int8_attention(cache, layer, *step))
+    int8_attention(twin, 0, *step)
+    assert cache.held(0) == range(101) and twin.held(0) == range(102)
