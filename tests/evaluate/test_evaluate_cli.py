@@ -254,8 +254,13 @@ def test_main_pipeline_with_fake_model(fake_pipeline, tmp_path, capsys):
     data = write_synthetic_fixture(tmp_path)
     out = tmp_path / "out"
     code = cli.main(["--data", str(data), "--configs", "rotated64", "naive,rotated32",
-                    "--out", str(out)])
+                    "--out", str(out), "--record", str(tmp_path / "record")])
     assert code == 1  # rotated32 failed
+    recorded = list((tmp_path / "record").glob("*.md"))
+    assert len(recorded) == 1  # the report, under the command that made it
+    text = recorded[0].read_text()
+    assert f"- command: `python -m pyw8a8 eval --data {data}" in text
+    assert "| naive | 2/4 (50.00%) |" in text
     # control first; then the side-by-side check of the configurations that worked
     assert fake_pipeline == ["control", "rotated64", "naive", "rotated32", "speed"]
     assert "rotated32 failed: RuntimeError: boom" in capsys.readouterr().err

@@ -21,7 +21,7 @@ from pyw8a8.evaluate.long_context import float32_kv_bytes
     (["--long-context", "--limit", "3"], "--limit does not apply to --long-context"),
     (["--long-context", "--decode-tokens", "1"], "--decode-tokens must be >= 2"),
     (["--contexts", "64"], "--contexts needs --ppl or --long-context"),
-    (["--record", "rec"], "--record needs --long-context"),
+    (["--long-context", "--record", "/dev/null/rec"], "--record: "),
 ])
 def test_options_errors_name_the_option(tmp_path, capsys, monkeypatch, argv, message):
     from pyw8a8.models import gemma3

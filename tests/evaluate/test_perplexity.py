@@ -260,9 +260,15 @@ def test_ppl_command_with_a_fake_model(tmp_path, monkeypatch, capsys, clean_env)
     _workers_in_process(monkeypatch, logits_chunk=3)
     out = tmp_path / "out"
     assert cli.main(["--ppl", "--ppl-tokens", "32", "--contexts", "16,32",
-                     "--configs", "control,naive", "--out", str(out)]) == 0
+                     "--configs", "control,naive", "--out", str(out),
+                     "--record", str(tmp_path / "record")]) == 0
     err = capsys.readouterr().err
     assert "context 16: 2 windows" in err and "context 32: 1 windows" in err
+    recorded = list((tmp_path / "record").glob("*.md"))
+    assert len(recorded) == 1  # the report, under the command that made it
+    text = recorded[0].read_text()
+    assert "- command: `python -m pyw8a8 eval --ppl --ppl-tokens 32" in text
+    assert "\n| naive | " in text
 
     stream = token_stream(tok, passages, 32)
     assert stream.tolist()[18:20] == [10, 10]  # the blank line between the passages
