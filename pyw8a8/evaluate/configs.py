@@ -9,7 +9,8 @@ from ..models import gemma3
 from ..router import Router, RouterConfig, WeightCache, float_linear
 from .bfloat16 import bfloat16_linear
 
-__all__ = ["DEFAULT_CONFIGS", "NOISE_FLOOR", "Bfloat16Weights", "build_model", "kv_cache_kind",
+__all__ = ["DEFAULT_CONFIGS", "NOISE_FLOOR", "Bfloat16Weights", "build_model", "build_models",
+           "kv_cache_kind",
            "linear_factory", "parse_config", "parse_config_list"]
 
 #: The noise-floor configuration's name (see `Bfloat16Weights`).
@@ -136,6 +137,16 @@ def linear_factory(settings):
         return bfloat16_linear, None
     router = Router(settings, cache=WeightCache(0))  # one model: nothing to share
     return router, router
+
+
+def build_models(names):
+    """The Gemma 3 270M models of the configurations `names`, built on one load of the
+    float weights (dropped once built): ({name: model}, its tokenizer, its config)."""
+    weights = gemma3.load_weights()
+    config = gemma3.load_config()
+    models = {name: build_model(parse_config(name), weights, config, kv_cache_kind(name))[0]
+              for name in names}
+    return models, gemma3.load_tokenizer(), config
 
 
 def build_model(settings, weights, config, kv_cache="float"):

