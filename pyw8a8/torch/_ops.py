@@ -154,10 +154,17 @@ def tensors_of(packed: PackedWeight) -> tuple[torch.Tensor, ...]:
                                                                       packed.psum,
                                                                       packed.scales))
     head = header(packed)
+    keep_weight(panels, psum, scales, head, packed)
+    return panels, psum, scales, head
+
+
+def keep_weight(panels: torch.Tensor, psum: torch.Tensor, scales: torch.Tensor,
+                head: torch.Tensor, packed: PackedWeight) -> None:
+    """Keep on `panels` the weight these tensors hold, a copy of `packed`'s (its arrays
+    viewing them), as :func:`packed_from` would after checking it."""
     view = PackedWeight(packed.shape, packed.encoding, panels.numpy(), psum.numpy(),
                         scales.numpy(), packed.rotate, packed.block, packed.seed)
     panels.__dict__["_pyw8a8_packed"] = (view, _identity(panels, psum, scales, head))
-    return panels, psum, scales, head
 
 
 def as_array(x: torch.Tensor) -> np.ndarray:

@@ -20,6 +20,7 @@ from torch import nn
 
 from .._validation import renamed_keyword
 from . import fusion
+from ._shared_product import SharedProduct, can_share
 from .attention import ATTENTION_NAMES, enable_int8_attention
 from .modules import GatedLinear, Linear
 
@@ -47,6 +48,8 @@ class QuantizeReport:
     decisions: list[Decision] = field(default_factory=list)
     fused: list[fusion.Fusion] = field(default_factory=list)
     gated: list[fusion.GatedUnit] = field(default_factory=list)
+    #: Layers run as one product on their one input (an attention block's q, k and v).
+    shared: list[fusion.SharedInput] = field(default_factory=list)
     #: A transformers model's attention implementation before and after, where quantize
     #: set pyw8a8's (:func:`~pyw8a8.torch.enable_int8_attention`): ("sdpa", "pyw8a8").
     attention: Optional[tuple[str, str]] = None
@@ -74,6 +77,8 @@ class QuantizeReport:
                      if g.down is not None else
                      "left in the module's code (its forward does more than the unit)")
                   for g in self.gated]
+        lines += [f"  one product: {', '.join(_join(s.parent, m) for m in s.members)} "
+                  f"(called in turn on {s.input})" for s in self.shared]
         if self.attention:
             lines.append(f"  attention: {self.attention[1]} (int8 with a "
                          f"pyw8a8.torch.Int8Cache, else {self.attention[0]} as before)")
@@ -145,8 +150,9 @@ def quantize(model: nn.Module, *, include: Optional[Sequence[str]] = None,
         Fuse an activation that follows a replaced layer into its kernel where the module
         holding both passes the layer's output to it alone (:mod:`pyw8a8.torch.fusion`;
         BERT's ``intermediate``, for one): the activation's module becomes
-        ``nn.Identity()``, the code and the ``state_dict`` keys stay.  And fuse a gated
-        unit that is its module's whole forward (see Notes).
+        ``nn.Identity()``, the code and the ``state_dict`` keys stay.  Fuse a gated
+        unit that is its module's whole forward, and run the layers a module calls one
+        after another on one input as one product (see Notes).
     verbose : bool
         Log every decision to the ``"pyw8a8.torch"`` logger at INFO (always at DEBUG).
 
@@ -167,6 +173,12 @@ def quantize(model: nn.Module, *, include: Optional[Sequence[str]] = None,
     ``torch.fx.GraphModule`` of its own graph with the unit as one call (`fuse`;
     :mod:`pyw8a8.torch.fusion`).  Elsewhere its activation is fused into the gate and the
     report names the unit.
+
+    Layers that a module's forward calls in consecutive statements on one tensor, each
+    only reshaping the output (``q = self.q_proj(h).view(...)``, then k and v: the
+    attention of Llama, Gemma, Qwen and BERT), run as one product, h quantized once; each
+    returns its columns of it, and their ``state_dict`` keys stay (`fuse`;
+    :mod:`pyw8a8.torch.fusion`).
 
     A transformers model with "sdpa" or "eager" attention gets pyw8a8's attention
     implementation over it (:func:`~pyw8a8.torch.enable_int8_attention`): the same
@@ -212,8 +224,9 @@ def quantize(model: nn.Module, *, include: Optional[Sequence[str]] = None,
     for name, module in replacements:
         names.setdefault(id(module), []).append(name)
     if fuse:  # a layer of several names (tied) is called in several places: never fused
-        report.fused, report.gated = fusion.find(
-            model, {i for i, n in names.items() if len(n) == 1})
+        single = {i for i, n in names.items() if len(n) == 1}
+        report.fused, report.gated = fusion.find(model, single)
+        report.shared = fusion.shared_inputs(model, single)
     # A gated unit that is its parent's whole forward becomes one GatedLinear (fusion.py);
     # its gate and up are packed there, its activation with them.
     units = {}
@@ -242,6 +255,13 @@ def quantize(model: nn.Module, *, include: Optional[Sequence[str]] = None,
             break
         parent_name, _, child = name.rpartition(".")
         model.get_submodule(parent_name).register_module(child, layer)
+    shared = []
+    for s in report.shared:
+        members = [model.get_submodule(_join(s.parent, m)) for m in s.members]
+        if all(type(m) is Linear for m in members) and can_share(members) is None:
+            SharedProduct(members)
+            shared.append(s)
+    report.shared = shared
     for f in report.fused:
         model.get_submodule(f.parent).register_module(f.activation_module, nn.Identity())
     for g, gated in units.items():

@@ -16,10 +16,19 @@ into one :class:`pyw8a8.torch.GatedLinear` (x quantized once, neither product st
 the parent becomes the ``torch.fx.GraphModule`` of that same graph with the unit as one
 call (:func:`fused_parent`): the traced graph is the parent's code, so nothing else can
 change.  Elsewhere the product stays in the parent's code and the report names the unit.
+
+Linear children called one after another on one input (an attention block's query, key
+and value projections) are found in the parent's forward source (:func:`shared_inputs`),
+which torch.fx cannot trace in transformers' models: the layers then run as one product
+(:mod:`pyw8a8.torch._shared_product`).
 """
 from __future__ import annotations
 
+import ast
+import functools
+import inspect
 import operator
+import textwrap
 from dataclasses import dataclass
 from typing import Optional
 
@@ -165,6 +174,122 @@ def _whole_forward(graph: fx.Graph, gate: fx.Node, act: fx.Node, up: fx.Node,
             or output.args != (down,) or len(product.users) != 1):
         return None
     return down.target
+
+
+@dataclass(frozen=True)
+class SharedInput:
+    """In `parent`, the linear children `members` called in this order, in consecutive
+    statements, on one local tensor (`input`) and nothing else in between."""
+
+    parent: str
+    members: tuple[str, ...]
+    input: str
+
+
+# What may follow a projection's call in its statement: reshaping its output, which reads
+# nothing else and writes nothing.
+_RESHAPES = frozenset({"view", "reshape", "transpose", "permute", "unflatten", "contiguous"})
+
+
+def _inert(node: ast.expr) -> bool:
+    """Whether evaluating `node` calls nothing (names, constants, attributes of them,
+    arithmetic and tuples of them): nothing in it can write a tensor."""
+    if isinstance(node, (ast.Name, ast.Constant)):
+        return True
+    if isinstance(node, ast.Attribute):
+        return _inert(node.value)
+    if isinstance(node, ast.Starred):
+        return _inert(node.value)
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return all(_inert(e) for e in node.elts)
+    if isinstance(node, ast.UnaryOp):
+        return _inert(node.operand)
+    if isinstance(node, ast.BinOp):
+        return _inert(node.left) and _inert(node.right)
+    return False
+
+
+def _projection(stmt: ast.stmt, self_name: str) -> Optional[tuple[str, str, str]]:
+    """(child, input, target) where `stmt` is ``target = self.child(input)``, optionally
+    followed by reshaping calls with inert arguments, `input` and `target` plain names."""
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)):
+        return None
+    node = stmt.value
+    while (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+           and node.func.attr in _RESHAPES and all(_inert(a) for a in node.args)
+           and all(_inert(k.value) for k in node.keywords)):
+        node = node.func.value
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name) and node.func.value.id == self_name
+            and len(node.args) == 1 and isinstance(node.args[0], ast.Name)
+            and not node.keywords):
+        return None
+    return node.func.attr, node.args[0].id, stmt.targets[0].id
+
+
+@functools.lru_cache(maxsize=256)
+def _forward_runs(cls: type) -> tuple[tuple[tuple[str, ...], str], ...]:
+    """The runs of `cls.forward`: consecutive statements ``target = self.child(x)...`` on
+    one input `x` that none of them assigns, each child named once in the whole forward;
+    as (children in order, x).  Empty where the source cannot be read or parsed."""
+    try:
+        source = textwrap.dedent(inspect.getsource(cls.forward))
+        tree = ast.parse(source)
+    except (OSError, TypeError, SyntaxError):
+        return ()
+    function = next((n for n in tree.body if isinstance(n, (ast.FunctionDef,
+                                                           ast.AsyncFunctionDef))), None)
+    if function is None or not function.args.args:
+        return ()
+    self_name = function.args.args[0].arg
+    mentions: dict[str, int] = {}
+    for node in ast.walk(function):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id == self_name:
+            mentions[node.attr] = mentions.get(node.attr, 0) + 1
+    runs = []
+
+    def close(run):
+        if len(run) > 1:
+            runs.append((tuple(child for child, _, _ in run), run[0][1]))
+
+    for node in ast.walk(function):
+        for field in ("body", "orelse", "finalbody"):
+            statements = getattr(node, field, None)
+            if not isinstance(statements, list):
+                continue
+            run: list[tuple[str, str, str]] = []
+            for stmt in statements:
+                found = _projection(stmt, self_name)
+                if found is not None and run and found[1] == run[0][1] and \
+                        found[0] not in (child for child, _, _ in run):
+                    run.append(found)
+                else:
+                    close(run)
+                    run = [found] if found is not None else []
+                if run and run[-1][2] == run[0][1]:  # the input rebound: the run ends
+                    close(run)
+                    run = []
+            close(run)
+    return tuple((children, x) for children, x in runs
+                 if all(mentions.get(c) == 1 for c in children) and x != self_name)
+
+
+def shared_inputs(model: nn.Module, linears: set[int]) -> list[SharedInput]:
+    """The runs of linear layers in `model` called one after another on one input, whose
+    parent's forward is its class's (read from its source); `linears` are the ids of the
+    layers that will be replaced (each with one parent and one call)."""
+    found = []
+    for parent_name, parent in model.named_modules():
+        children = dict(parent.named_children())
+        if sum(id(c) in linears for c in children.values()) < 2 or \
+                "forward" in vars(parent):
+            continue
+        for members, x in _forward_runs(type(parent)):
+            if all(id(children.get(m)) in linears for m in members):
+                found.append(SharedInput(parent_name, members, x))
+    return found
 
 
 def fused_parent(parent: nn.Module, unit: GatedUnit, gated: nn.Module) -> fx.GraphModule:

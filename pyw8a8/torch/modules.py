@@ -72,6 +72,10 @@ class _PackedModule(nn.Module):
     _weights: tuple[str, ...] = ()
     _biases: tuple[str, ...] = ()
     _parts: dict[str, tuple[str, ...]] = {}  # each weight's buffer names, in PARTS order
+    #: Where the layer runs as one product with others on one input (quantize sets it):
+    #: the _shared_product.SharedProduct, and the layer's place in its call order.
+    _shared: Any = None
+    _shared_slot = 0
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -115,7 +119,25 @@ class _PackedModule(nn.Module):
         if moved:
             raise ValueError(f"{type(self).__name__} runs on the CPU only; its buffers cannot "
                              f"move to {moved[0][1]}")
+        self._refuse_if_replaced()
         return result
+
+    def _refuse_if_replaced(self) -> None:
+        # A buffer replaced (a load, _apply's new tensor, an assignment) is no longer the
+        # view of the shared weight the product reads: pack that weight again at once.
+        shared = self._shared
+        if shared is not None and not shared.intact():
+            shared.fuse()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name in self.__dict__.get("_buffers", ()):
+            self._refuse_if_replaced()
+
+    def register_buffer(self, name: str, tensor: Optional[torch.Tensor],
+                        persistent: bool = True) -> None:
+        super().register_buffer(name, tensor, persistent)
+        self._refuse_if_replaced()
 
     @torch.inference_mode(False)
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
@@ -158,6 +180,7 @@ class _PackedModule(nn.Module):
                 error_msgs.append(str(exc))
                 continue
             self._buffers[name] = torch.from_numpy(value.copy())
+        self._refuse_if_replaced()
         if strict:
             known = {name for names in self._parts.values() for name in names}
             known |= set(self._biases)
@@ -177,18 +200,23 @@ class _PackedModule(nn.Module):
 
     @torch.jit.unused
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
+        shared = self._shared
+        if shared is not None:  # a later layer of a shared product: its kept columns
+            y = shared.take(self, x)
+            if y is not None:
+                return y
         if isinstance(x, fx.Proxy):  # torch.fx symbolic tracing: checked when the graph runs
             return self._operator(x)
         if (type(x) is torch.Tensor and x.is_cpu and x.layout is torch.strided
                 and not x.is_nested and not (_records_ops() or _ops.under_functorch(x))):
             # A dense CPU tensor reaches the operator's CPU kernel, which checks the rest.
-            return self._eager(x)
+            return self._eager(x) if shared is None else shared.lead(self, x, graph=False)
         # Here: a graph being recorded, or x not a plain dense CPU tensor (a FakeTensor
         # under torch.compile, a subclass, a sparse or meta tensor, which the dispatcher
         # would send elsewhere, or no tensor at all, which check_input refuses before
         # under_functorch could fail on it).
         _ops.check_input(x, self.in_features)
-        return self._operator(x)
+        return self._operator(x) if shared is None else shared.lead(self, x, graph=True)
 
     def __getstate__(self):
         # The buffers pickle (and deep-copy) as fresh views: the weight kept on a panels

@@ -7,7 +7,8 @@ import warnings
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="needs PyTorch (pip install '.[torch]')")
+from torch_helpers import COMPILE_MODES, native_calls, torch
+
 pt = pytest.importorskip("pyw8a8.torch")
 
 
@@ -185,22 +186,6 @@ def _layers():
         pt.Linear.from_float(torch.nn.Linear(80, 32, bias=False))).eval()
 
 
-def _native_calls():
-    """Calls the native operator ran (C++, no Python), or None where it is off."""
-    native = pt._native.NATIVE
-    return None if native is None else native.counters()["native_calls"]
-
-
-# The settings a user picks: Inductor's config patches, and torch.compile's arguments.
-COMPILE_MODES = {
-    "default": ({}, {}),
-    "max-autotune": ({}, {"mode": "max-autotune"}),
-    "freezing": ({"freezing": True}, {}),
-    "cpp_wrapper": ({"cpp_wrapper": True}, {}),
-    "dynamic": ({}, {"dynamic": True}),
-}
-
-
 @pytest.mark.parametrize("mode", COMPILE_MODES)
 def test_every_compile_mode_keeps_one_graph_and_the_eager_bits(mode):
     """Under each mode the layers are one graph (fullgraph refuses a break) and return
@@ -219,10 +204,10 @@ def test_every_compile_mode_keeps_one_graph_and_the_eager_bits(mode):
             for _ in range(60):  # the first calls of a shape tune its blocking
                 y = compiled(x)
             expected = layers(x)
-            before = _native_calls()
+            before = native_calls()
             y = compiled(x)
             if before is not None:
-                assert _native_calls() - before == 3  # every layer, from C++
+                assert native_calls() - before == 3  # every layer, from C++
             assert torch.equal(y, expected)
     torch._dynamo.reset()
 
@@ -241,8 +226,8 @@ def test_an_aoti_package_loads_and_runs_the_pyw8a8_kernels(tmp_path):
         expected = layers(x)
         for _ in range(60):
             y = runner(x)
-        before = _native_calls()
+        before = native_calls()
         y = runner(x)
         assert torch.equal(y, expected)
         if before is not None:
-            assert _native_calls() - before == 3
+            assert native_calls() - before == 3

@@ -24,3 +24,20 @@ def assert_refuses_bad_input(layer, x):
             layer(torch.randn(5, 63))
     with pytest.raises(RuntimeError, match=r"inference_mode\(\)"):
         layer(x.clone().requires_grad_())
+
+
+# The compile settings a user picks: Inductor's config patches, and torch.compile's arguments.
+COMPILE_MODES = {
+    "default": ({}, {}),
+    "max-autotune": ({}, {"mode": "max-autotune"}),
+    "freezing": ({"freezing": True}, {}),
+    "cpp_wrapper": ({"cpp_wrapper": True}, {}),
+    "dynamic": ({}, {"dynamic": True}),
+}
+
+
+def native_calls():
+    """Calls the native operator ran (C++, no Python), or None where it is off."""
+    from pyw8a8.torch import _native
+    native = _native.NATIVE
+    return None if native is None else native.counters()["native_calls"]
