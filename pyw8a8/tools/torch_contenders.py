@@ -15,10 +15,13 @@ A contender is a quantizer and a way to run the model:
 Compiled contenders use static shapes (``dynamic=False``): the encoder meets a shape per
 batch (a few), the LM two (its prompt and one token, through a ``StaticCache``).
 
-Each contender runs in a fresh interpreter (:func:`run_contender`): a user's process holds
+Each contender runs in a fresh interpreter (:class:`Contender`): a user's process holds
 one model, and Inductor's settings, which are global, must not reach the next contender.
 Its Inductor cache is a fresh folder, so the compile time is a first compile's, as a
-user meets it (and the user's own cache is left alone).  The process reports:
+user meets it (and the user's own cache is left alone).  The contenders prepare one after
+another, then take turns round by round, each timing its own rounds while the others
+wait: on a shared host, a shift in load then reaches every contender alike.  The process
+reports:
 
 * the first call's wall time, compilation included (for an eager contender, its first
   call: allocations and pyw8a8's tuning);
@@ -39,6 +42,7 @@ import contextlib
 import json
 import os
 import re
+import select
 import statistics
 import subprocess
 import sys
@@ -200,92 +204,126 @@ def _spread(values):
     return (max(values) - min(values)) / mid if mid else 0.0
 
 
-def _encoder(spec: dict, key: str, model) -> dict:
-    """Encode each text set: first call, warm-up, rounds; the embeddings saved."""
-    import numpy as np
-    import torch
-    sets = spec["texts"]
+class _EncoderRun:
+    """The encoder's phases in a contender's process: each text set encoded."""
 
-    def encode(texts):
+    def __init__(self, spec: dict, key: str, model) -> None:
+        self.spec, self.key, self.model = spec, key, model
+        self.sets = spec["texts"]
+
+    def _encode(self, texts):
+        import torch
         with torch.inference_mode():
-            return model.encode(texts, batch_size=32, convert_to_tensor=True)
+            return self.model.encode(texts, batch_size=32, convert_to_tensor=True)
 
-    def encode_all():
-        return {name: encode(texts) for name, texts in sets.items()}
-    out = {}
-    with _compiled_code() as codes:
-        t0 = time.perf_counter()
-        embeddings = encode_all()
-        out["first_call_s"] = time.perf_counter() - t0
-        out["warm_calls"] = _settle(encode_all)
-    out["kernels"] = kernel_report(codes)
-    times = {name: [] for name in sets}
-    for _ in range(spec["rounds"]):
-        for name, texts in sets.items():
+    def _encode_all(self):
+        return {name: self._encode(texts) for name, texts in self.sets.items()}
+
+    def prepare(self) -> dict:
+        """The first call (compilation included), the warm-up and what ran."""
+        out = {}
+        with _compiled_code() as codes:
             t0 = time.perf_counter()
-            encode(texts)
-            times[name].append(time.perf_counter() - t0)
-    out["sets"] = {}
-    for i, (name, texts) in enumerate(sets.items()):
-        path = Path(spec["outdir"]) / f"encoder-{key}-{i}.npy"
-        np.save(path, embeddings[name].float().numpy())
-        seconds = statistics.median(times[name])
-        out["sets"][name] = {"seconds": seconds, "spread": _spread(times[name]),
-                             "speed": len(texts) / seconds, "embeddings": str(path)}
-    return out
-
-
-def _lm(spec: dict, key: str, model, tokenizer) -> dict:
-    """Greedy decode of each prompt: first call, warm-up, rounds; then the next-token
-    distributions fed the float model's tokens (the float contender: its own, saved)."""
-    import numpy as np
-
-    from . import torch_lm
-    tokens = spec["tokens"]
-    prompts = torch_lm.prompts(tokenizer, spec["prompts"], spec["prompt_tokens"])
-    decoder = torch_lm.Decoder(model, spec["prompt_tokens"] + tokens)
-    out = {}
-    with _compiled_code() as codes:
-        t0 = time.perf_counter()
-        decoder.generate(prompts[0], tokens)
-        out["first_call_s"] = time.perf_counter() - t0
-        turn = iter(range(1 << 30))
-        out["warm_calls"] = _settle(
-            lambda: decoder.generate(prompts[next(turn) % len(prompts)], tokens))
-    out["kernels"] = kernel_report(codes)
-    decode, prefill, generated = [], [], []
-    for _ in range(spec["rounds"]):
-        runs = [decoder.generate(p, tokens) for p in prompts]
-        decode.append(sum(r.decode_s for r in runs))
-        prefill.append(sum(r.prefill_s for r in runs))
-        generated = [r.tokens for r in runs]
-    steps = len(prompts) * (tokens - 1)
-    rates = [steps / s for s in decode]
-    out.update(speed=statistics.median(rates), spread=_spread(rates),
-               prefill_s=statistics.median(prefill) / len(prompts), tokens=generated,
-               split=torch_lm.decode_split(decoder, prompts[0], tokens))
-    reference = Path(spec["outdir"]) / "lm-reference.npz"
-    if key == "float":
-        runs = [decoder.generate(p, tokens, keep_logits=True) for p in prompts]
-        np.savez(reference, tokens=np.array([r.tokens for r in runs]),
-                 logits=np.stack([np.stack([t.numpy() for t in r.logits]) for r in runs]))
+            self.embeddings = self._encode_all()
+            out["first_call_s"] = time.perf_counter() - t0
+            out["warm_calls"] = _settle(self._encode_all)
+        out["kernels"] = kernel_report(codes)
         return out
-    ref = np.load(reference)
-    kl, top1 = [], []
-    for p, ref_tokens, ref_logits in zip(prompts, ref["tokens"], ref["logits"]):
-        run = decoder.generate(p, tokens, forced=[int(t) for t in ref_tokens[:-1]],
-                               keep_logits=True)
-        logits = np.stack([t.numpy() for t in run.logits])
-        kl.extend(torch_lm.kl_divergence(ref_logits, logits))
-        top1.extend(logits.argmax(-1) == ref_tokens)
-    out.update(kl=float(np.mean(kl)), kl_max=float(np.max(kl)), top1=float(np.mean(top1)),
-               same_tokens=float(np.mean([a == list(b) for a, b in
-                                          zip(generated, ref["tokens"])])))
-    return out
+
+    def round(self) -> dict:
+        """Seconds of one encode of each set."""
+        times = {}
+        for name, texts in self.sets.items():
+            t0 = time.perf_counter()
+            self._encode(texts)
+            times[name] = time.perf_counter() - t0
+        return times
+
+    def finish(self, rounds: list[dict]) -> dict:
+        """Medians of the rounds; the embeddings saved for the fidelity."""
+        import numpy as np
+        out = {"sets": {}}
+        for i, (name, texts) in enumerate(self.sets.items()):
+            path = Path(self.spec["outdir"]) / f"encoder-{self.key}-{i}.npy"
+            np.save(path, self.embeddings[name].float().numpy())
+            times = [r[name] for r in rounds]
+            seconds = statistics.median(times)
+            out["sets"][name] = {"seconds": seconds, "spread": _spread(times),
+                                 "speed": len(texts) / seconds, "embeddings": str(path)}
+        return out
 
 
-def contender_main(spec: dict) -> dict:
-    """One contender, start to end, in this process (`spec`: see :func:`run_contender`)."""
+class _LMRun:
+    """The LM's phases in a contender's process: greedy decodes of each prompt."""
+
+    def __init__(self, spec: dict, key: str, model, tokenizer) -> None:
+        from . import torch_lm
+        self.spec, self.key = spec, key
+        self.prompts = torch_lm.prompts(tokenizer, spec["prompts"], spec["prompt_tokens"])
+        self.decoder = torch_lm.Decoder(model, spec["prompt_tokens"] + spec["tokens"])
+
+    def prepare(self) -> dict:
+        tokens, out = self.spec["tokens"], {}
+        with _compiled_code() as codes:
+            t0 = time.perf_counter()
+            self.decoder.generate(self.prompts[0], tokens)
+            out["first_call_s"] = time.perf_counter() - t0
+            turn = iter(range(1 << 30))
+            out["warm_calls"] = _settle(
+                lambda: self.decoder.generate(self.prompts[next(turn) % len(self.prompts)],
+                                              tokens))
+        out["kernels"] = kernel_report(codes)
+        return out
+
+    def round(self) -> dict:
+        """Decode and prefill seconds of one generation of each prompt, its tokens."""
+        runs = [self.decoder.generate(p, self.spec["tokens"]) for p in self.prompts]
+        return {"decode_s": sum(r.decode_s for r in runs),
+                "prefill_s": sum(r.prefill_s for r in runs),
+                "tokens": [r.tokens for r in runs]}
+
+    def finish(self, rounds: list[dict]) -> dict:
+        """Medians of the rounds, the profiled split of a step, and the next-token
+        distributions fed float's tokens: saved by float, scored by the others."""
+        import numpy as np
+
+        from . import torch_lm
+        tokens, prompts, decoder = self.spec["tokens"], self.prompts, self.decoder
+        steps = len(prompts) * (tokens - 1)
+        rates = [steps / r["decode_s"] for r in rounds]
+        generated = rounds[-1]["tokens"]
+        out = {"speed": statistics.median(rates), "spread": _spread(rates),
+               "prefill_s": statistics.median(r["prefill_s"] for r in rounds) / len(prompts),
+               "tokens": generated,
+               "split": torch_lm.decode_split(decoder, prompts[0], tokens)}
+        reference = Path(self.spec["outdir"]) / "lm-reference.npz"
+        if self.key == "float":
+            runs = [decoder.generate(p, tokens, keep_logits=True) for p in prompts]
+            np.savez(reference, tokens=np.array([r.tokens for r in runs]),
+                     logits=np.stack([np.stack([t.numpy() for t in r.logits]) for r in runs]))
+            return out
+        ref = np.load(reference)
+        kl, top1 = [], []
+        for p, ref_tokens, ref_logits in zip(prompts, ref["tokens"], ref["logits"]):
+            run = decoder.generate(p, tokens, forced=[int(t) for t in ref_tokens[:-1]],
+                                   keep_logits=True)
+            logits = np.stack([t.numpy() for t in run.logits])
+            kl.extend(torch_lm.kl_divergence(ref_logits, logits))
+            top1.extend(logits.argmax(-1) == ref_tokens)
+        out.update(kl=float(np.mean(kl)), kl_max=float(np.max(kl)), top1=float(np.mean(top1)),
+                   same_tokens=float(np.mean([a == list(b) for a, b in
+                                              zip(generated, ref["tokens"])])))
+        return out
+
+
+def contender_main(spec: dict, commands=None, reply=None) -> dict:
+    """One contender in this process (`spec`: see :class:`Contender`): load, quantize,
+    compile, the first call and the warm-up, replying ``{"ready": ...}``; then a timed
+    round for each ``round`` line of `commands` (stdin), replying its number; at
+    ``finish`` (or the end of `commands`), the medians, the fidelity and the rest as the
+    last reply (stdout), also returned."""
+    commands = sys.stdin if commands is None else commands
+    reply = reply or (lambda value: print(json.dumps(value), flush=True))
     key, model_name = spec["contender"], spec["model"]
     quantizer, _, mode = key.partition("-")
     t0 = time.perf_counter()
@@ -304,36 +342,96 @@ def contender_main(spec: dict) -> dict:
     if quantizer == "pyw8a8":
         from ..torch import _native
         out["operator"] = "native" if _native.NATIVE is not None else "Python"
-    if model_name == "encoder":
-        out.update(_encoder(spec, key, model))
-    else:
-        out.update(_lm(spec, key, model, tokenizer))
+    run = (_EncoderRun(spec, key, model) if model_name == "encoder" else
+           _LMRun(spec, key, model, tokenizer))
+    out.update(run.prepare())
+    reply({"ready": True})
+    rounds = []
+    for line in commands:
+        if line.strip() == "round":
+            rounds.append(run.round())
+            reply({"round": len(rounds)})
+        elif line.strip() == "finish":
+            break
+    out.update(run.finish(rounds or [run.round()]))
+    reply(out)
     return out
 
 
 # -- in bench's process --------------------------------------------------------------------
 
-def run_contender(spec: dict, timeout: float = 3600) -> dict:
-    """Run one contender in a fresh interpreter with a fresh Inductor cache; its result,
-    or {"error": the last lines of its stderr}.  `spec`: model ("encoder" or "lm"),
-    contender (a key of CONTENDERS), rounds, outdir (where outputs go), and the model's
-    settings: texts ({name: [str]}) for the encoder; tokens, prompt_tokens, prompts and
-    layers (None: all) for the LM."""
-    from .torch_sharing import KEEP_FREED_MEMORY
-    code = ("import json, sys; from pyw8a8.tools import torch_contenders as c; "
-            "print(json.dumps(c.contender_main(json.load(sys.stdin))))")
-    with tempfile.TemporaryDirectory(prefix="pyw8a8-inductor-") as cache:
-        env = {**os.environ, **KEEP_FREED_MEMORY, "TORCHINDUCTOR_CACHE_DIR": cache,
+class Contender:
+    """One contender in a fresh interpreter with a fresh Inductor cache, driven a phase at
+    a time (:func:`contender_main`), so that several take turns round by round.  `spec`:
+    model ("encoder" or "lm"), contender (a key of CONTENDERS), outdir (where outputs go),
+    and the model's settings: texts ({name: [str]}) for the encoder; tokens,
+    prompt_tokens, prompts and layers (None: all) for the LM.  A failure anywhere leaves
+    :attr:`error` (the last lines of its stderr) and no further phase runs."""
+
+    def __init__(self, spec: dict, timeout: float = 3600) -> None:
+        from .torch_sharing import KEEP_FREED_MEMORY
+        self.timeout, self.error = timeout, None
+        self._cache = tempfile.TemporaryDirectory(prefix="pyw8a8-inductor-")
+        self._stderr = tempfile.TemporaryFile(mode="w+")
+        env = {**os.environ, **KEEP_FREED_MEMORY, "TORCHINDUCTOR_CACHE_DIR": self._cache.name,
                "HF_HUB_OFFLINE": "1"}
-        try:
-            done = subprocess.run([sys.executable, "-c", code], input=json.dumps(spec),
-                                  capture_output=True, text=True, timeout=timeout, env=env)
-        except subprocess.TimeoutExpired:
-            return {"error": f"no result in {timeout:.0f} s"}
-    if done.returncode != 0:
-        lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
-        return {"error": " / ".join(lines[-3:])[-600:] or f"exit status {done.returncode}"}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+        code = ("import json, sys; from pyw8a8.tools import torch_contenders as c; "
+                "c.contender_main(json.loads(sys.stdin.readline()))")
+        self._process = subprocess.Popen([sys.executable, "-c", code], env=env, text=True,
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=self._stderr)
+        self._send(json.dumps(spec))
+        self._receive()  # ready
+
+    def _send(self, line: str) -> None:
+        if self.error is None:
+            try:
+                self._process.stdin.write(line + "\n")
+                self._process.stdin.flush()
+            except OSError:
+                self._fail()
+
+    def _receive(self) -> dict:
+        if self.error is not None:
+            return {}
+        ready, _, _ = select.select([self._process.stdout], [], [], self.timeout)
+        line = self._process.stdout.readline() if ready else ""
+        if not line:
+            self._fail(None if ready else f"no reply in {self.timeout:.0f} s")
+            return {}
+        return json.loads(line)
+
+    def _fail(self, why: str | None = None) -> None:
+        self._process.kill()
+        self._process.wait()
+        self._stderr.seek(0)
+        lines = [line for line in self._stderr.read().strip().splitlines() if line.strip()]
+        self.error = why or " / ".join(lines[-3:])[-600:] or \
+            f"exit status {self._process.returncode}"
+        self.close()
+
+    def round(self) -> None:
+        """One timed round."""
+        self._send("round")
+        self._receive()
+
+    def finish(self) -> dict:
+        """The result (medians, fidelity), or {"error": why}; the process then ends."""
+        self._send("finish")
+        result = self._receive()
+        if self.error is not None:
+            return {"error": self.error}
+        self._process.wait()
+        self.close()
+        return result
+
+    def close(self) -> None:
+        if self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+        for stream in (self._process.stdin, self._process.stdout, self._stderr):
+            stream.close()
+        self._cache.cleanup()
 
 
 @dataclass
@@ -367,18 +465,25 @@ def run(settings: Settings, texts: dict | None = None, progress=print) -> list[d
             else:
                 spec.update(tokens=settings.tokens, prompt_tokens=settings.prompt_tokens,
                             prompts=settings.prompts, layers=settings.layers)
-            results = {}
+            # Each contender prepares alone (its first call times the compilation); then
+            # the rounds take turns, so that the host's load shifts reach all contenders
+            # alike; float finishes first (its outputs are the reference).
+            running = {}
             for key in settings.contenders:
                 if key.startswith("torchao") and not torchao_available():
                     continue  # left out, and bench --torch says so
                 t0 = time.perf_counter()
-                results[key] = run_contender({**spec, "contender": key})
-                progress(f"bench --torch: {model}, {label(key)}: "
+                running[key] = Contender({**spec, "contender": key})
+                error = running[key].error
+                progress(f"bench --torch: {model}, {label(key)}: ready in "
                          f"{time.perf_counter() - t0:.0f} s"
-                         + (f" (failed: {results[key]['error']})"
-                            if "error" in results[key] else ""))
-                if key == "float" and "error" in results[key]:
+                         + (f" (failed: {error})" if error else ""))
+                if key == "float" and error:
                     break  # nothing to compare with
+            for _ in range(settings.rounds):
+                for contender in running.values():
+                    contender.round()
+            results = {key: contender.finish() for key, contender in running.items()}
             rows += (_encoder_rows if model == "encoder" else _lm_rows)(results)
     return rows
 
@@ -462,7 +567,8 @@ def _seconds(value: float) -> str:
 def format_table(rows: list[dict], settings: Settings, texts: dict | None) -> list[str]:
     lines = ["\nModel level: each contender in a process of its own (a fresh Inductor cache: "
              "first compiles), compiled ones with static shapes (dynamic=False); speed: "
-             "medians of the rounds"]
+             f"medians of {settings.rounds} rounds, the contenders taking turns round by "
+             "round"]
     if any(r["model"] == "encoder" for r in rows):
         counts = ", ".join(f"{len(v)} {k}" for k, v in (texts or {}).items())
         lines.append(f"encoder: all-MiniLM-L6-v2, SentenceTransformer.encode of {counts} "

@@ -91,32 +91,50 @@ def _result(speed, **more):
                       "rest": 30 / speed}, **more}
 
 
-def test_each_contender_runs_in_its_own_process_float_first(monkeypatch):
-    """The LM's contenders: float first (the reference), each a run_contender of its own;
-    torchao's left out where it is not installed; speed as a ratio to float's."""
-    calls = []
+def _fake_contenders(monkeypatch, results):
+    """Contender replaced by a stand-in that logs its phases: `results` maps a contender
+    to its result, or to {"error": why} for one that fails while preparing."""
+    events = []
 
-    def run_contender(spec):
-        calls.append(spec["contender"])
-        assert spec["model"] == "lm" and spec["tokens"] == 3 and spec["layers"] == 1
-        if spec["contender"] == "float":
-            return _result(10.0)
-        if spec["contender"] == "pyw8a8-compiled":
-            return {"error": "compile failed"}
-        return _result(25.0, kl=0.01, kl_max=0.05, top1=0.9, same_tokens=1.0)
-    monkeypatch.setattr(torch_contenders, "run_contender", run_contender)
+    class FakeContender:
+        def __init__(self, spec):
+            self.key, self.spec = spec["contender"], spec
+            events.append(("prepare", self.key))
+            self.error = results[self.key].get("error")
+
+        def round(self):
+            if self.error is None:
+                events.append(("round", self.key))
+
+        def finish(self):
+            events.append(("finish", self.key))
+            return results[self.key]
+    monkeypatch.setattr(torch_contenders, "Contender", FakeContender)
+    return events
+
+
+def test_each_contender_runs_in_its_own_process_float_first(monkeypatch):
+    """The LM's contenders: float first (the reference), each a Contender (process) of its
+    own, preparing one after another, then their rounds taking turns; torchao's left out
+    where it is not installed; speed as a ratio to float's."""
+    events = _fake_contenders(monkeypatch, {
+        "float": _result(10.0), "pyw8a8-compiled": {"error": "compile failed"},
+        "pyw8a8": _result(25.0, kl=0.01, kl_max=0.05, top1=0.9, same_tokens=1.0)})
     monkeypatch.setattr(torch_contenders, "torchao_available", lambda: False)
     settings = torch_contenders.Settings(
         models=["lm"], contenders=["float", "torchao-max", "pyw8a8", "pyw8a8-compiled"],
-        rounds=1, tokens=3, prompt_tokens=8, prompts=1, layers=1)
+        rounds=2, tokens=3, prompt_tokens=8, prompts=1, layers=1)
     progress = []
     rows = torch_contenders.run(settings, progress=progress.append)
-    assert calls == ["float", "pyw8a8", "pyw8a8-compiled"]
-    assert [r["contender"] for r in rows] == calls
+    keys = ["float", "pyw8a8", "pyw8a8-compiled"]
+    assert events == ([("prepare", k) for k in keys] + [("round", k) for k in keys[:2]] * 2
+                      + [("finish", k) for k in keys])
+    assert [r["contender"] for r in rows] == keys
     assert rows[1]["ratio"] == 2.5 and rows[1]["fidelity"]["kl"] == 0.01
     assert len(progress) == 3 and "failed: compile failed" in progress[2]
     table = torch_contenders.format_table(rows, settings, None)
     assert "only its first 1 layers (a quick check, not the model)" in "\n".join(table)
+    assert "medians of 2 rounds, the contenders taking turns" in "\n".join(table)
     body = [line for line in table if line.startswith("| lm")]
     assert body[0].split(" | ")[2:6] == ["10.0 (±5%), prefill 200 ms", "1.00x", "reference",
                                          "1.50"]
@@ -128,14 +146,18 @@ def test_each_contender_runs_in_its_own_process_float_first(monkeypatch):
 
 
 def test_a_failed_float_contender_stops_the_model(monkeypatch):
-    calls = []
-
-    def run_contender(spec):
-        calls.append(spec["contender"])
-        return {"error": "no model"}
-    monkeypatch.setattr(torch_contenders, "run_contender", run_contender)
+    events = _fake_contenders(monkeypatch, {"float": {"error": "no model"}})
     settings = torch_contenders.Settings(models=["lm"], contenders=["float", "pyw8a8"],
                                          rounds=1)
     rows = torch_contenders.run(settings, progress=lambda line: None)
-    assert calls == ["float"] and rows == [{"model": "lm", "set": "", "contender": "float",
-                                            "error": "no model"}]
+    assert events == [("prepare", "float"), ("finish", "float")]
+    assert rows == [{"model": "lm", "set": "", "contender": "float", "error": "no model"}]
+
+
+def test_a_contender_process_that_fails_reports_its_error():
+    """A real process: a spec it cannot run ends it at once; its stderr's last lines are
+    the error, and no phase after it runs."""
+    contender = torch_contenders.Contender({"model": "lm", "outdir": "."}, timeout=120)
+    assert "KeyError: 'contender'" in contender.error
+    contender.round()
+    assert contender.finish() == {"error": contender.error}
