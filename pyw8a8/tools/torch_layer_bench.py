@@ -57,6 +57,10 @@ def build_contender(name, m, k, n):
         import torch
         layer = _layer(w, python_operator=name == PYTHON_OPERATOR)
         if name == COMPILED:
+            # Each shape compiles anew: Dynamo's cache is per code object, so the shapes
+            # before would count against its recompile limit (8), past which it runs
+            # the layer eagerly behind a failing guard.
+            torch._dynamo.reset()
             layer = torch.compile(layer, dynamic=False)
         tx = torch.from_numpy(x)
         run = lambda: layer(tx)  # noqa: E731

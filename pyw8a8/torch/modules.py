@@ -119,10 +119,10 @@ class _PackedModule(nn.Module):
         if moved:
             raise ValueError(f"{type(self).__name__} runs on the CPU only; its buffers cannot "
                              f"move to {moved[0][1]}")
-        self._refuse_if_replaced()
+        self._repack_if_replaced()
         return result
 
-    def _refuse_if_replaced(self) -> None:
+    def _repack_if_replaced(self) -> None:
         # A buffer replaced (a load, _apply's new tensor, an assignment) is no longer the
         # view of the shared weight the product reads: pack that weight again at once.
         shared = self._shared
@@ -132,12 +132,12 @@ class _PackedModule(nn.Module):
     def __setattr__(self, name: str, value: Any) -> None:
         super().__setattr__(name, value)
         if name in self.__dict__.get("_buffers", ()):
-            self._refuse_if_replaced()
+            self._repack_if_replaced()
 
     def register_buffer(self, name: str, tensor: Optional[torch.Tensor],
                         persistent: bool = True) -> None:
         super().register_buffer(name, tensor, persistent)
-        self._refuse_if_replaced()
+        self._repack_if_replaced()
 
     @torch.inference_mode(False)
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
@@ -180,7 +180,7 @@ class _PackedModule(nn.Module):
                 error_msgs.append(str(exc))
                 continue
             self._buffers[name] = torch.from_numpy(value.copy())
-        self._refuse_if_replaced()
+        self._repack_if_replaced()
         if strict:
             known = {name for names in self._parts.values() for name in names}
             known |= set(self._biases)
