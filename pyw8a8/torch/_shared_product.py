@@ -7,10 +7,10 @@ by the first layer in non-persistent buffers (``shared_*``), and each layer's ow
 become views of it: the ``state_dict`` keys, each layer alone and its bits stay as they
 were.  The first layer's call runs the one product (x quantized and rotated once, one
 call; at M = 1 on Zen 5, with the weights read from memory, Gemma 3 270M's 1024 + 256 +
-256 channels took 37-40 us as one product against 55 us as three) and keeps it; the next
-layers, called in turn on the same tensor, return their columns of it, the last one
-dropping it.  Any other call (another tensor, one written since, another order) runs the
-layer's own product.
+256 channels took 47 us as one product against 61 us as three, module calls included) and
+keeps it; the next layers, called in turn on the same tensor, return their columns of it,
+the last one dropping it.  Any other call (another tensor, one written since, another
+order) runs the layer's own product.
 
 The layers' views must be the shared weight's memory.  A load, an unpickled or
 deep-copied model, a buffer replaced or moved breaks that: the layers then pack the shared
