@@ -43,7 +43,11 @@ def _version(x: torch.Tensor) -> Optional[int]:
 
 def can_share(layers: list[Any]) -> Optional[str]:
     """Why `layers` (pyw8a8 Linear layers, unfused) cannot run as one product, or None."""
-    packed = [layer.packed("weight") for layer in layers]
+    return _why_apart(layers, [layer.packed("weight") for layer in layers])
+
+
+def _why_apart(layers: list[Any], packed: list[PackedWeight]) -> Optional[str]:
+    """:func:`can_share` on the layers' weights already at hand."""
     settings = {(p.shape[1], p.kp, p.encoding, p.rotate, p.block, p.seed) for p in packed}
     if len(settings) > 1:
         return "their weights differ in K or in how they were packed"
@@ -93,9 +97,9 @@ class SharedProduct:
         make each layer's own buffers views of them; False, each layer then running
         alone, where they can no longer share one (a load gave them other layouts)."""
         self.memo, self.pending, self.ready = None, False, False
-        if can_share(self.layers) is not None:
-            return False
         packed = [layer.packed("weight") for layer in self.layers]
+        if _why_apart(self.layers, packed) is not None:
+            return False
         first = packed[0]
         whole = PackedWeight((sum(self.sizes), first.shape[1]), first.encoding,
                              np.concatenate([p.panels for p in packed]),
