@@ -34,6 +34,25 @@ cdef extern from "_simd/attention.h" nogil:
                                   int64_t T, int64_t ldv, int64_t D, int32_t *out,
                                   int64_t ldo)
 
+cdef extern from "_simd/float_attention.h" nogil:
+    ctypedef struct w8_float_attention:
+        const float *q
+        const float *k
+        const float *v
+        int64_t qs[3]
+        int64_t ks[3]
+        int64_t vs[3]
+        float *out
+        int64_t os[3]
+        const uint8_t *mask_bool
+        const float *mask_add
+        int64_t ms[3]
+        int causal
+        int64_t B, Hq, Hkv, Lq, Lk, D
+        float scale
+    int64_t w8_fa_scratch_floats(const w8_float_attention *a)
+    void w8_float_attention_task(const w8_float_attention *a, int64_t t, float *scratch)
+
 cnp.import_array()
 
 # The longest exact int32 sum of int8 products: 127 * 127 * 133,000 < 2**31.
@@ -316,3 +335,75 @@ def scaled_term_sums(const int32_t[:, ::1] sums, int terms, const float[::1] ste
                     out[r, n] = <float>((<double>sums[r, n] * lo_steps + sums[M + r, n]) * s)
                 else:
                     out[r, n] = <float>(<double>sums[r, n] * s)
+
+
+def float_attention(const float[:, :, :, :] q, const float[:, :, :, :] k,
+                    const float[:, :, :, :] v, const uint8_t[:, :, :, :] mask_bool,
+                    const float[:, :, :, :] mask_add, float[:, :, :, :] out, float scale,
+                    bint causal, int nthreads):
+    """out = softmax(scale * q k^T + mask) v over float32 keys and values
+    (``_simd/float_attention.h``).
+
+    q and out (B, Hq, Lq, D), k and v (B, Hkv, Lk, D) with Hkv dividing Hq (each KV head
+    serves Hq / Hkv query heads), any strides but a unit one along D.  At most one mask:
+    mask_bool (uint8, 0 hides a key) or mask_add (added to the scores), (B, Hq, Lq, Lk)
+    with a unit key stride (0 strides where broadcast).  causal: query i sees keys 0..i.
+    A row that sees no key gets zeros.  Tasks (one batch row and query head each) run in
+    OpenMP ``prange`` on `nthreads` threads."""
+    cdef int64_t B = q.shape[0], Hq = q.shape[1], Lq = q.shape[2], D = q.shape[3]
+    cdef int64_t Hkv = k.shape[1], Lk = k.shape[2], t, i
+    cdef int64_t[4] mshape
+    cdef bint fits = k.shape[0] == B and k.shape[3] == D and Hkv >= 1 and Hq % Hkv == 0
+    for i in range(4):
+        fits = fits and v.shape[i] == k.shape[i] and out.shape[i] == q.shape[i]
+    fits = fits and q.strides[3] == 4 and k.strides[3] == 4 and v.strides[3] == 4 \
+        and out.strides[3] == 4
+    if not fits:
+        raise ValueError("float_attention needs q and out (B, Hq, Lq, D), k and v "
+                         "(B, Hkv, Lk, D), Hkv dividing Hq, each with a unit stride along D")
+    if mask_bool is not None and mask_add is not None:
+        raise ValueError("float_attention takes one mask, bool or additive")
+    cdef w8_float_attention a
+    memset(&a, 0, sizeof(a))
+    if mask_bool is not None or mask_add is not None:
+        for i in range(4):
+            mshape[i] = mask_bool.shape[i] if mask_bool is not None else mask_add.shape[i]
+        if (mshape[0] != B or mshape[1] != Hq or mshape[2] != Lq or mshape[3] != Lk or
+                (mask_bool.strides[3] != 1 if mask_bool is not None
+                 else mask_add.strides[3] != 4)):
+            raise ValueError("the mask must be (B, Hq, Lq, Lk) with a unit key stride "
+                             "(0 strides where broadcast)")
+        for i in range(3):
+            a.ms[i] = (mask_bool.strides[i] if mask_bool is not None
+                       else mask_add.strides[i] // 4)
+        if mask_bool is not None and B and Hq and Lq and Lk:
+            a.mask_bool = &mask_bool[0, 0, 0, 0]
+        elif mask_add is not None and B and Hq and Lq and Lk:
+            a.mask_add = &mask_add[0, 0, 0, 0]
+    if B == 0 or Hq == 0 or Lq == 0 or D == 0:
+        return
+    a.q, a.out = &q[0, 0, 0, 0], &out[0, 0, 0, 0]
+    if Lk:
+        a.k, a.v = &k[0, 0, 0, 0], &v[0, 0, 0, 0]
+    for i in range(3):
+        a.qs[i], a.ks[i] = q.strides[i] // 4, k.strides[i] // 4
+        a.vs[i], a.os[i] = v.strides[i] // 4, out.strides[i] // 4
+    a.causal = causal
+    a.B, a.Hq, a.Hkv, a.Lq, a.Lk, a.D, a.scale = B, Hq, Hkv, Lq, Lk, D, scale
+    cdef int64_t tasks = B * Hq, per_thread = w8_fa_scratch_floats(&a)
+    cdef int threads = <int>max(1, min(nthreads, tasks))
+    cdef float *scratch = <float *>malloc(per_thread * threads * sizeof(float))
+    if scratch == NULL:
+        raise MemoryError(f"no memory for {threads} threads' scratch of {per_thread} floats")
+    cdef w8_master_place master
+    if threads == 1:
+        with nogil:
+            for t in range(tasks):
+                w8_float_attention_task(&a, t, scratch)
+    else:
+        master = w8_master_here()
+        with nogil, parallel(num_threads=threads):
+            w8_join_team(master)
+            for t in prange(tasks, schedule="dynamic"):
+                w8_float_attention_task(&a, t, scratch + threadid() * per_thread)
+    free(scratch)

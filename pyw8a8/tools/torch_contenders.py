@@ -28,7 +28,8 @@ reports:
 * the speed, medians of rounds after warm-up (pyw8a8's tuner settled first);
 * what ran: the C++ GEMM templates Inductor wrote and the micro-kernel in each (AMX if it
   holds AMX tile instructions, VNNI if AVX-512 VNNI ones, else another), ATen ``_int_mm``
-  calls and pyw8a8 operator calls in the compiled code, and Inductor's counters
+  calls, pyw8a8's product and attention operator calls in the compiled code, and
+  Inductor's counters
   (``cpp_templated_kernel_counter``, ``cpp_micro_gemm_amx_counter``);
 * the outputs the fidelity is computed from.
 
@@ -157,11 +158,12 @@ def kernel_report(codes: list[str], counters=None) -> dict:
     C++ GEMM templates by micro-kernel (a template kernel's source holds "micro_gemm"; AMX
     where it holds AMX tile products, VNNI where AVX-512 VNNI dot products, the reference
     loop where no intrinsics at all), ATen
-    ``_int_mm`` and oneDNN ``qlinear_pointwise`` calls, pyw8a8 operator calls, the graph
-    count and graph breaks, and Inductor's C++ template and qlinear counters (`counters`:
+    ``_int_mm`` and oneDNN ``qlinear_pointwise`` calls, pyw8a8's product operator calls
+    (``pyw8a8_ops``) and attention calls (``pyw8a8_attention``), the graph count and graph
+    breaks, and Inductor's C++ template and qlinear counters (`counters`:
     torch._dynamo's, by default)."""
     report = {"graphs": len(codes), **{f"template_{kind}": 0 for kind in TEMPLATE_KINDS},
-              "int_mm": 0, "onednn_qlinear": 0, "pyw8a8_ops": 0}
+              "int_mm": 0, "onednn_qlinear": 0, "pyw8a8_ops": 0, "pyw8a8_attention": 0}
     for code in codes:
         for source in _KERNEL_SOURCE.findall(code):
             if "micro_gemm" not in source:
@@ -180,7 +182,10 @@ def kernel_report(codes: list[str], counters=None) -> dict:
                                            outside))
         report["onednn_qlinear"] += len(re.findall(r"\bonednn\.qlinear_pointwise\b[\w.]*\(",
                                                    outside))
-        report["pyw8a8_ops"] += len(re.findall(r"\btorch\.ops\.pyw8a8\.\w+\.default\(", outside))
+        report["pyw8a8_ops"] += len(re.findall(
+            r"\btorch\.ops\.pyw8a8\.(?:linear|gated_linear)\.default\(", outside))
+        report["pyw8a8_attention"] += len(re.findall(
+            r"\btorch\.ops\.pyw8a8\.float_attention\.default\(", outside))
     if counters is None:
         import torch
         counters = torch._dynamo.utils.counters
@@ -537,7 +542,7 @@ def _common(result: dict) -> dict:
 
 def kernels_text(row: dict) -> str:
     """The table's "what ran" cell: templates by micro-kernel, ATen _int_mm calls, pyw8a8
-    operator calls, graphs and graph breaks, Inductor's counters."""
+    product and attention operator calls, graphs and graph breaks, Inductor's counters."""
     k = row.get("kernels")
     if not k:
         return "-"
@@ -553,6 +558,8 @@ def kernels_text(row: dict) -> str:
             parts.append(f"oneDNN qlinear: {k['onednn_qlinear']}")
         if k["pyw8a8_ops"]:
             parts.append(f"pyw8a8 ops: {k['pyw8a8_ops']}")
+        if k.get("pyw8a8_attention"):
+            parts.append(f"pyw8a8 attention: {k['pyw8a8_attention']}")
         parts.append(f"{k['graphs']} graphs, {k['graph_breaks']} breaks")
         parts += [f"{name}={value}" for name, value in k["counters"].items()]
     if row.get("operator"):
@@ -607,8 +614,8 @@ def format_table(rows: list[dict], settings: Settings, texts: dict | None) -> li
                      f"{_seconds(r['first_call_s'])} | {kernels_text(r)} |")
     lines.append("first call: the first encode of the texts or generation of the first prompt, "
                  "compilation included; what ran (compiled): Inductor's C++ GEMM templates by "
-                 "micro-kernel, ATen _int_mm calls and pyw8a8 operator calls in the compiled "
-                 "graphs, and Inductor's counters")
+                 "micro-kernel, ATen _int_mm calls, pyw8a8's product operator calls (ops) "
+                 "and attention calls in the compiled graphs, and Inductor's counters")
     split = [r for r in rows if "split" in r]
     if split:
         lines += ["\nlm: where a decoded token's time goes, ms per one-token step of one "

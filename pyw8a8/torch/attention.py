@@ -6,10 +6,13 @@ looked up in its ``AttentionInterface``) and the mask function by the same name
 ``"pyw8a8"`` over ``"sdpa"`` and ``"pyw8a8_eager"`` over ``"eager"``, each with the mask
 function of the one it wraps.  Called with the int8 keys of an
 :class:`~pyw8a8.torch.Int8Cache`, it runs pyw8a8's int8 attention
-(:func:`~pyw8a8.torch._int8_attention.attend`); with anything else (a default cache, no
-cache) it calls the wrapped function with the same arguments, so the model computes what
-it computed before.  The check is on the key's dtype, which ``torch.compile`` resolves
-while tracing: a compiled model with a float cache keeps one graph.
+(:func:`~pyw8a8.torch._int8_attention.attend`).  In a bidirectional layer (an encoder's)
+over "sdpa", float32 attention runs on pyw8a8's fused kernel
+(``torch.ops.pyw8a8.float_attention``: SDPA's arithmetic within float32 rounding, the keys
+a padding mask hides skipped).  Anything else (a decoder's attention over a default cache,
+"eager") calls the wrapped function with the same arguments, so the model computes what
+it computed before.  The checks are on the layer, dtypes and arguments, which
+``torch.compile`` resolves while tracing: a compiled model keeps one graph.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import _int8_attention
+from . import _float_attention, _int8_attention
 from ._ops import INFERENCE_ONLY
 
 __all__ = ["ATTENTION_NAMES", "enable_int8_attention"]
@@ -97,6 +100,26 @@ def int8_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tens
     return out, None
 
 
+def _takes_float_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+                           value: torch.Tensor, attention_mask: Any, kwargs: dict) -> bool:
+    """Whether pyw8a8's float attention (``torch.ops.pyw8a8.float_attention``) computes
+    this call of SDPA's: a bidirectional layer's (an encoder's: a causal one's prefill and
+    decode stay SDPA's), float32 on the CPU, with no gradient to record, no dropout in
+    training, no softcapping, position bias or attention weights asked for, and a bool or
+    float32 mask or none."""
+    if getattr(module, "is_causal", True) or (module.training and kwargs.get("dropout")):
+        return False
+    if any(kwargs.get(name) is not None for name in ("softcap", "position_bias")) or \
+            kwargs.get("output_attentions"):
+        return False
+    if not all(t.dtype == torch.float32 and t.device.type == "cpu" for t in (query, key, value)):
+        return False
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
+        return False
+    return attention_mask is None or (isinstance(attention_mask, torch.Tensor) and
+                                      attention_mask.dtype in _float_attention.MASK_DTYPES)
+
+
 def _over(inner: str) -> Callable:
     """The registered function of the pyw8a8 implementation over `inner`."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -104,6 +127,13 @@ def _over(inner: str) -> Callable:
     def attention(module, query, key, value, attention_mask, **kwargs):
         if key.dtype == torch.int8:
             return int8_attention(module, query, key, value, attention_mask, **kwargs)
+        if inner == "sdpa" and _takes_float_attention(module, query, key, value,
+                                                      attention_mask, kwargs):
+            scaling = kwargs.get("scaling")
+            scale = query.shape[-1] ** -0.5 if scaling is None else float(scaling)
+            out = torch.ops.pyw8a8.float_attention(query, key, value, attention_mask, scale,
+                                                   False)
+            return out.transpose(1, 2), None
         wrapped = _eager(module) if inner == "eager" else ALL_ATTENTION_FUNCTIONS[inner]
         return wrapped(module, query, key, value, attention_mask, **kwargs)
     attention.__name__ = f"pyw8a8_over_{inner}"
@@ -122,7 +152,8 @@ def register() -> None:
 
 def enable_int8_attention(model: torch.nn.Module) -> torch.nn.Module:
     """Run a transformers model's attention through pyw8a8: int8 attention where the
-    model is given an :class:`~pyw8a8.torch.Int8Cache`, its own attention otherwise.
+    model is given an :class:`~pyw8a8.torch.Int8Cache`, pyw8a8's float attention in its
+    bidirectional layers over "sdpa" (an encoder's), its own attention otherwise.
 
     :func:`pyw8a8.torch.quantize` calls it on a transformers model; call it on a model
     that pyw8a8 did not quantize to use an Int8Cache there.

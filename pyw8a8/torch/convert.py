@@ -51,7 +51,8 @@ class QuantizeReport:
     #: Layers run as one product on their one input (an attention block's q, k and v).
     shared: list[fusion.SharedInput] = field(default_factory=list)
     #: A transformers model's attention implementation before and after, where quantize
-    #: set pyw8a8's (:func:`~pyw8a8.torch.enable_int8_attention`): ("sdpa", "pyw8a8").
+    #: set pyw8a8's (:func:`~pyw8a8.torch.enable_int8_attention`): ("sdpa", "pyw8a8");
+    #: the first one's where `model` holds several.
     attention: Optional[tuple[str, str]] = None
 
     @property
@@ -122,6 +123,22 @@ def _reason(name: str, module: nn.Linear, include: list[str], exclude: list[str]
     return None
 
 
+def _transformers_models(model: nn.Module) -> list[nn.Module]:
+    """The transformers models in `model`: itself if it is one, else the outermost ones it
+    holds (a SentenceTransformer's); each sets its submodels' attention itself."""
+    transformers = sys.modules.get("transformers")
+    if transformers is None:
+        return []
+    found, stack = [], [model]
+    while stack:
+        module = stack.pop()
+        if isinstance(module, transformers.PreTrainedModel):
+            found.append(module)
+        else:
+            stack.extend(reversed(list(module.children())))
+    return found
+
+
 @renamed_keyword("min_features", "min_in_features")
 def quantize(model: nn.Module, *, include: Optional[Sequence[str]] = None,
              exclude: Optional[Sequence[str]] = None, min_in_features: int = 0,
@@ -180,10 +197,12 @@ def quantize(model: nn.Module, *, include: Optional[Sequence[str]] = None,
     returns its columns of it, and their ``state_dict`` keys stay (`fuse`;
     :mod:`pyw8a8.torch.fusion`).
 
-    A transformers model with "sdpa" or "eager" attention gets pyw8a8's attention
-    implementation over it (:func:`~pyw8a8.torch.enable_int8_attention`): the same
-    attention as before, and int8 attention where it is given an
-    :class:`~pyw8a8.torch.Int8Cache`.
+    A transformers model with "sdpa" or "eager" attention, or one inside `model` (a
+    SentenceTransformer's), gets pyw8a8's attention implementation over it
+    (:func:`~pyw8a8.torch.enable_int8_attention`): int8 attention where it is given an
+    :class:`~pyw8a8.torch.Int8Cache`, pyw8a8's float attention in its bidirectional
+    (encoder) layers over "sdpa", which skips the keys a padding mask hides, and the
+    model's own attention elsewhere.
 
     Examples
     --------
@@ -275,11 +294,10 @@ def quantize(model: nn.Module, *, include: Optional[Sequence[str]] = None,
         logger.log(logging.INFO if verbose else logging.DEBUG, "%s %s (%s %d -> %d): %s",
                    d.action, d.name or "(root)", d.kind, d.in_features, d.out_features,
                    d.reason)
-    transformers = sys.modules.get("transformers")
-    if transformers is not None and isinstance(model, transformers.PreTrainedModel):
-        before = model.config._attn_implementation
+    for inner in _transformers_models(model):
+        before = inner.config._attn_implementation
         if before in ATTENTION_NAMES:
-            enable_int8_attention(model)
-            report.attention = (before, model.config._attn_implementation)
+            enable_int8_attention(inner)
+            report.attention = report.attention or (before, inner.config._attn_implementation)
     model.pyw8a8_report = report
     return model

@@ -78,9 +78,10 @@ def test_the_smallest_bench_runs_the_encoder_s_contenders(questions, capsys):
             cosine = float(re.match(r"cosine (\S+)", rows[name][2]).group(1))
             assert cosine >= 0.999, rows[name]
         # every linear layer of the 6 of BERT on pyw8a8's operator, q, k and v as one product
-        # (then o, up, down), in one graph per batch shape (one batch of the 2 texts per set),
-        # with no break
-        assert "pyw8a8 ops: 48; 2 graphs, 0 breaks" in rows["pyw8a8 compiled"][4], out
+        # (then o, up, down), and each layer's attention on pyw8a8's, in one graph per batch
+        # shape (one batch of the 2 texts per set), with no break
+        assert "pyw8a8 ops: 48; pyw8a8 attention: 12; 2 graphs, 0 breaks" in \
+            rows["pyw8a8 compiled"][4], out
 
 
 @pytest.mark.slow

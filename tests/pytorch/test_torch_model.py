@@ -43,6 +43,8 @@ def test_the_encoder_s_linear_layers_run_on_pyw8a8(encoded):
     report = models["pyw8a8.torch"].pyw8a8_report
     # 6 layers of q, k, v, o, up and down, and the pooler (which encode does not use)
     assert len(report.replaced) == 37 and not report.kept
+    # the attention of the model inside the SentenceTransformer: pyw8a8's float attention
+    assert report.attention == ("sdpa", "pyw8a8")
 
 
 def test_pyw8a8_embeddings_keep_the_float_ones_and_beat_torch_s_int8(encoded):

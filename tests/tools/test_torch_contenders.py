@@ -25,6 +25,7 @@ def call(args):
     # Topologically Sorted Source Nodes: [linear], Original ATen: [aten._int_mm]
     extern_kernels._int_mm(buf3, _frozen_param62, out=buf4)
     buf7 = torch.ops.pyw8a8.linear.default(buf6, arg1_1, arg2_1)
+    buf10 = torch.ops.pyw8a8.float_attention.default(buf7, buf7, buf7, None, 0.5, False)
     # pyw8a8.linear in a comment is not a call
     buf9 = torch.ops.onednn.qlinear_pointwise.tensor(buf8, 1.0, 0)
 '''
@@ -39,13 +40,15 @@ def test_kernel_report_reads_the_micro_kernels_and_the_calls_of_compiled_code():
     assert report == {
         "graphs": 2, "template_amx": 0, "template_vnni": 2, "template_ref": 2,
         "template_other": 0, "int_mm": 2, "onednn_qlinear": 2, "pyw8a8_ops": 2,
+        "pyw8a8_attention": 2,
         "counters": {"cpp_templated_kernel_counter": 2,
                      "qlinear_weight_prepack_matcher_count": 1},
         "graph_breaks": 2}
     cell = torch_contenders.kernels_text({"contender": "torchao-max", "kernels": report})
     assert cell.startswith("C++ GEMM template: 2 AVX-512 VNNI, 2 reference loop; "
                            "ATen _int_mm: 2; oneDNN qlinear: 2; pyw8a8 ops: 2; "
-                           "2 graphs, 2 breaks; cpp_templated_kernel_counter=2")
+                           "pyw8a8 attention: 2; 2 graphs, 2 breaks; "
+                           "cpp_templated_kernel_counter=2")
     # an eager contender compiles nothing: only the operator pyw8a8 ran on
     assert torch_contenders.kernels_text({"contender": "pyw8a8", "kernels": report,
                                           "operator": "native"}) == "native operator"
@@ -85,7 +88,8 @@ def _result(speed, **more):
     return {"first_call_s": 1.5, "warm_calls": 1, "load_s": 1.0, "prepare_s": 0.1,
             "kernels": {"graphs": 0, "template_amx": 0, "template_vnni": 0, "template_ref": 0,
                         "template_other": 0, "int_mm": 0, "onednn_qlinear": 0,
-                        "pyw8a8_ops": 0, "counters": {}, "graph_breaks": 0},
+                        "pyw8a8_ops": 0, "pyw8a8_attention": 0, "counters": {},
+                        "graph_breaks": 0},
             "speed": speed, "spread": 0.1, "prefill_s": 0.2, "tokens": [[1, 2]],
             "split": {"total": 100 / speed, "products": 50 / speed, "head": 20 / speed,
                       "rest": 30 / speed}, **more}
