@@ -50,8 +50,13 @@ cdef extern from "_simd/float_attention.h" nogil:
         int causal
         int64_t B, Hq, Hkv, Lq, Lk, D
         float scale
+    ctypedef struct w8_fa_span:
+        int64_t lo, hi, holes
     int64_t w8_fa_scratch_floats(const w8_float_attention *a)
-    void w8_float_attention_task(const w8_float_attention *a, int64_t t, float *scratch)
+    int64_t w8_fa_span_heads(const w8_float_attention *a)
+    void w8_fa_spans(const w8_float_attention *a, int64_t b, int64_t h, w8_fa_span *span)
+    void w8_float_attention_task(const w8_float_attention *a, int64_t t,
+                                 const w8_fa_span *spans, float *scratch)
 
 cnp.import_array()
 
@@ -391,19 +396,29 @@ def float_attention(const float[:, :, :, :] q, const float[:, :, :, :] k,
     a.causal = causal
     a.B, a.Hq, a.Hkv, a.Lq, a.Lk, a.D, a.scale = B, Hq, Hkv, Lq, Lk, D, scale
     cdef int64_t tasks = B * Hq, per_thread = w8_fa_scratch_floats(&a)
+    cdef int64_t heads = w8_fa_span_heads(&a), rows = B * heads
     cdef int threads = <int>max(1, min(nthreads, tasks))
     cdef float *scratch = <float *>malloc(per_thread * threads * sizeof(float))
-    if scratch == NULL:
-        raise MemoryError(f"no memory for {threads} threads' scratch of {per_thread} floats")
+    cdef w8_fa_span *spans = <w8_fa_span *>malloc(rows * Lq * sizeof(w8_fa_span))
+    if scratch == NULL or spans == NULL:
+        free(scratch)
+        free(spans)
+        raise MemoryError(f"no memory for {threads} threads' scratch of {per_thread} floats "
+                          f"and {rows * Lq} query rows' spans")
     cdef w8_master_place master
     if threads == 1:
         with nogil:
+            for t in range(rows):
+                w8_fa_spans(&a, t // heads, t % heads, spans + t * Lq)
             for t in range(tasks):
-                w8_float_attention_task(&a, t, scratch)
+                w8_float_attention_task(&a, t, spans, scratch)
     else:
         master = w8_master_here()
         with nogil, parallel(num_threads=threads):
             w8_join_team(master)
+            for t in prange(rows, schedule="static"):
+                w8_fa_spans(&a, t // heads, t % heads, spans + t * Lq)
             for t in prange(tasks, schedule="dynamic"):
-                w8_float_attention_task(&a, t, scratch + threadid() * per_thread)
+                w8_float_attention_task(&a, t, spans, scratch + threadid() * per_thread)
     free(scratch)
+    free(spans)

@@ -64,13 +64,11 @@ typedef struct {
     int64_t lo, hi, holes;
 } w8_fa_span;
 
-/* Floats of scratch one thread needs: the transposed keys, a tile's scores and a span a
- * query row. */
+/* Floats of scratch one thread needs: the transposed keys and a tile's scores. */
 static inline int64_t w8_fa_scratch_floats(const w8_float_attention *a)
 {
     const int64_t keys = w8_fa_padded_keys(a->Lk);
-    return a->D * keys + W8_FA_ROWS * keys +
-           a->Lq * (int64_t)(sizeof(w8_fa_span) / sizeof(float));
+    return a->D * keys + W8_FA_ROWS * keys;
 }
 
 /* The first nonzero byte of m[j0:j1] (j1 if none), 8 bytes a step: a padded row of a
@@ -133,6 +131,27 @@ static inline w8_fa_span w8_fa_row_span(const w8_float_attention *a, const uint8
     return span;
 }
 
+/* The query heads that need spans of their own: every one where the mask differs by
+ * head, else one (the spans of a batch row serve all its heads). */
+static inline int64_t w8_fa_span_heads(const w8_float_attention *a)
+{
+    return (a->mask_bool || a->mask_add) && a->ms[1] != 0 ? a->Hq : 1;
+}
+
+/* The spans of the Lq query rows of batch row b and query head h into span: computed once
+ * for the call (w8_fa_span_heads of them a batch row), not once a task, and once for all
+ * rows where every query reads one mask row. */
+static void w8_fa_spans(const w8_float_attention *a, int64_t b, int64_t h, w8_fa_span *span)
+{
+    const uint8_t *MB = a->mask_bool ? a->mask_bool + b * a->ms[0] + h * a->ms[1] : NULL;
+    const float *MA = a->mask_add ? a->mask_add + b * a->ms[0] + h * a->ms[1] : NULL;
+    for (int64_t i = 0; i < a->Lq; i++)
+        span[i] = i > 0 && a->ms[2] == 0 && !a->causal
+                      ? span[0]
+                      : w8_fa_row_span(a, MB ? MB + i * a->ms[2] : NULL,
+                                       MA ? MA + i * a->ms[2] : NULL, i);
+}
+
 /* s[r][c] = scale * (q_r . kT[:, c0 + c]) for c < W8_FA_KEYS: the tile, summed along D. */
 W8_ROW_MATH static inline void w8_fa_score_tile(const float *const rows[W8_FA_ROWS],
                                                 const float *kT, int64_t ldk, int64_t D,
@@ -181,9 +200,12 @@ W8_ROW_MATH static inline void w8_fa_value_tile(const float *p, int64_t ldp, int
 }
 
 /* Task t of the call: batch t / Hq, query head t % Hq (its KV head: head / (Hq / Hkv)).
- * scratch: w8_fa_scratch_floats(a) floats, 64-byte aligned. */
+ * spans: w8_fa_spans of each batch row (and head, w8_fa_span_heads); scratch:
+ * w8_fa_scratch_floats(a) floats. */
 W8_ROW_MATH W8_FA_CLONES static void w8_float_attention_task(const w8_float_attention *a,
-                                                              int64_t t, float *scratch)
+                                                              int64_t t,
+                                                              const w8_fa_span *spans,
+                                                              float *scratch)
 {
     const int64_t b = t / a->Hq, h = t % a->Hq, kvh = h / (a->Hq / a->Hkv), D = a->D;
     const float *Q = a->q + b * a->qs[0] + h * a->qs[1];
@@ -192,15 +214,13 @@ W8_ROW_MATH W8_FA_CLONES static void w8_float_attention_task(const w8_float_atte
     float *O = a->out + b * a->os[0] + h * a->os[1];
     const uint8_t *MB = a->mask_bool ? a->mask_bool + b * a->ms[0] + h * a->ms[1] : NULL;
     const float *MA = a->mask_add ? a->mask_add + b * a->ms[0] + h * a->ms[1] : NULL;
-    const int64_t ldk = w8_fa_padded_keys(a->Lk);
+    const int64_t ldk = w8_fa_padded_keys(a->Lk), heads = w8_fa_span_heads(a);
     float *kT = scratch, *s = kT + D * ldk;
-    w8_fa_span *span = (w8_fa_span *)(s + W8_FA_ROWS * ldk);
+    const w8_fa_span *span = spans + (b * heads + (heads > 1 ? h : 0)) * a->Lq;
 
-    /* The rows' spans, and the keys any of them sees: [first, last). */
+    /* The keys any row sees: [first, last). */
     int64_t first = a->Lk, last = 0;
     for (int64_t i = 0; i < a->Lq; i++) {
-        span[i] = w8_fa_row_span(a, MB ? MB + i * a->ms[2] : NULL,
-                                 MA ? MA + i * a->ms[2] : NULL, i);
         if (span[i].lo < span[i].hi) {
             first = span[i].lo < first ? span[i].lo : first;
             last = span[i].hi > last ? span[i].hi : last;
