@@ -269,3 +269,29 @@ def test_a_compiled_encoder_runs_it_in_one_graph():
     real = mask.bool()
     torch.testing.assert_close(compiled[real], eager[real], atol=1e-5, rtol=1e-5)
     assert np.isfinite(compiled.numpy()).all()
+
+
+def test_an_aoti_package_of_an_encoder_runs_it(tmp_path):
+    model = pt.quantize(bert())
+    ids, mask = batch()
+
+    class Encoder(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids, mask):
+            return self.model(input_ids=ids, attention_mask=mask).last_hidden_state
+
+    encoder = Encoder(model)
+    with torch.inference_mode():
+        eager = encoder(ids, mask)
+        program = torch.export.export(encoder, (ids, mask))
+        calls = [n for n in program.graph.nodes
+                 if n.target is torch.ops.pyw8a8.float_attention.default]
+        assert len(calls) == 2
+        path = torch._inductor.aoti_compile_and_package(
+            program, package_path=str(tmp_path / "encoder.pt2"))
+        got = torch._inductor.aoti_load_package(path)(ids, mask)
+    real = mask.bool()
+    torch.testing.assert_close(got[real], eager[real], atol=1e-5, rtol=1e-5)

@@ -67,6 +67,24 @@ def test_torch_then_pyw8a8_then_fork_gives_the_child_the_same_bits():
 
 
 @needs_fork
+def test_pyw8a8_s_attention_in_a_forked_child_gives_the_parent_s_bits():
+    """The float attention runs on pyw8a8's OpenMP team too: in the child that survived
+    the fork of a parent that ran it in parallel, it runs on one thread, the same bits."""
+    assert run("""
+        # small enough that torch's own ops in the child (torch.equal) stay serial
+        q, k, v = (torch.randn(2, 4, 64, 32) for _ in range(3))
+        def attend():
+            return torch.ops.pyw8a8.float_attention(q, k, v, None, 0.25, False)
+        reference = attend()
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if torch.equal(attend(), reference) else 3)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status))
+    """) == ["0"]
+
+
+@needs_fork
 def test_a_fork_after_torch_alone_ran_leaves_pyw8a8_working_in_the_child():
     """torch, not pyw8a8, started the pool the child inherits (shared where torch and pyw8a8
     load one runtime): pyw8a8's first product in the child must not wait for it."""
