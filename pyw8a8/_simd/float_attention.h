@@ -230,10 +230,10 @@ W8_ROW_MATH W8_FA_CLONES static void w8_float_attention_task(const w8_float_atte
     /* kT[d][c] = key first + c, its column, then zeros as far as a tile reads. */
     const int64_t width = last - first, tail = W8_FA_KEYS;
     for (int64_t d = 0; d < D; d++) memset(kT + d * ldk + width, 0, tail * sizeof(float));
-    for (int64_t c = 0; c < width; c++) {
-        const float *kc = K + (first + c) * a->ks[2];
-        for (int64_t d = 0; d < D; d++) kT[d * ldk + c] = kc[d];
-    }
+    const float *K0 = K + first * a->ks[2];
+    const int64_t ks2 = a->ks[2];
+    for (int64_t d = 0; d < D; d++)
+        for (int64_t c = 0; c < width; c++) kT[d * ldk + c] = K0[c * ks2 + d];
 
     for (int64_t i0 = 0; i0 < a->Lq; i0 += W8_FA_ROWS) {
         const int rows = a->Lq - i0 < W8_FA_ROWS ? (int)(a->Lq - i0) : W8_FA_ROWS;
