@@ -21,11 +21,14 @@
 
 /* The row in the widest vectors the CPU has, picked at load time (the arithmetic is the
  * same in every width: no fused multiply-add, -ffp-contract=off, and the reductions' lanes
- * fixed by W8_ROW_LANES, so every CPU gets the same bits). */
+ * fixed by W8_ROW_LANES, so every CPU gets the same bits).  tests/c sets it to one target
+ * per build, to compare the widths' bits. */
+#ifndef W8_ROW_CLONES
 #if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
 #define W8_ROW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define W8_ROW_CLONES
+#endif
 #endif
 
 /* Lanes of the row's reductions (max, sum): independent accumulators, which vectorize. */

@@ -9,11 +9,13 @@
  * One (batch, query head) a task; a task transposes its keys once (head_dim x tokens), so
  * that a block of W8_FA_ROWS query rows times W8_FA_KEYS keys is a register tile added up
  * along head_dim, and the values are summed W8_FA_COLS columns at a time, down the keys.
- * Plain C that the compiler vectorizes, in the widest vectors the CPU has (W8_FA_CLONES):
+ * Plain C that the compiler vectorizes, in the widest vectors the CPU has (W8_ROW_CLONES):
  * every sum runs in one fixed order (head_dim, then the keys; the softmax's total in
- * W8_ROW_LANES double lanes), its steps C's fmaf, which rounds once on every CPU (an FMA
- * instruction where there is one, libm's exact fmaf where not), so every CPU gets the
- * same bits. */
+ * W8_ROW_LANES double lanes), each step a product then a sum (-ffp-contract=off), so
+ * every CPU gets the same bits.  Not C's fmaf, which would also round once everywhere: on
+ * a CPU without FMA (and in a build for the baseline, as clang's and MSVC's are) it is a
+ * libm call an element, 19x the time of the product and sum; with them AVX-512 ran 0-20%
+ * slower than with FMA, AVX2 faster (one thread, 32 x 12 x 93 x 32, Zen 5). */
 #ifndef PYW8A8_SIMD_FLOAT_ATTENTION_H
 #define PYW8A8_SIMD_FLOAT_ATTENTION_H
 
@@ -22,13 +24,6 @@
 #include <string.h>
 
 #include "attention.h"
-
-/* AVX-512, then 256-bit FMA (with AVX), then plain C. */
-#if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
-#define W8_FA_CLONES __attribute__((target_clones("avx512f", "fma", "default")))
-#else
-#define W8_FA_CLONES
-#endif
 
 #define W8_FA_ROWS 4  /* query rows a tile */
 #define W8_FA_KEYS 32 /* keys a score tile: 2 zmm (4 ymm) a row */
@@ -163,7 +158,7 @@ W8_ROW_MATH static inline void w8_fa_score_tile(const float *const rows[W8_FA_RO
         const float *kd = kT + d * ldk;
         for (int r = 0; r < W8_FA_ROWS; r++) {
             const float qd = rows[r][d];
-            for (int c = 0; c < W8_FA_KEYS; c++) acc[r][c] = fmaf(qd, kd[c], acc[r][c]);
+            for (int c = 0; c < W8_FA_KEYS; c++) acc[r][c] = acc[r][c] + qd * kd[c];
         }
     }
     for (int r = 0; r < W8_FA_ROWS; r++)
@@ -183,7 +178,7 @@ W8_ROW_MATH static inline void w8_fa_value_tile(const float *p, int64_t ldp, int
             const float *vj = v + j * ldv;
             for (int r = 0; r < W8_FA_ROWS; r++) {
                 const float pj = p[r * ldp + j];
-                for (int c = 0; c < W8_FA_COLS; c++) acc[r][c] = fmaf(pj, vj[c], acc[r][c]);
+                for (int c = 0; c < W8_FA_COLS; c++) acc[r][c] = acc[r][c] + pj * vj[c];
             }
         }
     } else {
@@ -191,7 +186,7 @@ W8_ROW_MATH static inline void w8_fa_value_tile(const float *p, int64_t ldp, int
             const float *vj = v + j * ldv;
             for (int r = 0; r < W8_FA_ROWS; r++) {
                 const float pj = p[r * ldp + j];
-                for (int64_t c = 0; c < n; c++) acc[r][c] = fmaf(pj, vj[c], acc[r][c]);
+                for (int64_t c = 0; c < n; c++) acc[r][c] = acc[r][c] + pj * vj[c];
             }
         }
     }
@@ -202,7 +197,7 @@ W8_ROW_MATH static inline void w8_fa_value_tile(const float *p, int64_t ldp, int
 /* Task t of the call: batch t / Hq, query head t % Hq (its KV head: head / (Hq / Hkv)).
  * spans: w8_fa_spans of each batch row (and head, w8_fa_span_heads); scratch:
  * w8_fa_scratch_floats(a) floats. */
-W8_ROW_MATH W8_FA_CLONES static void w8_float_attention_task(const w8_float_attention *a,
+W8_ROW_MATH W8_ROW_CLONES static void w8_float_attention_task(const w8_float_attention *a,
                                                               int64_t t,
                                                               const w8_fa_span *spans,
                                                               float *scratch)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds and runs the C kernel tests (tests/c/test_kernels.c) in one of three modes:
 #
-#   native    with setup.py's flags: scalar and the ISAs this CPU supports
+#   native    with setup.py's flags: scalar and the ISAs this CPU supports; then the float
+#             attention (tests/c/test_float_attention.c) in each vector width
 #   emulated  x86 only: every ISA of the registry, with the AVX-512 VNNI, AVX-VNNI and AMX
 #             intrinsics emulated in plain C (SIMDe from the simde-py package, and the tile
 #             model of tests/c/w8_emulate.h); the binary must hold none of those
@@ -31,6 +32,21 @@ native)
     echo "== native $(uname -m): scalar and the ISAs this CPU supports"
     ${CC:-cc} $CFLAGS -I"$SIMD" "$SRC" -lm -o "$OUT/test_native"
     "$OUT/test_native"
+    # The float attention's row code is plain C cloned per vector width (W8_ROW_CLONES):
+    # one build per width, each compared with the plain one (the unused row functions of
+    # attention.h are not this test's).
+    echo "== float attention: each vector width this CPU runs, the same bits"
+    widths=(default) fa_x86=()
+    if [ "$(uname -m)" = x86_64 ]; then widths+=(avx2 avx512f) fa_x86=(-DFA_X86); fi
+    for width in "${widths[@]}"; do
+        clones=""
+        [ "$width" = default ] || clones="__attribute__((target(\"$width\")))"
+        ${CC:-cc} $CFLAGS -Wno-unused-function -I"$SIMD" "-DW8_ROW_CLONES=$clones" \
+            -DFA_ENTRY="fa_$width" -c tests/c/float_attention_entry.c -o "$OUT/fa_$width.o"
+    done
+    ${CC:-cc} $CFLAGS -Wno-unused-function "${fa_x86[@]}" -I"$SIMD" \
+        tests/c/test_float_attention.c "$OUT"/fa_*.o -lm -o "$OUT/test_float_attention"
+    "$OUT/test_float_attention"
     ;;
 emulated)
     if ! simde=$("$PYTHON" -c "import simde_py; print(simde_py.get_include())" 2>/dev/null); then
