@@ -140,6 +140,33 @@ def _over(inner: str) -> Callable:
     return attention
 
 
+def _padding_mask_over(sdpa_mask: Callable) -> Callable:
+    """The mask function of "pyw8a8": sdpa's, but an encoder's padding mask as
+    (batch, 1, 1, keys), one row for every head and query, where sdpa's expands it to
+    (batch, 1, queries, keys).  The attention reads it broadcast either way; compiled,
+    Inductor wrote the expanded mask out element by element, 28 ms of a 300 ms encode of
+    the whole questions of `bench --torch` (Zen 5)."""
+    from transformers.masking_utils import bidirectional_mask_function
+
+    def mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mask_function=None,
+             attention_mask=None, local_size=None, allow_is_bidirectional_skip=False,
+             **kwargs):
+        if not (mask_function is bidirectional_mask_function and local_size is None
+                and kv_offset == 0 and isinstance(attention_mask, torch.Tensor)
+                and attention_mask.dim() == 2 and attention_mask.shape[1] == kv_length):
+            return sdpa_mask(batch_size, q_length, kv_length, q_offset=q_offset,
+                             kv_offset=kv_offset, mask_function=mask_function,
+                             attention_mask=attention_mask, local_size=local_size,
+                             allow_is_bidirectional_skip=allow_is_bidirectional_skip,
+                             **kwargs)
+        # No mask where nothing is padded, as sdpa's (eager only: it reads the values).
+        if allow_is_bidirectional_skip and not torch.compiler.is_compiling() and \
+                bool(attention_mask.all()):
+            return None
+        return attention_mask[:, None, None, :].bool()
+    return mask
+
+
 def register() -> None:
     """Register pyw8a8's implementations with transformers (once; again is harmless)."""
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
@@ -147,7 +174,9 @@ def register() -> None:
     for inner, name in ATTENTION_NAMES.items():
         if name not in ALL_MASK_ATTENTION_FUNCTIONS._global_mapping:
             AttentionInterface.register(name, _over(inner))
-            AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[inner])
+            wrapped = ALL_MASK_ATTENTION_FUNCTIONS[inner]
+            AttentionMaskInterface.register(
+                name, _padding_mask_over(wrapped) if inner == "sdpa" else wrapped)
 
 
 def enable_int8_attention(model: torch.nn.Module) -> torch.nn.Module:

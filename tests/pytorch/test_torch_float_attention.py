@@ -235,6 +235,33 @@ def test_quantize_gives_an_encoder_pyw8a8_s_float_attention():
     torch.testing.assert_close(ours[real], sdpa[real], atol=1e-4, rtol=1e-4)
 
 
+def test_an_encoder_s_padding_mask_is_one_row_a_batch_row():
+    """Not expanded to (batch, 1, queries, keys): compiled, Inductor would write that out."""
+    transformers = _transformers()
+    from transformers.masking_utils import create_bidirectional_mask
+    model = pt.quantize(bert())
+    ids, mask = batch()
+    embeds = torch.zeros(3, 12, 64)
+    made = create_bidirectional_mask(config=model.config, inputs_embeds=embeds,
+                                     attention_mask=mask)
+    assert made.shape == (3, 1, 1, 12) and made.dtype == torch.bool
+    assert torch.equal(made[:, 0, 0], mask.bool())
+    # nothing padded: no mask, as sdpa's (eager)
+    assert create_bidirectional_mask(config=model.config, inputs_embeds=embeds,
+                                     attention_mask=torch.ones(3, 12, dtype=torch.long)) is None
+    # a decoder's masks are sdpa's own
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128,
+                                      num_hidden_layers=1, num_attention_heads=4,
+                                      num_key_value_heads=2, vocab_size=96,
+                                      attn_implementation="sdpa")
+    llama = pt.quantize(transformers.LlamaForCausalLM(config).eval())
+    from transformers.masking_utils import create_causal_mask
+    causal = create_causal_mask(config=llama.config, inputs_embeds=torch.zeros(1, 6, 64),
+                                attention_mask=torch.tensor([[0, 1, 1, 1, 1, 1]]),
+                                past_key_values=None, position_ids=torch.arange(6)[None])
+    assert causal.shape == (1, 1, 6, 6)
+
+
 def test_a_model_inside_another_module_gets_it_too():
     """A SentenceTransformer holds its transformers model as a submodule."""
     wrapped = torch.nn.Sequential(torch.nn.ModuleDict({"auto_model": bert()}))
