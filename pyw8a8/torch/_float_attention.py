@@ -4,7 +4,7 @@ pyw8a8's kernel (``_simd/float_attention.h``).
 It is the attention of an encoder's layers: SDPA's arithmetic in float32, within float32
 rounding of it, but the keys a padding mask hides at the ends of a row are skipped instead
 of computed and thrown away.  32 sentences padded to 93 tokens (about 20 real ones each),
-12 heads of 32: 1.4 ms against SDPA's 6.4-9.4 ms (AMD Zen 5, 2 threads); in the sentence
+12 heads of 32: 1.4-1.7 ms against SDPA's 6.4-9.4 ms (AMD Zen 5, 2 threads); in the sentence
 encoder of `bench --torch` the attention went from a third of an encode to a fifth.  It is
 built for many queries a head: a decoder's one-token step (its keys transposed once a
 head for a single query) is SDPA's to run, and transformers' decoders keep SDPA.
