@@ -20,6 +20,10 @@ def attention_probabilities(sums: npt.NDArray[np.int32], query_terms: int,
                             queries: int, window: int, p8: npt.NDArray[np.int8],
                             p_step: npt.NDArray[np.float32], lo_steps: int,
                             nthreads: int) -> None: ...
+def float_attention(q: npt.NDArray[np.float32], k: npt.NDArray[np.float32],
+                    v: npt.NDArray[np.float32], mask_bool: npt.NDArray[np.uint8] | None,
+                    mask_add: npt.NDArray[np.float32] | None, out: npt.NDArray[np.float32],
+                    scale: float, causal: bool, nthreads: int) -> None: ...
 def int8_terms(x: npt.NDArray[np.float32], q: npt.NDArray[np.int8],
                step: npt.NDArray[np.float32], lo_steps: int, nthreads: int) -> int: ...
 def int8_dots(a: npt.NDArray[np.int8], b: npt.NDArray[np.int8],
