@@ -361,8 +361,9 @@ def float_attention(const float[:, :, :, :] q, const float[:, :, :, :] k,
     cdef bint fits = k.shape[0] == B and k.shape[3] == D and Hkv >= 1 and Hq % Hkv == 0
     for i in range(4):
         fits = fits and v.shape[i] == k.shape[i] and out.shape[i] == q.shape[i]
-    fits = fits and q.strides[3] == 4 and k.strides[3] == 4 and v.strides[3] == 4 \
-        and out.strides[3] == 4
+    # (a dimension of one value has any stride: numpy's buffer may report another than 4)
+    fits = fits and (D <= 1 or (q.strides[3] == 4 and k.strides[3] == 4 and
+                                v.strides[3] == 4 and out.strides[3] == 4))
     if not fits:
         raise ValueError("float_attention needs q and out (B, Hq, Lq, D), k and v "
                          "(B, Hkv, Lk, D), Hkv dividing Hq, each with a unit stride along D")
@@ -374,8 +375,8 @@ def float_attention(const float[:, :, :, :] q, const float[:, :, :, :] k,
         for i in range(4):
             mshape[i] = mask_bool.shape[i] if mask_bool is not None else mask_add.shape[i]
         if (mshape[0] != B or mshape[1] != Hq or mshape[2] != Lq or mshape[3] != Lk or
-                (mask_bool.strides[3] != 1 if mask_bool is not None
-                 else mask_add.strides[3] != 4)):
+                (Lk > 1 and (mask_bool.strides[3] != 1 if mask_bool is not None
+                             else mask_add.strides[3] != 4))):
             raise ValueError("the mask must be (B, Hq, Lq, Lk) with a unit key stride "
                              "(0 strides where broadcast)")
         for i in range(3):

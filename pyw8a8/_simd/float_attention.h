@@ -47,7 +47,8 @@ typedef struct {
     float scale;
 } w8_float_attention;
 
-/* The keys past the last one any row sees: scratch is sized by Lk. */
+/* Columns of the transposed keys and of the scores: Lk in whole tiles, and one tile more,
+ * which a tile that starts at the last key reads (zeros). */
 static inline int64_t w8_fa_padded_keys(int64_t Lk)
 {
     return (Lk + W8_FA_KEYS - 1) / W8_FA_KEYS * W8_FA_KEYS + W8_FA_KEYS;

@@ -98,6 +98,19 @@ def test_the_attention_is_the_float64_attention_within_float32_rounding(name, la
         torch.testing.assert_close(got, sdpa, atol=2e-6, rtol=2e-5)
 
 
+@pytest.mark.parametrize("shapes", [((1, 2, 3, 1), (1, 2, 5, 1), None),
+                                    ((1, 2, 3, 8), (1, 2, 1, 8), (1, 1, 3, 1)),
+                                    ((2, 2, 1, 4), (2, 1, 1, 4), (2, 1, 1, 1))],
+                         ids=["one value a head", "one key", "one query and key"])
+def test_dimensions_of_one_value_are_taken(shapes):
+    qs, ks, ms = shapes
+    q, k, v = heads(*qs, 0), heads(*ks, 1), heads(*ks, 2)
+    mask = None if ms is None else torch.ones(ms, dtype=torch.bool).expand(
+        qs[0], 1, qs[2], ks[2])
+    torch.testing.assert_close(attend(q, k, v, mask), reference(q, k, v, mask),
+                               atol=2e-6, rtol=2e-5)
+
+
 def test_the_output_is_laid_out_as_transformers_returns_it():
     q, k, v, mask, _ = case_inputs(CASES["padded sentences"])
     out = attend(q, k, v, mask)
