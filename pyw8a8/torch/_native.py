@@ -132,3 +132,13 @@ if NATIVE is None:
     _ops._LIBRARY.impl("gated_linear", _ops.python_gated_linear, "CPU")
     if not _off.startswith(ENV_SWITCH):
         warn_python_operator(_off)
+
+#: What the eager layers call (a dense CPU tensor, nothing recording a graph, no
+#: __torch_function__ mode): the operators, entered from the native module's C++ where it
+#: loaded (a leaner crossing from Python than torch.ops', the same dispatch), else their
+#: overloads.
+if NATIVE is not None:
+    eager_linear, eager_gated_linear = NATIVE.linear, NATIVE.gated_linear
+else:
+    eager_linear = torch.ops.pyw8a8.linear.default
+    eager_gated_linear = torch.ops.pyw8a8.gated_linear.default

@@ -26,9 +26,8 @@ import torch
 
 from .._layout import W8_NR
 from ..packing import PackedWeight
-from . import _ops
+from . import _native, _ops
 
-_LINEAR = torch.ops.pyw8a8.linear.default
 #: The first layer's buffers that hold the shared weight (not in the state_dict).
 SHARED = ("shared_panels", "shared_psum", "shared_scales", "shared_header", "shared_bias")
 #: A layer's buffers that view the shared weight (psum: where the encoding has sums).
@@ -162,7 +161,7 @@ class SharedProduct:
             self.fuse()
         if layer._shared_slot or not self.ready:
             return layer._operator(x) if graph else layer._eager(x)
-        op = torch.ops.pyw8a8.linear if graph else _LINEAR
+        op = torch.ops.pyw8a8.linear if graph else _native.eager_linear
         y = op(x, layer.shared_panels, layer.shared_psum, layer.shared_scales,
                layer.shared_header, layer.shared_bias, "")
         parts = y.split_with_sizes(self.sizes, -1)

@@ -16,13 +16,11 @@ from torch import fx, nn
 
 from .._validation import bias_vector
 from ..packing import PackedWeight, pack_weight
-from . import _ops
+from . import _native, _ops
 
 __all__ = ["GatedLinear", "Linear"]
 
 ACTIVATIONS = (None, "relu", "gelu", "gelu_tanh", "silu")
-_LINEAR = torch.ops.pyw8a8.linear.default
-_GATED_LINEAR = torch.ops.pyw8a8.gated_linear.default
 PARTS = ("panels", "psum", "scales", "header")
 
 
@@ -65,8 +63,8 @@ class _PackedModule(nn.Module):
 
     Subclasses name their weights in ``_weights`` (buffer prefixes) and biases in
     ``_biases``, and define the product twice: ``_operator`` (a torch.ops.pyw8a8 call, what
-    a graph records) and ``_eager`` (the same operator's overload on the buffers, for a
-    dense CPU tensor, without the lookups that cost a fifth of a one-token product).
+    a graph records) and ``_eager`` (the same operator entered from C++ on the buffers, for
+    a dense CPU tensor, without the lookups that cost a fifth of a one-token product).
     """
 
     _weights: tuple[str, ...] = ()
@@ -208,8 +206,10 @@ class _PackedModule(nn.Module):
         if isinstance(x, fx.Proxy):  # torch.fx symbolic tracing: checked when the graph runs
             return self._operator(x)
         if (type(x) is torch.Tensor and x.is_cpu and x.layout is torch.strided
-                and not x.is_nested and not (_records_ops() or _ops.under_functorch(x))):
+                and not x.is_nested and not (_records_ops() or _ops.under_functorch(x)
+                                             or torch._C._is_torch_function_mode_enabled())):
             # A dense CPU tensor reaches the operator's CPU kernel, which checks the rest.
+            # (A __torch_function__ mode sees the call only through torch.ops.)
             return self._eager(x) if shared is None else shared.lead(self, x, graph=False)
         # Here: a graph being recorded, or x not a plain dense CPU tensor (a FakeTensor
         # under torch.compile, a subclass, a sparse or meta tensor, which the dispatcher
@@ -345,12 +345,13 @@ class Linear(_PackedModule):
         return cls.from_packed(packed, bias, activation=activation)
 
     def _eager(self, x: torch.Tensor) -> torch.Tensor:
-        # The operator's overload itself (the packet's lookup costs a microsecond), the
-        # buffers read from the dict: nn.Module's attribute lookup costs about a
-        # microsecond each, a fifth of a one-token product.
+        # The operator entered from C++ (_native.eager_linear), the buffers read from the
+        # dict: nn.Module's attribute lookup costs about a microsecond each, a fifth of a
+        # one-token product.
         b = self._buffers
-        return _LINEAR(x, b["weight_panels"], b["weight_psum"], b["weight_scales"],
-                       b["weight_header"], b["bias"], self.activation or "")
+        return _native.eager_linear(x, b["weight_panels"], b["weight_psum"],
+                                    b["weight_scales"], b["weight_header"], b["bias"],
+                                    self.activation or "")
 
     def _operator(self, x: torch.Tensor) -> torch.Tensor:
         """The product as the call a graph records, ``torch.ops.pyw8a8.linear``."""
@@ -441,9 +442,10 @@ class GatedLinear(_PackedModule):
 
     def _eager(self, x: torch.Tensor) -> torch.Tensor:
         b = self._buffers  # as Linear._eager
-        return _GATED_LINEAR(x, b["gate_panels"], b["gate_psum"], b["gate_scales"],
-                             b["gate_header"], b["up_panels"], b["up_psum"], b["up_scales"],
-                             b["up_header"], b["gate_bias"], b["up_bias"], self.glu)
+        return _native.eager_gated_linear(x, b["gate_panels"], b["gate_psum"],
+                                          b["gate_scales"], b["gate_header"], b["up_panels"],
+                                          b["up_psum"], b["up_scales"], b["up_header"],
+                                          b["gate_bias"], b["up_bias"], self.glu)
 
     def _operator(self, x: torch.Tensor) -> torch.Tensor:
         """The unit as the call a graph records, ``torch.ops.pyw8a8.gated_linear``."""

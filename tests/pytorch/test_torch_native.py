@@ -128,6 +128,61 @@ def test_what_c_cannot_take_gets_the_python_route_and_its_errors():
             layer(x)
 
 
+class _DispatchedOps(torch.utils._python_dispatch.TorchDispatchMode):
+    """The operators that reach the dispatcher's Python key, by name."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func.overloadpacket))
+        return func(*args, **(kwargs or {}))
+
+
+class _CalledFunctions(torch.overrides.TorchFunctionMode):
+    """The functions called through torch's Python API, by name."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@native
+def test_eager_layers_enter_the_operators_from_cpp_and_the_dispatcher_still_sees_them():
+    """An eager layer calls the operator through the native module's entry, not torch.ops'
+    Python binding: the same operator and bits, dispatched as before, so a dispatch mode
+    and the profiler see each call; a __torch_function__ mode, which only torch.ops'
+    binding consults, gets the call through torch.ops."""
+    layer = pt.Linear.from_float(dense(96, 40), activation="silu")
+    unit = pt.GatedLinear.from_float(dense(96, 24, seed=1), dense(96, 24, seed=2),
+                                     glu="gelu_tanh")
+    x = torch.randn(3, 96)
+    settle(layer, x)
+    settle(unit, x)
+    b = layer._buffers
+    args = (x, b["weight_panels"], b["weight_psum"], b["weight_scales"], b["weight_header"],
+            b["bias"], "silu")
+    with torch.inference_mode():
+        assert torch.equal(_native.eager_linear(*args), torch.ops.pyw8a8.linear(*args))
+        assert torch.equal(layer(x), reference(layer, x))
+        with _DispatchedOps() as dispatched:
+            y, g = layer(x), unit(x)
+        assert dispatched.names == ["pyw8a8.linear", "pyw8a8.gated_linear"]
+        assert torch.equal(y, reference(layer, x)) and torch.equal(g, unit(x))
+        with torch.profiler.profile() as profile:
+            layer(x)
+        assert "pyw8a8::linear" in [event.name for event in profile.events()]
+        with _CalledFunctions() as called:
+            y = layer(x)
+        assert any("pyw8a8.linear" in name for name in called.names), called.names
+        assert torch.equal(y, reference(layer, x))
+
+
 @native
 def test_a_scoped_or_changed_isa_is_seen():
     layer = pt.Linear.from_float(dense(64, 32))
