@@ -164,11 +164,13 @@ def inductor_int8_kernel(code):
     return "?"
 
 
-def torchao_matmul(x, w):
+def torchao_matmul(x, w, calls=1):
     """torchao's int8 Linear, ``Int8DynamicActivationInt8WeightConfig`` (activations per
     token, weights per channel: pyw8a8's scheme without the rotation), compiled
     (:func:`compile_as_torchao_users_do`) on pyw8a8's thread count; returns the function of
-    no arguments that runs it, its attribute ``kernel`` naming the GEMM Inductor chose."""
+    no arguments that runs it, its attribute ``kernel`` naming the GEMM Inductor chose.
+    With `calls` > 1, one compiled graph runs the layer that many times
+    (:func:`repeated_calls`)."""
     import torch
     from torch._inductor.utils import run_and_get_code
     from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
@@ -178,8 +180,13 @@ def torchao_matmul(x, w):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         quantize_(model, Int8DynamicActivationInt8WeightConfig())
+    if calls > 1:
+        model = repeated_calls(model, calls)
+    # Each shape compiles anew: Dynamo's cache is per code object, so the shapes before
+    # would count against its recompile limit (8), past which it runs the model eagerly.
+    torch._dynamo.reset()
     compiled = compile_as_torchao_users_do(model)
-    tx = torch.from_numpy(x)
+    tx = repeated_inputs(x, calls)
     with torch.no_grad():
         _, code = run_and_get_code(compiled, tx)  # compiles, as the first call of a user's
 
@@ -188,6 +195,39 @@ def torchao_matmul(x, w):
             return compiled(tx)
     run.kernel = inductor_int8_kernel("\n".join(code))
     return run
+
+
+_REPEATED_CALLS = []  # the class of repeated_calls, made on first use (it needs torch)
+
+
+def repeated_calls(layer, calls):
+    """A module that calls `layer` `calls` times, call i on ``x[i]`` of its input (as
+    :func:`repeated_inputs` makes it), returning the outputs as a tuple.  Compiled, it is
+    one graph of that many calls: its time less a one-call graph's is what the layer costs
+    inside a compiled model, where Dynamo's entry into the graph is paid once a forward."""
+    if not _REPEATED_CALLS:
+        import torch
+
+        class RepeatedCalls(torch.nn.Module):
+            def __init__(self, layer, calls):
+                super().__init__()
+                self.layer = layer
+                self.calls = calls
+
+            def forward(self, x):
+                return tuple(self.layer(x[i]) for i in range(self.calls))
+
+        _REPEATED_CALLS.append(RepeatedCalls)
+    return _REPEATED_CALLS[0](layer, calls)
+
+
+def repeated_inputs(x, calls):
+    """The tensor that the module of :func:`repeated_calls` takes: `calls` copies of the
+    array `x` stacked, so that no call's input is another's and no call can be merged with
+    another; `x` itself, as a tensor, where `calls` is 1."""
+    import torch
+    tx = torch.from_numpy(x)
+    return tx if calls == 1 else tx.expand(calls, *tx.shape).contiguous()
 
 
 def _litert_model(m, k, weights, gelu_tanh_times=False):

@@ -6,7 +6,12 @@ Python operator (``PYW8A8_TORCH_NATIVE=0``, the operator before the native one),
 pyw8a8 columns; each contender runs in a process of its own, which the Python operator
 needs (the operator's kernel is chosen once per process).
 
-The layer's cost per call is its time beyond ``pyw8a8.matmul``'s at the same shape.
+The layer's cost per call is its time beyond ``pyw8a8.matmul``'s at the same shape.  A
+compiled layer called alone also pays Dynamo's entry into the compiled code (its guards,
+tens of microseconds), which a model pays once a forward, not once a layer: so each
+compiled contender is also timed as one graph of :data:`GRAPH_CALLS` calls of the layer
+(:func:`~pyw8a8.tools.peers.repeated_calls`), and the difference, over the calls it adds,
+is the layer's time inside a compiled model.
 """
 from __future__ import annotations
 
@@ -22,11 +27,19 @@ MATMUL = "pyw8a8.matmul"
 EAGER = "pyw8a8.torch"
 COMPILED = "pyw8a8.torch compiled"
 PYTHON_OPERATOR = "pyw8a8.torch python op"
+#: The calls of the layer in the compiled graph that times it inside a model.
+GRAPH_CALLS = 9
+COMPILED_GRAPH = f"{COMPILED} x{GRAPH_CALLS}"
+TORCHAO_GRAPH = f"{TORCHAO} x{GRAPH_CALLS}"
+#: The per-call target of a layer at one row: this many times pyw8a8.matmul's time, plus
+#: PER_CALL_US microseconds.
+PER_CALL_FACTOR = 1.25
+PER_CALL_US = 3.0
 
 
 def contender_names() -> list[str]:
-    names = [MATMUL, EAGER, COMPILED, PYTHON_OPERATOR]
-    return names + [TORCHAO] * peers.torchao_available()
+    names = [MATMUL, EAGER, COMPILED, COMPILED_GRAPH, PYTHON_OPERATOR]
+    return names + [TORCHAO, TORCHAO_GRAPH] * peers.torchao_available()
 
 
 def _layer(w, python_operator):
@@ -48,43 +61,65 @@ def build_contender(name, m, k, n):
     """The function of no arguments that times contender `name` (one of
     :func:`contender_names`) at shape (M, K, N); its ``kernel`` names what runs."""
     x, w = shape_data(m, k, n)
+    calls = GRAPH_CALLS if name in (COMPILED_GRAPH, TORCHAO_GRAPH) else 1
     if name == MATMUL:
         packed = pack_weight(w, rotate=False)
         run = lambda: matmul(x, packed)  # noqa: E731
-    elif name == TORCHAO:
-        return peers.torchao_matmul(x, w)
+    elif name in (TORCHAO, TORCHAO_GRAPH):
+        return peers.torchao_matmul(x, w, calls)
     else:
         import torch
         layer = _layer(w, python_operator=name == PYTHON_OPERATOR)
-        if name == COMPILED:
+        if name in (COMPILED, COMPILED_GRAPH):
             # Each shape compiles anew: Dynamo's cache is per code object, so the shapes
             # before would count against its recompile limit (8), past which it runs
             # the layer eagerly behind a failing guard.
             torch._dynamo.reset()
-            layer = torch.compile(layer, dynamic=False)
-        tx = torch.from_numpy(x)
+            layer = torch.compile(layer if calls == 1 else peers.repeated_calls(layer, calls),
+                                  dynamic=False)
+        tx = peers.repeated_inputs(x, calls)
         run = lambda: layer(tx)  # noqa: E731
     run.kernel = _cpu.isa() if name != PYTHON_OPERATOR else f"{_cpu.isa()}, via Python"
     return run
 
 
+def in_graph(us, alone, graph):
+    """Microseconds a layer call costs inside a compiled graph: the graph of GRAPH_CALLS
+    calls (`us[graph]`) less the graph of one (`us[alone]`), over the calls it adds."""
+    return (us[graph] - us[alone]) / (GRAPH_CALLS - 1)
+
+
 def format_table(rows, names, kernels) -> list[str]:
     """Markdown: microseconds per call of each contender, the layers' cost beyond
-    ``pyw8a8.matmul``, and the eager layer against torchao."""
+    ``pyw8a8.matmul``, a call inside a compiled graph, the per-call target, and pyw8a8's
+    layer against torchao's inside a compiled graph."""
+    torchao = TORCHAO in names
     cols = ["M", "K", "N"] + [f"{name} (us)" for name in names]
-    cols += [f"{EAGER} - matmul (us)", f"{PYTHON_OPERATOR} - matmul (us)"]
-    cols += [f"{EAGER} vs torchao"] if TORCHAO in names else []
+    cols += [f"{EAGER} - matmul (us)", f"{PYTHON_OPERATOR} - matmul (us)",
+             f"{COMPILED}, in a graph (us)"]
+    cols += [f"{TORCHAO}, in a graph (us)"] if torchao else []
+    cols += [f"target: {PER_CALL_FACTOR:g} x matmul + {PER_CALL_US:g} us"]
+    cols += ["in a graph, pyw8a8.torch vs torchao"] if torchao else []
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for (m, k, n), seconds in rows:
         us = {name: seconds[name] * 1e6 for name in names}
+        ours = in_graph(us, COMPILED, COMPILED_GRAPH)
         cells = [str(m), str(k), str(n)] + [f"{us[name]:.1f}" for name in names]
-        cells += [f"{us[EAGER] - us[MATMUL]:+.1f}", f"{us[PYTHON_OPERATOR] - us[MATMUL]:+.1f}"]
-        if TORCHAO in names:
-            cells.append(f"{us[TORCHAO] / us[EAGER]:.2f}x")
+        cells += [f"{us[EAGER] - us[MATMUL]:+.1f}", f"{us[PYTHON_OPERATOR] - us[MATMUL]:+.1f}",
+                  f"{ours:.1f}"]
+        if torchao:
+            theirs = in_graph(us, TORCHAO, TORCHAO_GRAPH)
+            cells.append(f"{theirs:.1f}")
+        cells.append(f"{PER_CALL_FACTOR * us[MATMUL] + PER_CALL_US:.1f}")
+        if torchao:
+            cells.append(f"{theirs / ours:.2f}x")
         out.append("| " + " | ".join(cells) + " |")
     out.append("")
     out.append("Kernels: " + "; ".join(f"{name}: {kernels[name]}" for name in names
                                        if kernels.get(name)))
+    out.append(f"A call in a graph: (the graph of {GRAPH_CALLS} calls - the graph of one) / "
+               f"{GRAPH_CALLS - 1}, Dynamo's entry into the graph left out, as a model pays "
+               f"it once a forward")
     return out
 
 

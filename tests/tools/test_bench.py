@@ -406,7 +406,29 @@ def test_torch_layer_times_the_layer_eager_compiled_and_on_the_python_operator()
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[:3] == ["1", "64", "32"]
     assert all(float(c.rstrip("x")) for c in cells[3:])
-    assert "pyw8a8.torch python op: " in lines[-1] and "via Python" in lines[-1]
+    kernels = next(line for line in lines if line.startswith("Kernels: "))
+    assert "pyw8a8.torch python op: " in kernels and "via Python" in kernels
+
+
+def test_torch_layer_derives_a_call_inside_a_compiled_graph_and_the_target():
+    """A layer's call in a graph is the 9-call graph less the one-call graph, over the 8
+    calls it adds (Dynamo's entry counted once); the target is 1.25 x matmul + 3 us."""
+    from pyw8a8.tools import torch_layer_bench as tlb
+    names = [tlb.MATMUL, tlb.EAGER, tlb.COMPILED, tlb.COMPILED_GRAPH, tlb.PYTHON_OPERATOR,
+             tlb.TORCHAO, tlb.TORCHAO_GRAPH]
+    us = {tlb.MATMUL: 8.0, tlb.EAGER: 12.5, tlb.COMPILED: 30.0, tlb.COMPILED_GRAPH: 110.0,
+          tlb.PYTHON_OPERATOR: 20.0, tlb.TORCHAO: 32.0, tlb.TORCHAO_GRAPH: 128.0}
+    lines = tlb.format_table([((1, 64, 32), {k: v * 1e-6 for k, v in us.items()})], names, {})
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    row = dict(zip(header, (c.strip() for c in lines[2].strip("|").split("|"))))
+    assert row["pyw8a8.torch - matmul (us)"] == "+4.5"
+    assert row["pyw8a8.torch compiled, in a graph (us)"] == "10.0"  # (110 - 30) / 8
+    assert row["torchao inductor, in a graph (us)"] == "12.0"  # (128 - 32) / 8
+    assert row["target: 1.25 x matmul + 3 us"] == "13.0"
+    assert row["in a graph, pyw8a8.torch vs torchao"] == "1.20x"
+    without_torchao = tlb.format_table([((1, 64, 32), {k: v * 1e-6 for k, v in us.items()})],
+                                       names[:5], {})
+    assert "torchao" not in without_torchao[0]
 
 
 # --- bench --record ---------------------------------------------------------------
