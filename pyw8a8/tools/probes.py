@@ -13,17 +13,25 @@ from .contenders import pyw8a8_product
 from .measure import measure_rounds
 
 
-def _gops_of(run, seconds):
-    """GOPS (1 MAC = 2 ops) of a peak loop `run(iters)` that returns its MACs, timed for
-    at least `seconds`."""
+def _gops_of(run, seconds, blocks=5):
+    """GOPS (1 MAC = 2 ops) of a peak loop `run(iters)` that returns its MACs: the fastest
+    of `blocks` timed blocks, `seconds` in all.  A peak is an upper bound that another
+    tenant's load on a shared host can only lower, for a whole block: timed once, a
+    2-thread probe on Zen 5 once read half its peak (1034 against 2100 GOPS)."""
     iters = 100_000
     while True:
         t0 = time.perf_counter()
         macs = run(iters)
         elapsed = time.perf_counter() - t0
-        if elapsed >= seconds:
-            return 2 * macs / elapsed / 1e9
-        iters *= 2 if elapsed > seconds / 10 else 8
+        if elapsed >= seconds / blocks:
+            break
+        iters *= 2 if elapsed > seconds / blocks / 10 else 8
+    best = macs / elapsed
+    for _ in range(blocks - 1):
+        t0 = time.perf_counter()
+        macs = run(iters)
+        best = max(best, macs / (time.perf_counter() - t0))
+    return 2 * best / 1e9
 
 
 def int8_peak_gops(isa, nthreads, seconds=0.3):

@@ -46,6 +46,25 @@ def test_peak_loops_count_their_work():
     assert probes.int8_peak_gops("scalar", 1, seconds=0.01) > 0
 
 
+def test_a_peak_is_its_fastest_block(monkeypatch):
+    """A probe's peak is the fastest of its timed blocks: a block slowed by another
+    tenant's load does not lower it.  On a clock that advances 1 s per 1e9 MACs, but
+    3x that in the first block of the calibrated size, 5 blocks read 2 GOPS."""
+    clock = [0.0]
+    blocks = []
+
+    def run(iters):
+        blocks.append(iters)
+        slow = 3.0 if iters / 1e9 >= 0.2 and blocks.count(iters) == 1 else 1.0
+        clock[0] += iters / 1e9 * slow
+        return iters
+
+    monkeypatch.setattr(probes.time, "perf_counter", lambda: clock[0])
+    assert probes._gops_of(run, seconds=1.0, blocks=5) == pytest.approx(2.0)
+    # Calibrated until one block took at least seconds / blocks, then 4 more of that size.
+    assert blocks[-5:] == [blocks[-1]] * 5 and blocks[-1] / 1e9 >= 0.2
+
+
 def test_bench_refuses_an_isa_this_cpu_lacks(capsys):
     """An unsupported ISA would die on an illegal instruction (and amx would run without
     the tile permission): the command refuses it with a clear message instead."""
