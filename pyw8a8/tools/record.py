@@ -23,8 +23,12 @@ from .. import _cpu, _threads
 
 #: The distributions of the bench's int8 peers whose versions a record names, where found.
 PEERS = ("onnxruntime", "onnx", "torch", "torchao", "ai-edge-litert")
-#: Variables of the environment that change what the bench runs, named in a record when set.
-_ENV_PREFIXES = ("PYW8A8_", "OMP_", "GOMP_", "KMP_")
+#: Variables of the environment that change what the bench runs, named in a record when set:
+#: pyw8a8's and OpenMP's, and those that hold torch, its int8 engines, Inductor's code, MKL
+#: and OpenBLAS to an ISA (the AVX2 path measured on an AVX-512 CPU) or change Inductor.
+_ENV_PREFIXES = ("PYW8A8_", "OMP_", "GOMP_", "KMP_", "ATEN_CPU_CAPABILITY",
+                 "FBGEMM_ENABLE_INSTRUCTIONS", "ONEDNN_", "DNNL_", "MKL_ENABLE_INSTRUCTIONS",
+                 "OPENBLAS_CORETYPE", "TORCHINDUCTOR_")
 
 # AMD family 25 (0x19), Zen 3 and Zen 4 by model ranges; family 26 (0x1a) is Zen 5.
 _ZEN4_MODELS = (range(0x10, 0x20), range(0x60, 0x80), range(0xA0, 0xB0))

@@ -590,6 +590,22 @@ def test_bench_record_keeps_the_run_its_machine_versions_commit_and_command(
     assert again.rstrip().endswith("| a | b |\n|---|---|\n| 1 | 2 |")
 
 
+def test_the_record_names_the_variables_that_hold_libraries_to_an_isa(tmp_path, monkeypatch):
+    """A run with every library held to AVX2 says so in its record; other variables stay
+    out of it."""
+    from pyw8a8.tools import record
+    held = {"ATEN_CPU_CAPABILITY": "avx2", "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",
+            "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+            "OPENBLAS_CORETYPE": "Haswell", "PYW8A8_ISA": "avx2"}
+    for name, value in held.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("SOMETHING_ELSE", "1")
+    text = record.write(tmp_path, "| a |\n|---|\n| 1 |\n", "bench").read_text()
+    [line] = [line for line in text.splitlines() if line.startswith("- environment: ")]
+    named = dict(item.split("=", 1) for item in line[len("- environment: "):].split())
+    assert {k: named[k] for k in held} == held and "SOMETHING_ELSE" not in named
+
+
 def _tracked(package):
     import subprocess
     try:
