@@ -29,6 +29,8 @@ PEERS = ("onnxruntime", "onnx", "torch", "torchao", "ai-edge-litert")
 _ENV_PREFIXES = ("PYW8A8_", "OMP_", "GOMP_", "KMP_", "ATEN_CPU_CAPABILITY",
                  "FBGEMM_ENABLE_INSTRUCTIONS", "ONEDNN_", "DNNL_", "MKL_ENABLE_INSTRUCTIONS",
                  "OPENBLAS_CORETYPE", "TORCHINDUCTOR_")
+#: ... but for those that torch sets itself once imported.
+_ENV_SET_BY_TORCH = ("TORCHINDUCTOR_CACHE_DIR",)
 
 # AMD family 25 (0x19), Zen 3 and Zen 4 by model ranges; family 26 (0x1a) is Zen 5.
 _ZEN4_MODELS = (range(0x10, 0x20), range(0x60, 0x80), range(0xA0, 0xB0))
@@ -268,7 +270,8 @@ def write(directory, output, command, now=None):
     kind = cpu_kind(fields, features, best)
     path = record_path(directory, now.date(), kind)
     enabled = [name for name, on in features.items() if on]
-    env = [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES)]
+    env = [f"{k}={v}" for k, v in sorted(os.environ.items())
+           if k.startswith(_ENV_PREFIXES) and k not in _ENV_SET_BY_TORCH]
     lines = [f"## Run of {now:%H:%M:%S} (UTC{now:%z})", "",
              f"- command: `{command}`",
              f"- date: {now:%Y-%m-%d %H:%M:%S %z}",

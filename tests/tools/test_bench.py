@@ -591,8 +591,8 @@ def test_bench_record_keeps_the_run_its_machine_versions_commit_and_command(
 
 
 def test_the_record_names_the_variables_that_hold_libraries_to_an_isa(tmp_path, monkeypatch):
-    """A run with every library held to AVX2 says so in its record; other variables stay
-    out of it."""
+    """A run with every library held to AVX2 says so in its record; other variables, and
+    Inductor's cache directory, which torch sets itself, stay out of it."""
     from pyw8a8.tools import record
     held = {"ATEN_CPU_CAPABILITY": "avx2", "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",
             "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
@@ -600,10 +600,12 @@ def test_the_record_names_the_variables_that_hold_libraries_to_an_isa(tmp_path, 
     for name, value in held.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("SOMETHING_ELSE", "1")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/tmp/set-by-torch")
     text = record.write(tmp_path, "| a |\n|---|\n| 1 |\n", "bench").read_text()
     [line] = [line for line in text.splitlines() if line.startswith("- environment: ")]
     named = dict(item.split("=", 1) for item in line[len("- environment: "):].split())
-    assert {k: named[k] for k in held} == held and "SOMETHING_ELSE" not in named
+    assert {k: named[k] for k in held} == held
+    assert "SOMETHING_ELSE" not in named and "TORCHINDUCTOR_CACHE_DIR" not in named
 
 
 def _tracked(package):
