@@ -7,7 +7,7 @@ import pytest
 
 import pyw8a8
 
-from torch_helpers import COMPILE_MODES, torch
+from torch_helpers import COMPILE_MODES, OpsCalled, torch
 
 pt = pytest.importorskip("pyw8a8.torch")
 
@@ -210,18 +210,6 @@ def bert():
                                      num_hidden_layers=2, num_attention_heads=4,
                                      vocab_size=120, attn_implementation="sdpa")
     return transformers.BertModel(config).eval()
-
-
-class OpsCalled(torch.utils._python_dispatch.TorchDispatchMode):
-    """The operators a forward calls, by name."""
-
-    def __init__(self):
-        super().__init__()
-        self.names = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.names.append(str(func.overloadpacket))
-        return func(*args, **(kwargs or {}))
 
 
 def batch(n=3, length=12):

@@ -13,7 +13,7 @@ import pytest
 
 import pyw8a8
 
-from torch_helpers import assert_refuses_bad_input, dense, torch
+from torch_helpers import OpsCalled, assert_refuses_bad_input, dense, torch
 
 pt = pytest.importorskip("pyw8a8.torch")
 from pyw8a8.torch import _native  # noqa: E402
@@ -128,18 +128,6 @@ def test_what_c_cannot_take_gets_the_python_route_and_its_errors():
             layer(x)
 
 
-class _DispatchedOps(torch.utils._python_dispatch.TorchDispatchMode):
-    """The operators that reach the dispatcher's Python key, by name."""
-
-    def __init__(self):
-        super().__init__()
-        self.names = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.names.append(str(func.overloadpacket))
-        return func(*args, **(kwargs or {}))
-
-
 class _CalledFunctions(torch.overrides.TorchFunctionMode):
     """The functions called through torch's Python API, by name."""
 
@@ -170,7 +158,7 @@ def test_eager_layers_enter_the_operators_from_cpp_and_the_dispatcher_still_sees
     with torch.inference_mode():
         assert torch.equal(_native.eager_linear(*args), torch.ops.pyw8a8.linear(*args))
         assert torch.equal(layer(x), reference(layer, x))
-        with _DispatchedOps() as dispatched:
+        with OpsCalled() as dispatched:
             y, g = layer(x), unit(x)
         assert dispatched.names == ["pyw8a8.linear", "pyw8a8.gated_linear"]
         assert torch.equal(y, reference(layer, x)) and torch.equal(g, unit(x))

@@ -41,3 +41,15 @@ def native_calls():
     from pyw8a8.torch import _native
     native = _native.NATIVE
     return None if native is None else native.counters()["native_calls"]
+
+
+class OpsCalled(torch.utils._python_dispatch.TorchDispatchMode):
+    """The operators a forward calls, by name, as the dispatcher's Python key sees them."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func.overloadpacket))
+        return func(*args, **(kwargs or {}))
