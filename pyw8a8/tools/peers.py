@@ -3,6 +3,7 @@ Runtime (``pip install ".[bench]"``), PyTorch's dynamic int8 Linear, torchao's i
 compiled by Inductor, and XNNPACK's dynamically quantized fully connected layer through
 LiteRT (none a dependency: the bench says how to get them).
 """
+import functools
 import warnings
 
 import numpy as np
@@ -197,7 +198,20 @@ def torchao_matmul(x, w, calls=1):
     return run
 
 
-_REPEATED_CALLS = []  # the class of repeated_calls, made on first use (it needs torch)
+@functools.cache
+def _repeated_calls_class():
+    import torch  # here: importing this module never imports torch
+
+    class RepeatedCalls(torch.nn.Module):
+        def __init__(self, layer, calls):
+            super().__init__()
+            self.layer = layer
+            self.calls = calls
+
+        def forward(self, x):
+            return tuple(self.layer(x[i]) for i in range(self.calls))
+
+    return RepeatedCalls
 
 
 def repeated_calls(layer, calls):
@@ -205,20 +219,7 @@ def repeated_calls(layer, calls):
     :func:`repeated_inputs` makes it), returning the outputs as a tuple.  Compiled, it is
     one graph of that many calls: its time less a one-call graph's is what the layer costs
     inside a compiled model, where Dynamo's entry into the graph is paid once a forward."""
-    if not _REPEATED_CALLS:
-        import torch
-
-        class RepeatedCalls(torch.nn.Module):
-            def __init__(self, layer, calls):
-                super().__init__()
-                self.layer = layer
-                self.calls = calls
-
-            def forward(self, x):
-                return tuple(self.layer(x[i]) for i in range(self.calls))
-
-        _REPEATED_CALLS.append(RepeatedCalls)
-    return _REPEATED_CALLS[0](layer, calls)
+    return _repeated_calls_class()(layer, calls)
 
 
 def repeated_inputs(x, calls):
