@@ -1,6 +1,8 @@
 """The benchmark command's helpers (its timings are not asserted: speed is shown by running it)."""
 import os
 import re
+import shutil
+import subprocess
 import sys
 
 import numpy as np
@@ -63,6 +65,26 @@ def test_a_peak_is_its_fastest_block(monkeypatch):
     assert probes._gops_of(run, seconds=1.0, blocks=5) == pytest.approx(2.0)
     # Calibrated until one block took at least seconds / blocks, then 4 more of that size.
     assert blocks[-5:] == [blocks[-1]] * 5 and blocks[-1] / 1e9 >= 0.2
+
+
+@pytest.mark.skipif(not (sys.platform.startswith("linux") and os.uname().machine == "x86_64"
+                         and shutil.which("objdump")), reason="needs Linux x86-64 and objdump")
+def test_the_vector_peak_probes_keep_their_chains_in_registers():
+    """A probe whose compiler keeps its accumulators on the stack times the stores, not the
+    instruction: GCC's tree-PRE once made the AVX-VNNI probe store 10 of its 12 chains on
+    every round, and it read half its peak.  No vector probe may address the stack."""
+    from pyw8a8 import _dispatch, _probes
+    bodies = {}
+    for module in (_dispatch, _probes):
+        text = subprocess.run(["objdump", "-d", "--no-show-raw-insn", module.__file__],
+                              capture_output=True, text=True, check=True).stdout
+        bodies.update(re.findall(r"<(w8_avx\w*_peak\w*)>:\n(.*?)\n\n", text, flags=re.S))
+    if not bodies:
+        pytest.skip("the extension modules are stripped of their symbols")
+    assert {"w8_avx2_peak", "w8_avxvnni_peak", "w8_avx512_peak", "w8_avx2_peak_fp32",
+            "w8_avx512_peak_fp32"} <= set(bodies), sorted(bodies)
+    for name, body in bodies.items():
+        assert "(%rsp)" not in body, f"{name} addresses the stack:\n{body}"
 
 
 def test_bench_refuses_an_isa_this_cpu_lacks(capsys):
