@@ -518,7 +518,6 @@ def test_the_record_of_a_cpu_without_cpuinfo_fields_is_named_by_its_platform():
 
 
 def _git(cwd, *args):
-    import subprocess
     return subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True,
                           check=True).stdout.strip()
 
@@ -631,7 +630,6 @@ def test_the_record_names_the_variables_that_hold_libraries_to_an_isa(tmp_path, 
 
 
 def _tracked(package):
-    import subprocess
     try:
         return subprocess.run(["git", "-C", package, "ls-files", "--error-unmatch",
                                "__init__.py"], capture_output=True).returncode == 0
