@@ -149,6 +149,14 @@ def compile_as_torchao_users_do(model):
     return torch.compile(model, dynamic=False)
 
 
+def forget_compiled_code():
+    """Drop what Dynamo compiled before in this process, so that the next shape compiles
+    anew: Dynamo's cache is per code object, so the shapes before would count against its
+    recompile limit (8), past which it runs the model eagerly behind a failing guard."""
+    import torch
+    torch._dynamo.reset()
+
+
 def inductor_int8_kernel(code):
     """Which int8 GEMM Inductor's generated `code` (its sources, one string) runs: its AMX
     or AVX-512 VNNI micro-kernel, oneDNN's ``qlinear_pointwise`` (which max-autotune may
@@ -183,9 +191,7 @@ def torchao_matmul(x, w, calls=1):
         quantize_(model, Int8DynamicActivationInt8WeightConfig())
     if calls > 1:
         model = repeated_calls(model, calls)
-    # Each shape compiles anew: Dynamo's cache is per code object, so the shapes before
-    # would count against its recompile limit (8), past which it runs the model eagerly.
-    torch._dynamo.reset()
+    forget_compiled_code()
     compiled = compile_as_torchao_users_do(model)
     tx = repeated_inputs(x, calls)
     with torch.no_grad():

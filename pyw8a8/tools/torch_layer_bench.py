@@ -71,10 +71,7 @@ def build_contender(name, m, k, n):
         import torch
         layer = _layer(w, python_operator=name == PYTHON_OPERATOR)
         if name in (COMPILED, COMPILED_GRAPH):
-            # Each shape compiles anew: Dynamo's cache is per code object, so the shapes
-            # before would count against its recompile limit (8), past which it runs
-            # the layer eagerly behind a failing guard.
-            torch._dynamo.reset()
+            peers.forget_compiled_code()
             layer = torch.compile(layer if calls == 1 else peers.repeated_calls(layer, calls),
                                   dynamic=False)
         tx = peers.repeated_inputs(x, calls)
