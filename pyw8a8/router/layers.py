@@ -1,4 +1,5 @@
-"""The layers a router hands to a model: W8A8 `Linear` and `LinearPair`, float32 `FloatLinear`.
+"""The layers a router hands to a model: W8A8 `Int8Linear` and `Int8GatedLinear`, float32
+`FloatLinear`, and `SeparatePair`.
 
 A W8A8 layer packs its weight lazily, on first use, and then drops the float reference:
 the packed int8 weight replaces the float one.  The kernels come from a backend, by default
@@ -23,7 +24,7 @@ from ..packing import PackedWeight, pack_weight
 from ..scaling import equalize_ffn
 from .cache import WeightCache
 
-__all__ = ["COMPILED_KERNELS", "FloatLinear", "Linear", "LinearPair", "SeparatePair",
+__all__ = ["COMPILED_KERNELS", "FloatLinear", "Int8GatedLinear", "Int8Linear", "SeparatePair",
            "float_linear"]
 
 logger = logging.getLogger("pyw8a8")
@@ -101,7 +102,7 @@ class WeightSource:
         self.group = None
 
 
-class Linear:
+class Int8Linear:
     """A W8A8 linear layer: ``layer(x) = x @ w.T`` with int8 weights and activations.
 
     Parameters
@@ -158,7 +159,7 @@ class Linear:
 
     @classmethod
     def from_packed(cls, packed: PackedWeight, name: str | None = None,
-                    backend: Any = None, bias: npt.ArrayLike | None = None) -> Linear:
+                    backend: Any = None, bias: npt.ArrayLike | None = None) -> Int8Linear:
         """A layer around an already packed weight (see `load_packed`)."""
         self = cls.__new__(cls)
         self.shape = tuple(int(s) for s in packed.shape)
@@ -233,55 +234,63 @@ class Linear:
 
     def __call__(self, x: npt.ArrayLike) -> npt.NDArray[np.float32]:
         packed = self.pack()
-        x = _as_input(x, self.shape[1], self.name or "Linear")
+        x = _as_input(x, self.shape[1], self.name or "Int8Linear")
         if self.bias is None:
             return self.backend.matmul(x, packed)
         return self.backend.matmul(x, packed, bias=self.bias)
 
     def __repr__(self):
         state = "packed" if self.is_packed else "lazy"
-        return (f"Linear({self.name!r}, shape={self.shape}, rotate={self.rotate}, "
+        return (f"Int8Linear({self.name!r}, shape={self.shape}, rotate={self.rotate}, "
                 f"block={self.block}, {state})")
 
 
-class LinearPair:
-    """Two W8A8 layers sharing one quantized activation (``pyw8a8.matmul_pair``).
+class Int8GatedLinear:
+    """A gated linear unit's gate and up projections, both W8A8, on one quantized activation.
 
-    ``layer(x) -> (x @ w1.T + b1, x @ w2.T + b2)``, e.g. the gate and up projections
-    of a gated FFN, and ``layer.glu(x, activation) -> activation(x @ w1.T + b1) * (x @
-    w2.T + b2)`` fused; the product runs on the first layer's backend.
+    ``layer.glu(x, activation) -> activation(x @ w_gate.T + b_gate) * (x @ w_up.T + b_up)``
+    in one fused call (``pyw8a8.matmul_pair``'s `glu`, as ``pyw8a8.torch.GatedLinear``),
+    neither product stored; ``layer(x)`` gives the two projections unfinished,
+    ``(x @ w_gate.T + b_gate, x @ w_up.T + b_up)``.  The product runs on the gate's
+    backend.
+
+    Parameters
+    ----------
+    gate, up : Int8Linear
+        The projections, of weights of shape (F, K) and (F2, K): one K.
     """
 
-    def __init__(self, first: Linear, second: Linear) -> None:
-        if first.shape[1] != second.shape[1]:
-            raise ValueError(f"pair weights must share K, got {first.shape} and {second.shape}")
-        self.first = first
-        self.second = second
+    def __init__(self, gate: Int8Linear, up: Int8Linear) -> None:
+        if gate.shape[1] != up.shape[1]:
+            raise ValueError(f"gate and up weights must share K, got {gate.shape} and "
+                             f"{up.shape}")
+        self.gate = gate
+        self.up = up
 
     def _inputs(self, x: npt.ArrayLike) -> tuple[PackedWeight, PackedWeight,
                                                  npt.NDArray[np.float32]]:
-        p1, p2 = self.first.pack(), self.second.pack()
-        return p1, p2, _as_input(x, self.first.shape[1], self.first.name or "LinearPair")
+        p1, p2 = self.gate.pack(), self.up.pack()
+        return p1, p2, _as_input(x, self.gate.shape[1], self.gate.name or "Int8GatedLinear")
 
     def _biases(self) -> dict[str, npt.NDArray[np.float32]]:
         """matmul_pair's bias arguments, only where a layer has one (backends without bias
         support keep working for bias-free models)."""
-        return {f"bias{i}": layer.bias for i, layer in ((1, self.first), (2, self.second))
+        return {f"bias{i}": layer.bias for i, layer in ((1, self.gate), (2, self.up))
                 if layer.bias is not None}
 
     def __call__(self, x: npt.ArrayLike) -> tuple[npt.NDArray[np.float32],
                                                   npt.NDArray[np.float32]]:
         p1, p2, rows = self._inputs(x)
-        return self.first.backend.matmul_pair(rows, p1, p2, **self._biases())
+        return self.gate.backend.matmul_pair(rows, p1, p2, **self._biases())
 
     def glu(self, x: npt.ArrayLike, activation: str) -> npt.NDArray[np.float32]:
-        """``activation(first(x)) * second(x)`` in one fused call (``pyw8a8.matmul_pair``'s
+        """``activation(gate(x)) * up(x)`` in one fused call (``pyw8a8.matmul_pair``'s
         `glu`); `activation` is one of its names."""
         p1, p2, rows = self._inputs(x)
-        return self.first.backend.matmul_pair(rows, p1, p2, glu=activation, **self._biases())
+        return self.gate.backend.matmul_pair(rows, p1, p2, glu=activation, **self._biases())
 
     def __repr__(self):
-        return f"LinearPair({self.first!r}, {self.second!r})"
+        return f"Int8GatedLinear({self.gate!r}, {self.up!r})"
 
 
 class FloatLinear:
@@ -356,7 +365,7 @@ def float_linear(name: str, w: npt.ArrayLike) -> FloatLinear:
 class SeparatePair:
     """Two independent layers on one input: ``layer(x) -> (first(x), second(x))``."""
 
-    def __init__(self, first: Linear | FloatLinear, second: Linear | FloatLinear) -> None:
+    def __init__(self, first: Int8Linear | FloatLinear, second: Int8Linear | FloatLinear) -> None:
         self.first = first
         self.second = second
 

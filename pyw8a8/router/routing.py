@@ -3,7 +3,6 @@ or float."""
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 import threading
 from collections.abc import Sequence
@@ -18,12 +17,13 @@ from .ffn import FfnGroup, ffn_role
 from .layers import (
     COMPILED_KERNELS,
     FloatLinear,
-    Linear,
-    LinearPair,
+    Int8GatedLinear,
+    Int8Linear,
     SeparatePair,
     WeightSource,
     check_weight,
 )
+from .selection import float_reason
 
 __all__ = ["Router"]
 
@@ -49,11 +49,11 @@ class Router:
 
     Notes
     -----
-    ``router(name, w)`` (or ``router(name, w, bias)``) returns a `Linear` or a
+    ``router(name, w)`` (or ``router(name, w, bias)``) returns an `Int8Linear` or a
     `FloatLinear`; ``router.pair(name_gate, w_gate, name_up, w_up)`` returns a layer
-    giving ``(gate_out, up_out)``, a `LinearPair` (``pyw8a8.matmul_pair``, with the fused
-    ``glu(x, activation)``) when both go W8A8.  ``router.layers`` maps names to the
-    layers created.
+    giving ``(gate_out, up_out)``, an `Int8GatedLinear` (``pyw8a8.matmul_pair``, with the
+    fused ``glu(x, activation)``) when both go W8A8, else a `SeparatePair`.
+    ``router.layers`` maps names to the layers created.
 
     Examples
     --------
@@ -64,7 +64,7 @@ class Router:
     >>> q = router("blk.0.attn_q.weight", rng.standard_normal((256, 256), np.float32))
     >>> tiny = router("blk.0.tiny.weight", rng.standard_normal((8, 16), np.float32))
     >>> type(q).__name__, type(tiny).__name__  # K = 16 < min_in_features stays float
-    ('Linear', 'FloatLinear')
+    ('Int8Linear', 'FloatLinear')
     >>> x = rng.standard_normal((4, 256), np.float32)
     >>> y = q(x)  # packed now, on first use
     >>> y.shape, q.is_packed
@@ -80,7 +80,7 @@ class Router:
         self.cache = cache if cache is not None else default_cache()
         self.prepacked = dict(packed) if packed else {}
         self.backend = backend if backend is not None else COMPILED_KERNELS
-        self.layers: dict[str, Linear | FloatLinear] = {}
+        self.layers: dict[str, Int8Linear | FloatLinear] = {}
         self._groups = {}
         self._lock = threading.Lock()
         if self.config.verbose:
@@ -96,17 +96,10 @@ class Router:
         """Why tensor `name` of shape ``(N, K)`` stays float, or None if it uses W8A8."""
         if len(shape) != 2:
             raise ValueError(f"{name}: expected a 2-D (N, K) shape, got {tuple(shape)}")
-        n, k = int(shape[0]), int(shape[1])
         c = self.config
-        if c.include and not any(fnmatch.fnmatchcase(name, p) for p in c.include):
-            return "not included"
-        if any(fnmatch.fnmatchcase(name, p) for p in c.exclude):
-            return "excluded"
-        if k < c.min_in_features:
-            return f"K={k} < min_in_features={c.min_in_features}"
-        if c.skip_rows is not None and n >= c.skip_rows:
-            return f"N={n} >= skip_rows={c.skip_rows}"
-        return None
+        return float_reason(name, int(shape[0]), int(shape[1]), include=c.include,
+                            exclude=c.exclude, min_in_features=c.min_in_features,
+                            skip_rows=c.skip_rows)
 
     # -- factories ---------------------------------------------------------
 
@@ -124,7 +117,7 @@ class Router:
         return WeightSource(None, group, role)
 
     def _make(self, name: str, w: npt.ArrayLike,
-              bias: npt.ArrayLike | None = None) -> Linear | FloatLinear:
+              bias: npt.ArrayLike | None = None) -> Int8Linear | FloatLinear:
         w = check_weight(w, name)
         reason = self._float_reason(name, w.shape)
         use = reason is None
@@ -132,7 +125,7 @@ class Router:
             logger.info("pyw8a8: route %s %s -> %s (%s)", name, tuple(w.shape),
                         "W8A8" if use else "float", reason or "w8a8")
         if use and name in self.prepacked:
-            layer = Linear.from_packed(self.prepacked[name], name=name, backend=self.backend,
+            layer = Int8Linear.from_packed(self.prepacked[name], name=name, backend=self.backend,
                                        bias=bias)
             if tuple(layer.shape) != tuple(w.shape):
                 raise ValueError(
@@ -140,7 +133,7 @@ class Router:
                 )
         elif use:
             c = self.config
-            layer = Linear(w, rotate=c.rotate, block=c.block, seed=c.seed, encoding=c.encoding,
+            layer = Int8Linear(w, rotate=c.rotate, block=c.block, seed=c.seed, encoding=c.encoding,
                            name=name, cache=self.cache, verbose=c.verbose, backend=self.backend,
                            bias=bias, _source=self._source(name, w))
         else:
@@ -149,18 +142,19 @@ class Router:
         return layer
 
     def __call__(self, name: str, w: npt.ArrayLike,
-                 bias: npt.ArrayLike | None = None) -> Linear | FloatLinear:
+                 bias: npt.ArrayLike | None = None) -> Int8Linear | FloatLinear:
         """``linear(name, w, bias=None) -> layer`` factory: ``layer(x) = x @ w.T + bias``,
         the bias fused into the W8A8 kernels' epilogue (float32, shape (N,))."""
         return self._make(name, w, bias)
 
     def pair(self, name_gate: str, w_gate: npt.ArrayLike, name_up: str,
-             w_up: npt.ArrayLike) -> LinearPair | SeparatePair:
-        """Gate/up pair factory; shares one quantized activation when both are W8A8."""
+             w_up: npt.ArrayLike) -> Int8GatedLinear | SeparatePair:
+        """Gate/up factory of a gated linear unit; one quantized activation when both go
+        W8A8."""
         g = self._make(name_gate, w_gate)
         u = self._make(name_up, w_up)
-        if isinstance(g, Linear) and isinstance(u, Linear):
-            return LinearPair(g, u)
+        if isinstance(g, Int8Linear) and isinstance(u, Int8Linear):
+            return Int8GatedLinear(g, u)
         return SeparatePair(g, u)
 
     # -- utilities ---------------------------------------------------------
@@ -168,11 +162,11 @@ class Router:
     def pack_all(self) -> dict[str, PackedWeight]:
         """Pack every W8A8 layer now; returns ``{name: PackedWeight}`` (for `save_packed`)."""
         return {name: layer.pack() for name, layer in self.layers.items()
-                if isinstance(layer, Linear)}
+                if isinstance(layer, Int8Linear)}
 
     def stats(self) -> dict[str, int | float]:
         """Counts, packed bytes and total pack time of the layers created so far."""
-        w8 = [layer for layer in self.layers.values() if isinstance(layer, Linear)]
+        w8 = [layer for layer in self.layers.values() if isinstance(layer, Int8Linear)]
         return {
             "w8a8_layers": len(w8),
             "float_layers": len(self.layers) - len(w8),

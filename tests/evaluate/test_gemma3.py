@@ -433,25 +433,25 @@ def test_w8a8_router_close_to_float(real):
 
 
 def test_w8a8_ffn_runs_the_fused_gated_unit(tiny, monkeypatch):
-    """A routed model's FFN asks its LinearPair for the fused gelu_tanh unit; without it
+    """A routed model's FFN asks its Int8GatedLinear for the fused gelu_tanh unit; without it
     (matmul_pair, then numpy's geglu) the logits differ only by the activation's float32
     rounding, far below the W8A8 error itself."""
-    from pyw8a8.router import LinearPair, Router, RouterConfig, WeightCache
+    from pyw8a8.router import Int8GatedLinear, Router, RouterConfig, WeightCache
 
     w, ids, ref = tiny
     model = Gemma3(w, config=TINY,
                    linear=Router(RouterConfig(min_in_features=1), cache=WeightCache()))
     calls = []
-    fused_glu = LinearPair.glu
+    fused_glu = Int8GatedLinear.glu
 
     def recording(self, x, activation):
         calls.append(activation)
         return fused_glu(self, x, activation)
 
-    monkeypatch.setattr(LinearPair, "glu", recording)
+    monkeypatch.setattr(Int8GatedLinear, "glu", recording)
     fused = model.forward(ids)
     assert calls == ["gelu_tanh"] * TINY.n_layers
-    monkeypatch.delattr(LinearPair, "glu")
+    monkeypatch.delattr(Int8GatedLinear, "glu")
     unfused = model.forward(ids)
     scale = np.sqrt(np.mean(ref[-1].astype(np.float64) ** 2))
     assert np.max(np.abs(fused - unfused)) / scale < 1e-4

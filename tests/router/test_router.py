@@ -14,8 +14,8 @@ import pytest
 from pyw8a8.models.gemma3.layers import geglu
 from pyw8a8.router import (
     FloatLinear,
-    Linear,
-    LinearPair,
+    Int8GatedLinear,
+    Int8Linear,
     Router,
     RouterConfig,
     WeightCache,
@@ -101,35 +101,42 @@ def test_decide_defaults_everything_w8a8():
     assert r.decide("output", (262144, 640))
 
 
-def test_decide_min_in_features_and_skip_rows():
-    r = Router(RouterConfig(min_in_features=1024, skip_rows=100000))
+def test_decide_reads_every_setting_of_the_rule():
+    """The rule itself is tested in test_selection.py; here, the router passes it each
+    setting and the weight's (N, K)."""
+    r = Router(RouterConfig(include=["blk.*"], exclude=["*ffn_down*"], min_in_features=1024,
+                            skip_rows=100000))
+    assert r.decide("blk.0.ffn_up.weight", (99999, 1024))
+    assert not r.decide("output", (640, 2048))  # not included
+    assert not r.decide("blk.0.ffn_down.weight", (640, 2048))  # excluded
     assert not r.decide("blk.0.attn_q.weight", (1024, 640))  # K < min_in_features
-    assert r.decide("blk.0.ffn_down.weight", (640, 2048))
-    assert r.decide("x", (640, 1024))  # K == min_in_features is allowed
-    assert not r.decide("output", (262144, 2048))  # N >= skip_rows
-    assert r.decide("y", (99999, 2048))
-
-
-def test_decide_include_exclude():
-    r = Router(RouterConfig(include=["blk.*.ffn_*"], exclude=["blk.1[0-9].*", "*ffn_down*"]))
-    assert r.decide("blk.3.ffn_gate.weight", (2048, 640))
-    assert not r.decide("blk.3.attn_q.weight", (1024, 640))  # not included
-    assert not r.decide("blk.12.ffn_up.weight", (2048, 640))  # excluded
-    assert not r.decide("blk.3.ffn_down.weight", (640, 2048))  # excluded
-    assert not r.decide("output", (262144, 640))
+    assert not r.decide("blk.0.ffn_up.weight", (100000, 2048))  # N >= skip_rows
     with pytest.raises(ValueError):
         r.decide("x", (3,))
+
+
+@pytest.mark.parametrize("old, new", [("Linear", "Int8Linear"),
+                                      ("LinearPair", "Int8GatedLinear")])
+def test_former_layer_names_warn_and_give_the_new_classes(old, new):
+    import pyw8a8.router
+
+    with pytest.warns(DeprecationWarning, match=f"pyw8a8.router.{old} is deprecated, use "
+                                                 f"pyw8a8.router.{new}"):
+        cls = getattr(pyw8a8.router, old)
+    assert cls is getattr(pyw8a8.router, new)
+    with pytest.raises(AttributeError):
+        pyw8a8.router.NoSuchLayer  # noqa: B018
 
 
 def test_router_factory_kinds_and_laziness(fake):
     r = Router(RouterConfig(exclude=["*attn_k*"]), cache=WeightCache(None), backend=fake)
     q = r("blk.0.attn_q.weight", rand(8, 4))
     k = r("blk.0.attn_k.weight", rand(2, 4))
-    assert isinstance(q, Linear) and isinstance(k, FloatLinear)
+    assert isinstance(q, Int8Linear) and isinstance(k, FloatLinear)
     assert fake.packs == [] and not q.is_packed  # nothing packed at construction
     pair = r.pair("blk.0.ffn_gate.weight", rand(6, 4, seed=1),
                   "blk.0.ffn_up.weight", rand(6, 4, seed=2))
-    assert isinstance(pair, LinearPair)
+    assert isinstance(pair, Int8GatedLinear)
     x = rand(3, 4, seed=3)
     g, u = pair(x)
     assert fake.pair_calls == 1
@@ -137,7 +144,7 @@ def test_router_factory_kinds_and_laziness(fake):
     np.testing.assert_allclose(u, x @ rand(6, 4, seed=2).T, rtol=1e-6)
     mixed = Router(RouterConfig(exclude=["*ffn_up*"]), backend=fake).pair(
         "g", rand(6, 4), "blk.0.ffn_up.weight", rand(6, 4))
-    assert not isinstance(mixed, LinearPair)
+    assert not isinstance(mixed, Int8GatedLinear)
     assert set(r.layers) == {"blk.0.attn_q.weight", "blk.0.attn_k.weight",
                              "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight"}
     st = r.stats()
@@ -166,13 +173,13 @@ def test_router_output_matches_float(fake):
 
 
 # ---------------------------------------------------------------------------
-# Linear: lazy, thread safe, keeps only the packed weight
+# Int8Linear: lazy, thread safe, keeps only the packed weight
 # ---------------------------------------------------------------------------
 
 
 def test_linear_packs_once_under_threads_and_drops_float(fake):
     w = rand(16, 8)
-    lin = Linear(w, rotate=False, block=64, seed=3, name="w", backend=fake)
+    lin = Int8Linear(w, rotate=False, block=64, seed=3, name="w", backend=fake)
     x = rand(4, 8, seed=1)
     outs = []
     barrier = threading.Barrier(8)
@@ -196,7 +203,7 @@ def test_linear_packs_once_under_threads_and_drops_float(fake):
 
 def test_linear_rejects_bad_weight():
     with pytest.raises(ValueError):
-        Linear(np.zeros(5, np.float32))
+        Int8Linear(np.zeros(5, np.float32))
 
 
 def test_verbose_logging(fake, caplog):
@@ -413,8 +420,8 @@ def test_real_rotated_linear(core):
     x = rand(5, 256, seed=3)
     x[:, 3] *= 50.0
     ref = x @ w.T
-    naive = Linear(w, rotate=False)(x)
-    rotated = Linear(w, rotate=True, block=128)(x)
+    naive = Int8Linear(w, rotate=False)(x)
+    rotated = Int8Linear(w, rotate=True, block=128)(x)
     assert _rel_err(rotated, ref) < _rel_err(naive, ref)
 
 
@@ -464,7 +471,7 @@ def test_router_layers_take_a_bias_fused_into_the_kernel():
     x = rng.standard_normal((5, 128)).astype(np.float32)
     router = Router(RouterConfig(min_in_features=64), cache=WeightCache())
     layer = router("fc.weight", w, b)
-    assert isinstance(layer, Linear)
+    assert isinstance(layer, Int8Linear)
     np.testing.assert_array_equal(layer(x), pyw8a8.matmul(x, layer.packed, bias=b))
     float_layer = Router(RouterConfig(exclude=["*"]), cache=WeightCache())("fc.weight", w, b)
     assert isinstance(float_layer, FloatLinear)
@@ -475,14 +482,14 @@ def test_router_layers_take_a_bias_fused_into_the_kernel():
         router("fc.weight", w, np.full(40, np.nan, np.float32))
 
 
-def test_linear_pair_glu_is_matmul_pair_glu():
+def test_gated_linear_glu_is_matmul_pair_glu():
     import pyw8a8
     rng = np.random.default_rng(3)
     wg, wu = (rng.standard_normal((48, 128)).astype(np.float32) for _ in range(2))
     x = rng.standard_normal((7, 128)).astype(np.float32)
-    pair = Router(RouterConfig(min_in_features=64), cache=WeightCache()).pair("g", wg, "u", wu)
-    assert isinstance(pair, LinearPair)
-    got = pair.glu(x, "silu")
-    want = pyw8a8.matmul_pair(x, pair.first.packed, pair.second.packed, glu="silu")
+    gated = Router(RouterConfig(min_in_features=64), cache=WeightCache()).pair("g", wg, "u", wu)
+    assert isinstance(gated, Int8GatedLinear)
+    got = gated.glu(x, "silu")
+    want = pyw8a8.matmul_pair(x, gated.gate.packed, gated.up.packed, glu="silu")
     np.testing.assert_array_equal(got, want)
 

@@ -21,7 +21,7 @@ import pytest
 import pyw8a8
 from pyw8a8.evaluate import cli
 from pyw8a8.evaluate.configs import parse_config, parse_config_list
-from pyw8a8.router import Linear, Router, RouterConfig, WeightCache, load_packed, save_packed
+from pyw8a8.router import Int8Linear, Router, RouterConfig, WeightCache, load_packed, save_packed
 from pyw8a8.router import cache as cache_module
 from pyw8a8.router.cache import content_checksum
 
@@ -50,7 +50,7 @@ def test_router_repacks_a_weight_edited_in_place():
     Router(cache=cache)("mlp.up_proj", w)(x)
     w += 1.0
     got = Router(cache=cache)("mlp.up_proj", w)(x)
-    np.testing.assert_array_equal(got, Linear(w, block=128)(x))  # packed from the new values
+    np.testing.assert_array_equal(got, Int8Linear(w, block=128)(x))  # packed from the new values
     assert (cache.hits, cache.misses) == (0, 2)
     Router(cache=cache)("mlp.up_proj", w)(x)  # unchanged since: shared
     assert cache.hits == 1

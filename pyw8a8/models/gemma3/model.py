@@ -61,7 +61,7 @@ class Gemma3:
     linear_pair : callable, optional
         ``linear_pair(name_gate, w_gate, name_up, w_up) -> layer`` with
         ``layer(x) -> (gate_out, up_out)``, and optionally ``layer.glu(x,
-        "gelu_tanh")`` for the fused gated unit (a W8A8 `LinearPair` has it; the FFN
+        "gelu_tanh")`` for the fused gated unit (the router's `Int8GatedLinear` has it; the FFN
         then never forms either product in float).  Default: ``linear.pair`` if the
         factory has one, otherwise two separate ``linear`` layers.
     max_tokens_per_step : int

@@ -20,8 +20,8 @@ import pyw8a8.dask
 from pyw8a8.router import (
     PACKED_FORMAT_VERSION,
     FloatLinear,
-    Linear,
-    LinearPair,
+    Int8GatedLinear,
+    Int8Linear,
     Router,
     RouterConfig,
     SeparatePair,
@@ -102,14 +102,14 @@ from_env: RouterConfig = RouterConfig.from_env({"PYW8A8_MIN_IN_FEATURES": "64"})
 cache: WeightCache = WeightCache(max_bytes=1 << 24)
 router = Router(config, cache=cache)
 assert router.decide("ffn_up", (64, 256))
-layer: Linear | FloatLinear = router("blk.0.ffn_up.weight", w)
+layer: Int8Linear | FloatLinear = router("blk.0.ffn_up.weight", w)
 out: F32 = layer(x)
-pair: LinearPair | SeparatePair = router.pair("blk.0.ffn_gate.weight", w,
+pair: Int8GatedLinear | SeparatePair = router.pair("blk.0.ffn_gate.weight", w,
                                               "blk.0.ffn_up2.weight", w)
 pair_out: tuple[F32, F32] = pair(x)
-small: Linear | FloatLinear = router("tiny", w[:, :32])
+small: Int8Linear | FloatLinear = router("tiny", w[:, :32])
 assert isinstance(small, FloatLinear)
-assert isinstance(layer, Linear) and isinstance(pair, LinearPair)
+assert isinstance(layer, Int8Linear) and isinstance(pair, Int8GatedLinear)
 float_layer: FloatLinear = float_linear("blk.0.ffn_down.weight", w)
 separate = SeparatePair(float_layer, float_layer)
 counts: dict[str, int | float] = router.stats()
@@ -123,7 +123,7 @@ with tempfile.TemporaryDirectory() as tmp:
     assert sorted(reloaded) == sorted(loaded)
     assert sorted(loaded) == ["blk.0.ffn_gate.weight", "blk.0.ffn_up.weight",
                               "blk.0.ffn_up2.weight"]
-    restored = Linear.from_packed(loaded["blk.0.ffn_up.weight"])
+    restored = Int8Linear.from_packed(loaded["blk.0.ffn_up.weight"])
     assert np.array_equal(restored(x), out)
 version: int = PACKED_FORMAT_VERSION
 print("ok")
