@@ -2,23 +2,26 @@
 
 It mirrors ``torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)``
 (a copy unless ``inplace=True``; layers replaced by type, exactly ``nn.Linear``), with the
-selection rules of pyw8a8's numpy :class:`~pyw8a8.router.Router` under the same names:
-`include` and `exclude` glob patterns on the qualified module names, and `min_in_features`
-(layers with fewer input features stay float).
+selection rule of pyw8a8's numpy :class:`~pyw8a8.router.Router`
+(:func:`pyw8a8.router.selection.float_reason`): `include` and `exclude` glob patterns on
+the qualified module names, and `min_in_features` (layers with fewer input features stay
+float).  It plans first (which layers go W8A8, what is fused: the report), then replaces
+the modules.
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
-import fnmatch
 import logging
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 from torch import nn
 
 from .._validation import renamed_keyword
+from ..router.selection import float_reason
 from . import fusion
 from ._shared_product import SharedProduct, can_share
 from .attention import ATTENTION_NAMES, enable_int8_attention
@@ -47,7 +50,7 @@ class QuantizeReport:
 
     decisions: list[Decision] = field(default_factory=list)
     fused: list[fusion.Fusion] = field(default_factory=list)
-    gated: list[fusion.GatedUnit] = field(default_factory=list)
+    gated: list[fusion.GatedFusion] = field(default_factory=list)
     #: Layers run as one product on their one input (an attention block's q, k and v).
     shared: list[fusion.SharedInput] = field(default_factory=list)
     #: A transformers model's attention implementation before and after, where quantize
@@ -90,6 +93,18 @@ def _join(parent: str, child: str) -> str:
     return ".".join(p for p in (parent, child) if p) or "(root)"
 
 
+def _selection(include: Optional[Sequence[str]], exclude: Optional[Sequence[str]],
+               min_in_features: int) -> dict:
+    """quantize's selection arguments, checked, as `float_reason`'s keywords."""
+    selection = {"include": _patterns(include, "include"),
+                 "exclude": _patterns(exclude, "exclude")}
+    if (isinstance(min_in_features, bool) or not isinstance(min_in_features, int)
+            or min_in_features < 0):
+        raise ValueError(f"min_in_features must be a non-negative int, got "
+                         f"{min_in_features!r}")
+    return {**selection, "min_in_features": min_in_features}
+
+
 def _patterns(value: Optional[Sequence[str]], name: str) -> list[str]:
     if value is None:
         return []
@@ -101,26 +116,130 @@ def _patterns(value: Optional[Sequence[str]], name: str) -> list[str]:
     return patterns
 
 
-def _reason(name: str, module: nn.Linear, include: list[str], exclude: list[str],
-            min_in_features: int) -> Optional[str]:
+def _reason(name: str, module: nn.Linear, selection: dict) -> Optional[str]:
     """Why this linear layer stays float, or None when it goes W8A8."""
     if type(module) is not nn.Linear:
         if isinstance(module, nn.modules.linear.NonDynamicallyQuantizableLinear):
             return ("its parent reads its weight directly (nn.MultiheadAttention's out_proj; "
                     "quantize_dynamic keeps it too)")
         return f"a subclass of nn.Linear ({type(module).__name__}), whose forward may differ"
-    if include and not any(fnmatch.fnmatchcase(name, p) for p in include):
-        return "not included"
-    if any(fnmatch.fnmatchcase(name, p) for p in exclude):
-        return "excluded"
-    if module.in_features < min_in_features:
-        return f"in_features={module.in_features} < min_in_features={min_in_features}"
+    reason = float_reason(name, module.out_features, module.in_features, **selection)
+    if reason is not None:
+        return reason
     weight = module.weight
     if weight.device.type != "cpu":
         return f"its weight is on {weight.device}"
     if not weight.is_floating_point():
         return f"its weight is {weight.dtype}"
     return None
+
+
+@dataclass
+class _Plan:
+    """What :func:`quantize` does to a model, decided before any module is replaced."""
+
+    #: Every decision, and the fusions that will be made (shared inputs: candidates, kept
+    #: by `_apply` where the layers can share one product).
+    report: QuantizeReport
+    #: The layers that go W8A8, under each of their names (a tied layer has several).
+    layers: list[tuple[str, nn.Linear]]
+    #: The gated units that become one GatedLinear: their parent's whole forward, gate and
+    #: up of one shape.
+    units: list[fusion.GatedFusion]
+
+
+def _plan(model: nn.Module, selection: dict, fuse: bool, log_level: int) -> _Plan:
+    """Which of `model`'s layers go W8A8, each decision logged, and what is fused."""
+    report, layers = QuantizeReport(), []
+    # Every name of a layer shared by several parents (tied weights) gets the one new layer.
+    for name, module in model.named_modules(remove_duplicate=False):
+        if not isinstance(module, nn.Linear):
+            continue
+        reason = _reason(name, module, selection)
+        d = Decision(name, type(module).__name__, module.in_features, module.out_features,
+                     "float" if reason else "w8a8", reason or "w8a8")
+        logger.log(log_level, "%s %s (%s %d -> %d): %s", d.action, d.name or "(root)",
+                   d.kind, d.in_features, d.out_features, d.reason)
+        report.decisions.append(d)
+        if reason is None:
+            layers.append((name, module))
+    if not fuse:
+        return _Plan(report, layers, [])
+    # A layer of several names (tied) is called in several places: never fused.
+    names = Counter(id(module) for _, module in layers)
+    single = {i for i, count in names.items() if count == 1}
+    report.fused, gated = fusion.find(model, single)
+    report.shared = fusion.shared_inputs(model, single)
+    units = [g for g in gated if g.down is not None and _one_shape(model, g)]
+    report.gated = [g if g in units else dataclasses.replace(g, down=None) for g in gated]
+    in_units = _unit_layers(units)
+    report.fused = [f for f in report.fused if _join(f.parent, f.linear) not in in_units]
+    return _Plan(report, layers, units)
+
+
+def _one_shape(model: nn.Module, unit: fusion.GatedFusion) -> bool:
+    gate, up = (model.get_submodule(_join(unit.parent, c)) for c in (unit.gate, unit.up))
+    return gate.weight.shape == up.weight.shape
+
+
+def _unit_layers(units: list[fusion.GatedFusion]) -> set[str]:
+    """The qualified names of the gates and ups of `units`."""
+    return {_join(g.parent, c) for g in units for c in (g.gate, g.up)}
+
+
+def _apply(model: nn.Module, plan: _Plan, packing: dict) -> nn.Module:
+    """`model` with the planned layers replaced, packed with `packing` (rotate, block,
+    seed), and pyw8a8's attention; a new object where `model` itself is replaced."""
+    report = plan.report
+    # A gated unit's gate and up are packed in its GatedLinear, its activation with them.
+    units = {g: GatedLinear.from_float(
+        *(model.get_submodule(_join(g.parent, c)) for c in (g.gate, g.up)),
+        glu=g.activation, **packing) for g in plan.units}
+    in_units = _unit_layers(plan.units)
+    activations = {_join(f.parent, f.linear): f.activation for f in report.fused}
+    layers: dict[int, Linear] = {}
+    for name, module in plan.layers:
+        if name in in_units:
+            continue
+        if id(module) not in layers:
+            layers[id(module)] = Linear.from_float(
+                module, activation=activations.get(name or "(root)"), **packing)
+        model = _replace(model, name, layers[id(module)])
+    report.shared = [s for s in report.shared if _share_product(model, s)]
+    for f in report.fused:
+        model.get_submodule(f.parent).register_module(f.activation_module, nn.Identity())
+    for g, gated in units.items():
+        model = _replace(model, g.parent,
+                         fusion.fused_parent(model.get_submodule(g.parent), g, gated))
+    _enable_attention(model, report)
+    return model
+
+
+def _replace(model: nn.Module, name: str, module: nn.Module) -> nn.Module:
+    """`model` with its submodule `name` replaced by `module` ('': `module` itself)."""
+    if not name:
+        return module
+    parent, _, child = name.rpartition(".")
+    model.get_submodule(parent).register_module(child, module)
+    return model
+
+
+def _share_product(model: nn.Module, shared: fusion.SharedInput) -> bool:
+    """Whether the layers of `shared` now run as one product (they do where they can)."""
+    members = [model.get_submodule(_join(shared.parent, m)) for m in shared.members]
+    if all(type(m) is Linear for m in members) and can_share(members) is None:
+        SharedProduct(members)
+        return True
+    return False
+
+
+def _enable_attention(model: nn.Module, report: QuantizeReport) -> None:
+    """pyw8a8's attention for the transformers models in `model`, noted in `report`."""
+    for inner in _transformers_models(model):
+        before = inner.config._attn_implementation
+        if before in ATTENTION_NAMES:
+            enable_int8_attention(inner)
+            report.attention = report.attention or (before, inner.config._attn_implementation)
 
 
 def _transformers_models(model: nn.Module) -> list[nn.Module]:
@@ -150,59 +269,33 @@ def quantize(model: nn.Module, *, include: Optional[Sequence[str]] = None,
     ----------
     model : torch.nn.Module
         A CPU model (or one ``nn.Linear``).
-    include : glob pattern or list of them, optional
-        When given, only layers whose qualified name (``model.named_modules()``) matches
-        one go W8A8.
-    exclude : glob pattern or list of them, optional
-        Layers that stay float (applied after `include`), e.g. ``["lm_head"]``.
+    include, exclude : glob pattern or list of them, optional
+        Only the layers whose qualified name (``model.named_modules()``) matches one of
+        `include`, when it is given, and none of `exclude` (``["lm_head"]``) go W8A8.
     min_in_features : int
         Layers with fewer input features stay float (the Router's setting of the same
-        name).  ``min_features``, its former name, still works, with a
-        DeprecationWarning.
+        name); ``min_features``, its former name, works with a DeprecationWarning.
     inplace : bool
         Change `model` itself; by default a deep copy is changed and returned.
     rotate, block, seed
         As :func:`pyw8a8.pack_weight`.
     fuse : bool
-        Fuse an activation that follows a replaced layer into its kernel where the module
-        holding both passes the layer's output to it alone (:mod:`pyw8a8.torch.fusion`;
-        BERT's ``intermediate``, for one): the activation's module becomes
-        ``nn.Identity()``, the code and the ``state_dict`` keys stay.  Fuse a gated
-        unit that is its module's whole forward, and run the layers a module calls one
-        after another on one input as one product (see Notes).
+        Fuse activations, gated units and layers called in turn on one input (Notes).
     verbose : bool
         Log every decision to the ``"pyw8a8.torch"`` logger at INFO (always at DEBUG).
 
     Returns
     -------
     torch.nn.Module
-        The model with its layers replaced; its attribute ``pyw8a8_report`` is a
-        :class:`QuantizeReport` (what was replaced, what was kept in float and why).
+        The model with its layers replaced; ``pyw8a8_report``, a :class:`QuantizeReport`,
+        says what was replaced, what was kept in float and why.
 
     Notes
     -----
-    Kept in float: subclasses of ``nn.Linear`` (their forward may differ), among them
-    ``nn.MultiheadAttention``'s ``out_proj``, which that module reads directly; layers off
-    the CPU or with a non-float weight; those the patterns and `min_in_features` leave out.
-    The gated unit, ``act(gate(x)) * up(x)``, where it is a module's whole forward (with
-    at most a down projection after it: the FFN of Llama, Gemma and Qwen) becomes one
-    :class:`pyw8a8.torch.GatedLinear` in the gate's place, and that module the
-    ``torch.fx.GraphModule`` of its own graph with the unit as one call (`fuse`;
-    :mod:`pyw8a8.torch.fusion`).  Elsewhere its activation is fused into the gate and the
-    report names the unit.
-
-    Layers that a module's forward calls in consecutive statements on one tensor, each
-    only reshaping the output (``q = self.q_proj(h).view(...)``, then k and v: the
-    attention of Llama, Gemma, Qwen and BERT), run as one product, h quantized once; each
-    returns its columns of it, and their ``state_dict`` keys stay (`fuse`;
-    :mod:`pyw8a8.torch.fusion`).
-
-    A transformers model with "sdpa" or "eager" attention, or one inside `model` (a
-    SentenceTransformer's), gets pyw8a8's attention implementation over it
-    (:func:`~pyw8a8.torch.enable_int8_attention`): int8 attention where it is given an
-    :class:`~pyw8a8.torch.Int8Cache`, pyw8a8's float attention in its bidirectional
-    (encoder) layers over "sdpa", which skips the keys a padding mask hides, and the
-    model's own attention elsewhere.
+    Subclasses of ``nn.Linear`` and layers off the CPU or of a non-float weight stay float.
+    `fuse` (:mod:`pyw8a8.torch.fusion`) puts an activation into the layer before it, a
+    module's whole gated unit into one :class:`GatedLinear`, an attention's q, k and v into
+    one product. Transformers models get :func:`enable_int8_attention`.
 
     Examples
     --------
@@ -220,84 +313,9 @@ def quantize(model: nn.Module, *, include: Optional[Sequence[str]] = None,
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    include_p, exclude_p = _patterns(include, "include"), _patterns(exclude, "exclude")
-    if (isinstance(min_in_features, bool) or not isinstance(min_in_features, int)
-            or min_in_features < 0):
-        raise ValueError(f"min_in_features must be a non-negative int, got "
-                         f"{min_in_features!r}")
-    if not inplace:
-        model = copy.deepcopy(model)
-    report = QuantizeReport()
-    replacements = []
-    # Every name of a layer shared by several parents (tied weights) gets the one new layer.
-    for name, module in model.named_modules(remove_duplicate=False):
-        if not isinstance(module, nn.Linear):
-            continue
-        reason = _reason(name, module, include_p, exclude_p, min_in_features)
-        report.decisions.append(Decision(name, type(module).__name__, module.in_features,
-                                         module.out_features, "float" if reason else "w8a8",
-                                         reason or "w8a8"))
-        if reason is None:
-            replacements.append((name, module))
-    names: dict[int, list[str]] = {}
-    for name, module in replacements:
-        names.setdefault(id(module), []).append(name)
-    if fuse:  # a layer of several names (tied) is called in several places: never fused
-        single = {i for i, n in names.items() if len(n) == 1}
-        report.fused, report.gated = fusion.find(model, single)
-        report.shared = fusion.shared_inputs(model, single)
-    # A gated unit that is its parent's whole forward becomes one GatedLinear (fusion.py);
-    # its gate and up are packed there, its activation with them.
-    units = {}
-    for g in report.gated:
-        gate, up = (model.get_submodule(_join(g.parent, c)) for c in (g.gate, g.up))
-        if g.down is not None and gate.weight.shape == up.weight.shape:
-            units[g] = GatedLinear.from_float(gate, up, glu=g.activation, rotate=rotate,
-                                              block=block, seed=seed)
-    report.gated = [g if g in units else dataclasses.replace(g, down=None)
-                    for g in report.gated]
-    in_units = {_join(g.parent, c) for g in units for c in (g.gate, g.up)}
-    report.fused = [f for f in report.fused if _join(f.parent, f.linear) not in in_units]
-    activations = {_join(f.parent, f.linear): f for f in report.fused}
-    layers: dict[int, Linear] = {}
-    for name, module in replacements:
-        if name in in_units:
-            continue
-        layer = layers.get(id(module))
-        if layer is None:
-            fused = activations.get(name or "(root)")
-            layer = layers[id(module)] = Linear.from_float(
-                module, rotate=rotate, block=block, seed=seed,
-                activation=fused.activation if fused else None)
-        if not name:
-            model = layer
-            break
-        parent_name, _, child = name.rpartition(".")
-        model.get_submodule(parent_name).register_module(child, layer)
-    shared = []
-    for s in report.shared:
-        members = [model.get_submodule(_join(s.parent, m)) for m in s.members]
-        if all(type(m) is Linear for m in members) and can_share(members) is None:
-            SharedProduct(members)
-            shared.append(s)
-    report.shared = shared
-    for f in report.fused:
-        model.get_submodule(f.parent).register_module(f.activation_module, nn.Identity())
-    for g, gated in units.items():
-        parent = fusion.fused_parent(model.get_submodule(g.parent), g, gated)
-        if not g.parent:
-            model = parent
-            continue
-        grandparent, _, child = g.parent.rpartition(".")
-        model.get_submodule(grandparent).register_module(child, parent)
-    for d in report.decisions:
-        logger.log(logging.INFO if verbose else logging.DEBUG, "%s %s (%s %d -> %d): %s",
-                   d.action, d.name or "(root)", d.kind, d.in_features, d.out_features,
-                   d.reason)
-    for inner in _transformers_models(model):
-        before = inner.config._attn_implementation
-        if before in ATTENTION_NAMES:
-            enable_int8_attention(inner)
-            report.attention = report.attention or (before, inner.config._attn_implementation)
-    model.pyw8a8_report = report
+    selection = _selection(include, exclude, min_in_features)
+    model = model if inplace else copy.deepcopy(model)
+    plan = _plan(model, selection, fuse, logging.INFO if verbose else logging.DEBUG)
+    model = _apply(model, plan, {"rotate": rotate, "block": block, "seed": seed})
+    model.pyw8a8_report = plan.report
     return model

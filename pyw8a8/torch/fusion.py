@@ -9,7 +9,7 @@ recognized by its type (``nn.ReLU``, ``nn.SiLU``, ``nn.GELU``) or, for a paramet
 module of another type (transformers' ``GELUActivation``, say), by what it computes on a
 probe of values from -12 to 12.  A parent whose forward does not trace is left alone.
 
-A gated unit, ``act(gate(x)) * up(x)``, is recognized the same way.  Where it is the
+A gated linear unit, ``act(gate(x)) * up(x)``, is recognized the same way.  Where it is the
 parent's whole forward, ``[down](act(gate(x)) * up(x))`` with nothing else (the FFN of
 Llama, Gemma and Qwen), :func:`pyw8a8.torch.quantize` packs the gate and the up projection
 into one :class:`pyw8a8.torch.GatedLinear` (x quantized once, neither product stored) and
@@ -47,10 +47,10 @@ class Fusion:
 
 
 @dataclass(frozen=True)
-class GatedUnit:
-    """In `parent`, ``activation(gate(x)) * up(x)``; `down` the child its product goes to
-    where that is all the parent's forward does ('' for the product itself), None where
-    the forward does more (the unit then stays in the parent's code)."""
+class GatedFusion:
+    """In `parent`, the gated linear unit ``activation(gate(x)) * up(x)``; `down` the child
+    its product goes to where that is all the parent's forward does ('' for the product
+    itself), None where the forward does more (the unit then stays in the parent's code)."""
 
     parent: str
     gate: str
@@ -109,7 +109,7 @@ def _graph(parent: nn.Module) -> Optional[fx.Graph]:
         return None
 
 
-def find(model: nn.Module, linears: set[int]) -> tuple[list[Fusion], list[GatedUnit]]:
+def find(model: nn.Module, linears: set[int]) -> tuple[list[Fusion], list[GatedFusion]]:
     """The fusions and gated units in `model`; `linears` are the ids of the linear layers
     that will be replaced (each must have one parent and one call)."""
     fusions, gated = [], []
@@ -150,7 +150,7 @@ def find(model: nn.Module, linears: set[int]) -> tuple[list[Fusion], list[GatedU
                 other = [a for a in product.args if a is not node]
                 up = other[0] if len(other) == 1 and isinstance(other[0], fx.Node) else None
                 if up is not None and linear_call(up) and up.args == source.args:
-                    gated.append(GatedUnit(parent_name, source.target, up.target, act, name,
+                    gated.append(GatedFusion(parent_name, source.target, up.target, act, name,
                                            _whole_forward(graph, source, node, up, product)))
             fusions.append(Fusion(parent_name, source.target, name, act))
     return fusions, gated
@@ -292,7 +292,7 @@ def shared_inputs(model: nn.Module, linears: set[int]) -> list[SharedInput]:
     return found
 
 
-def fused_parent(parent: nn.Module, unit: GatedUnit, gated: nn.Module) -> fx.GraphModule:
+def fused_parent(parent: nn.Module, unit: GatedFusion, gated: nn.Module) -> fx.GraphModule:
     """`parent` (whose forward `unit` is whole) as the GraphModule of its own graph with the
     unit one call of `gated`, in the gate's place; its other child (the down projection)
     kept as it is."""
