@@ -29,6 +29,7 @@ SMOOTH_FLOOR = 1e-5
 _MODES = ("gated", "plain")
 
 _FloatArray = npt.NDArray[np.floating[Any]]  # float32 or float64, as the input
+_Factors = npt.NDArray[np.float64]
 
 
 def _matrix(w: npt.ArrayLike, name: str) -> _FloatArray:
@@ -59,15 +60,14 @@ def _norms(w: _FloatArray, axis: int) -> npt.NDArray[np.float64]:
 @overload
 def equalize_ffn(w_gate: npt.ArrayLike, w_up: npt.ArrayLike, w_down: npt.ArrayLike,
                  clamp: float = ..., mode: Literal["gated", "plain"] = ...
-                 ) -> tuple[_FloatArray, _FloatArray, _FloatArray, npt.NDArray[np.float64]]: ...
+                 ) -> tuple[_FloatArray, _FloatArray, _FloatArray, _Factors]: ...
 @overload
 def equalize_ffn(w_gate: None, w_up: npt.ArrayLike, w_down: npt.ArrayLike,
                  clamp: float = ..., mode: Literal["plain"] = ...
-                 ) -> tuple[None, _FloatArray, _FloatArray, npt.NDArray[np.float64]]: ...
+                 ) -> tuple[None, _FloatArray, _FloatArray, _Factors]: ...
 def equalize_ffn(w_gate: npt.ArrayLike | None, w_up: npt.ArrayLike, w_down: npt.ArrayLike,
                  clamp: float = 16.0, mode: Literal["gated", "plain"] = "gated"
-                 ) -> tuple[_FloatArray | None, _FloatArray, _FloatArray,
-                            npt.NDArray[np.float64]]:
+                 ) -> tuple[_FloatArray | None, _FloatArray, _FloatArray, _Factors]:
     """Data-free equalization of a (gated) FFN's hidden channels.
 
     Per hidden channel i, with L2 norms ``u_i = ||w_up[i, :]||``, ``g_i = ||w_gate[i, :]||``
@@ -76,44 +76,31 @@ def equalize_ffn(w_gate: npt.ArrayLike | None, w_up: npt.ArrayLike, w_down: npt.
         t_i = clip(sqrt(d_i / (u_i * g_i)), 1 / clamp, clamp)    (mode="gated")
         t_i = clip(sqrt(d_i / u_i), 1 / clamp, clamp)            (mode="plain")
 
-    In "gated" mode ``u_i * g_i`` is a data-free proxy for the magnitude of the hidden
-    activation ``act(w_gate x)_i * (w_up x)_i``; "plain" is cross-layer equalization with
-    L2 norms (for an FFN whose hidden activation is ``w_up x`` times anything that does not
-    depend on the scaling).
-
     Parameters
     ----------
     w_gate : array_like of float32 or float64, shape (F, D), or None
-        Gate projection (``torch.nn.Linear.weight`` layout); returned unchanged. May be
-        None in "plain" mode.
-    w_up : array_like of float32 or float64, shape (F, D)
-        Up projection.
-    w_down : array_like of float32 or float64, shape (D, F)
-        Down projection.
+        Gate projection (``torch.nn.Linear.weight`` layout); None only in "plain" mode.
+    w_up, w_down : array_like of float32 or float64, shapes (F, D) and (D, F)
+        Up and down projections.
     clamp : float
         Bound on the factors, at least 1 (1 disables the scaling).
     mode : {'gated', 'plain'}
-        Which magnitude proxy to balance (see above).
+        The hidden activation's proxy: ``u_i * g_i`` for ``act(w_gate x)_i * (w_up x)_i``,
+        or ``u_i`` alone (cross-layer equalization: ``w_up x`` times anything unscaled).
 
     Returns
     -------
-    w_gate : ndarray, shape (F, D)
-        The input gate, unchanged (None if None was passed).
-    w_up : ndarray, shape (F, D)
-        ``w_up * t[:, None]``, in w_up's dtype.
-    w_down : ndarray, shape (D, F)
-        ``w_down / t[None, :]``, in w_down's dtype.
+    w_gate, w_up, w_down : ndarray, shapes (F, D), (F, D) and (D, F)
+        The gate unchanged (or None), ``w_up * t[:, None]`` and ``w_down / t[None, :]``.
     t : ndarray of float64, shape (F,)
-        The factors. The FFN output ``w_down (act(w_gate x) * (w_up x))`` is unchanged for
-        any activation (exactly in real arithmetic; to rounding in float64).
+        The factors: ``w_down (act(w_gate x) * (w_up x))`` is unchanged for any activation.
 
     Raises
     ------
     TypeError
-        If a weight is not a float32/float64 array, or clamp is not a real number.
+        A weight not a float32/float64 array, or clamp not a real number.
     ValueError
-        If a weight is not 2-D or holds NaN/Inf, the shapes disagree, clamp < 1, or mode
-        is unknown.
+        A weight not 2-D or holding NaN/Inf, shapes that disagree, clamp < 1, unknown mode.
 
     Examples
     --------
@@ -125,13 +112,24 @@ def equalize_ffn(w_gate: npt.ArrayLike | None, w_up: npt.ArrayLike, w_down: npt.
     >>> gate, up, down, t = pyw8a8.equalize_ffn(w_gate, w_up, w_down)
     >>> t.shape, bool(np.all((1 / 16 <= t) & (t <= 16)))
     ((32,), True)
-    >>> def ffn(g, u, d, x):
-    ...     h = g @ x
-    ...     return d @ (h / (1 + np.exp(-h)) * (u @ x))  # SiLU-gated
+    >>> silu = lambda h: h / (1 + np.exp(-h))
+    >>> ffn = lambda g, u, d, x: d @ (silu(g @ x) * (u @ x))
     >>> x = rng.standard_normal(16)
     >>> bool(np.allclose(ffn(gate, up, down, x), ffn(w_gate, w_up, w_down, x)))
     True
     """
+    gate, up, down, clamp = _ffn_arguments(w_gate, w_up, w_down, clamp, mode)
+    ratio = _norms(down, axis=0) / _norms(up, axis=1)
+    if gate is not None and mode == "gated":  # a gate is required in this mode
+        ratio /= _norms(gate, axis=1)
+    t = np.clip(np.sqrt(ratio), 1.0 / clamp, clamp)
+    return (gate, (up * t[:, None]).astype(up.dtype, copy=False),
+            (down / t[None, :]).astype(down.dtype, copy=False), t)
+
+
+def _ffn_arguments(w_gate, w_up, w_down, clamp, mode):
+    """`equalize_ffn`'s arguments checked: the weights as 2-D float arrays (the gate None
+    where it is None), clamp as a float."""
     if mode not in _MODES:
         raise ValueError(f"mode must be 'gated' or 'plain', got {mode!r}")
     clamp = _real(clamp, "clamp")
@@ -151,17 +149,11 @@ def equalize_ffn(w_gate: npt.ArrayLike | None, w_up: npt.ArrayLike, w_down: npt.
     elif mode == "gated":
         raise ValueError("w_gate is required in mode='gated' (pass mode='plain' without "
                          "a gate)")
-    ratio = _norms(down, axis=0) / _norms(up, axis=1)
-    if gate is not None and mode == "gated":  # a gate is required in this mode (above)
-        ratio /= _norms(gate, axis=1)
-    t = np.clip(np.sqrt(ratio), 1.0 / clamp, clamp)
-    new_up = (up * t[:, None]).astype(up.dtype, copy=False)
-    new_down = (down / t[None, :]).astype(down.dtype, copy=False)
-    return gate, new_up, new_down, t
+    return gate, up, down, clamp
 
 
 def smooth(weights: Sequence[npt.ArrayLike], act_absmax: npt.ArrayLike,
-           alpha: float = 0.5) -> tuple[npt.NDArray[np.float64], list[_FloatArray]]:
+           alpha: float = 0.5) -> tuple[_Factors, list[_FloatArray]]:
     """SmoothQuant factors for linears that share one input activation.
 
     ``s_j = act_absmax_j**alpha / wmax_j**(1 - alpha)``, clamped to at least 1e-5, where
@@ -189,11 +181,11 @@ def smooth(weights: Sequence[npt.ArrayLike], act_absmax: npt.ArrayLike,
     Raises
     ------
     TypeError
-        If weights is not a sequence of float32/float64 arrays, or act_absmax is not a
-        real array, or alpha not a real number.
+        weights not a sequence of float32/float64 arrays, act_absmax not a real array, or
+        alpha not a real number.
     ValueError
-        If the weights are empty, not 2-D, hold NaN/Inf or differ in K; act_absmax has
-        the wrong shape or holds negative or non-finite values; alpha is outside [0, 1].
+        weights empty, not 2-D, holding NaN/Inf or of different K; act_absmax of the wrong
+        shape or holding negative or non-finite values; alpha outside [0, 1].
 
     Examples
     --------
@@ -209,6 +201,19 @@ def smooth(weights: Sequence[npt.ArrayLike], act_absmax: npt.ArrayLike,
     >>> bool(np.abs(x / s).max(axis=0)[3] < np.abs(x).max(axis=0)[3])  # outlier tamed
     True
     """
+    mats = _consumers(weights)
+    act = _absmax(act_absmax, mats[0].shape[1])
+    alpha = _real(alpha, "alpha")
+    if not 0 <= alpha <= 1:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    wmax = np.max([np.abs(w).max(axis=0, initial=0.0) for w in mats], axis=0)
+    wmax = np.maximum(wmax.astype(np.float64), SMOOTH_FLOOR)
+    s = np.maximum(act**alpha / wmax**(1 - alpha), SMOOTH_FLOOR)
+    return s, [(w * s[None, :]).astype(w.dtype, copy=False) for w in mats]
+
+
+def _consumers(weights):
+    """`smooth`'s weights as checked 2-D float arrays of one K."""
     if isinstance(weights, np.ndarray) or not isinstance(weights, (list, tuple)):
         raise TypeError(f"weights must be a list or tuple of 2-D arrays (pass [w] for one "
                         f"weight), got {type(weights).__name__}")
@@ -220,6 +225,11 @@ def smooth(weights: Sequence[npt.ArrayLike], act_absmax: npt.ArrayLike,
         if w.shape[1] != k:
             raise ValueError(f"weights[{i}] has K={w.shape[1]} input channels, weights[0] "
                              f"has {k}")
+    return mats
+
+
+def _absmax(act_absmax, k):
+    """`smooth`'s act_absmax as a checked float64 (k,) array."""
     act = np.asarray(act_absmax)
     if act.dtype.kind not in "fiu":
         raise TypeError(f"act_absmax must be a real array, got dtype {act.dtype}")
@@ -229,10 +239,4 @@ def smooth(weights: Sequence[npt.ArrayLike], act_absmax: npt.ArrayLike,
     act = act.astype(np.float64)
     if not np.all(np.isfinite(act)) or np.any(act < 0):
         raise ValueError("act_absmax must hold finite, non-negative values")
-    alpha = _real(alpha, "alpha")
-    if not 0 <= alpha <= 1:
-        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
-    wmax = np.max([np.abs(w).max(axis=0, initial=0.0) for w in mats], axis=0)
-    wmax = np.maximum(wmax.astype(np.float64), SMOOTH_FLOOR)
-    s = np.maximum(act**alpha / wmax**(1 - alpha), SMOOTH_FLOOR)
-    return s, [(w * s[None, :]).astype(w.dtype, copy=False) for w in mats]
+    return act

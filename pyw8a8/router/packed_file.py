@@ -88,7 +88,15 @@ def save_packed(path: str | os.PathLike[str], mapping: Mapping[str, PackedWeight
         if not callable(getattr(packed, "to_dict", None)):
             raise TypeError(f"mapping[{name!r}] must be a packed weight (with to_dict()), "
                             f"got {type(packed).__name__}")
-    names = list(mapping.keys())
+    arrays = {_FORMAT_KEY: np.array(PACKED_FORMAT_VERSION, dtype=np.int64),
+              _NAMES_KEY: _stored_names(list(mapping))}
+    for i, (name, packed) in enumerate(mapping.items()):
+        arrays.update(_weight_entries(i, name, packed.to_dict()))
+    np.savez(path, **arrays)
+
+
+def _stored_names(names):
+    """The tensor names as the string array saved, each checked to read back as itself."""
     for name in names:
         if not isinstance(name, str):
             raise ValueError(f"tensor names must be strings, got {name!r}")
@@ -97,23 +105,23 @@ def save_packed(path: str | os.PathLike[str], mapping: Mapping[str, PackedWeight
         if back != name:
             raise ValueError(f"tensor name {name!r} cannot be stored: it would load as "
                              f"{back!r} (numpy drops trailing NUL characters)")
-    arrays = {
-        _FORMAT_KEY: np.array(PACKED_FORMAT_VERSION, dtype=np.int64),
-        _NAMES_KEY: stored,
-    }
-    for i, (name, packed) in enumerate(mapping.items()):
-        d = packed.to_dict()
-        if not isinstance(d, dict):
-            raise ValueError(f"{name}: to_dict() must return a dict")
-        for key, value in d.items():
-            if not isinstance(key, str) or not key or "/" in key:
-                raise ValueError(f"{name}: to_dict() key {key!r} must be a non-empty string "
-                                 "without '/'")
-            arr = np.asarray(value)
-            if arr.dtype == object:
-                raise ValueError(f"{name}: to_dict()[{key!r}] is an object array")
-            arrays[f"{i}/{key}"] = arr
-    np.savez(path, **arrays)
+    return stored
+
+
+def _weight_entries(index, name, arrays):
+    """The ``"<index>/<key>"`` entries of the packed weight `name`'s ``to_dict()``."""
+    if not isinstance(arrays, dict):
+        raise ValueError(f"{name}: to_dict() must return a dict")
+    entries = {}
+    for key, value in arrays.items():
+        if not isinstance(key, str) or not key or "/" in key:
+            raise ValueError(f"{name}: to_dict() key {key!r} must be a non-empty string "
+                             "without '/'")
+        arr = np.asarray(value)
+        if arr.dtype == object:
+            raise ValueError(f"{name}: to_dict()[{key!r}] is an object array")
+        entries[f"{index}/{key}"] = arr
+    return entries
 
 
 def _read_members(path):
@@ -182,13 +190,13 @@ def load_packed(path: str | os.PathLike[str],
     >>> import os, tempfile
     >>> import numpy as np
     >>> import pyw8a8
-    >>> w = np.random.default_rng(0).standard_normal((32, 64)).astype(np.float32)
     >>> path = os.path.join(tempfile.mkdtemp(), "weights.npz")
-    >>> pyw8a8.save_packed(path, {"up": pyw8a8.pack_weight(w)})
+    >>> up = pyw8a8.pack_weight(np.random.default_rng(0).standard_normal((32, 64)))
+    >>> pyw8a8.save_packed(path, {"up": up, "down": pyw8a8.pack_weight(np.eye(64))})
     >>> loaded = pyw8a8.load_packed(path)
-    >>> list(loaded), loaded["up"].shape
-    (['up'], (32, 64))
-    >>> bool(np.array_equal(loaded["up"].int8(), pyw8a8.pack_weight(w).int8()))
+    >>> list(loaded), loaded["up"].shape  # in the order saved
+    (['up', 'down'], (32, 64))
+    >>> bool(np.array_equal(loaded["up"].int8(), up.int8()))
     True
     """
     if not isinstance(path, (str, os.PathLike)):
@@ -200,29 +208,13 @@ def load_packed(path: str | os.PathLike[str],
     members = _read_members(path)
     if members is None:
         raise ValueError(f"{path}: not a pyw8a8 packed-weight file (not an .npz archive)")
-    if not {_FORMAT_KEY, _NAMES_KEY} <= {f for f, _ in members}:
-        raise ValueError(f"{path}: not a pyw8a8 packed-weight file (no {_FORMAT_KEY!r} "
-                         f"and {_NAMES_KEY!r} entries)")
-    repeated = _repeated(f for f, _ in members)
-    if repeated:
-        raise ValueError(f"{path}: duplicate entries {repeated}")
     entries = dict(members)
-    version = entries.pop(_FORMAT_KEY)
-    if not (isinstance(version, np.ndarray) and version.shape == ()
-            and version.dtype.kind in "iu"):
-        raise ValueError(f"{path}: entry {_FORMAT_KEY!r} must be an integer scalar, got "
-                         f"{_describe(version)}")
-    if int(version) != PACKED_FORMAT_VERSION:
-        raise ValueError(f"{path}: unsupported packed format version {int(version)} "
-                         f"(this pyw8a8 reads {PACKED_FORMAT_VERSION})")
-    names = entries.pop(_NAMES_KEY)
-    if not (isinstance(names, np.ndarray) and names.ndim == 1 and names.dtype.kind == "U"):
-        raise ValueError(f"{path}: entry {_NAMES_KEY!r} must be a 1-D array of strings, got "
-                         f"{_describe(names)}")
-    names = names.tolist()
-    repeated = _repeated(names)
-    if repeated:
-        raise ValueError(f"{path}: duplicate tensor names {repeated}")
+    names = _container_names(path, entries, _repeated(f for f, _ in members))
+    return _packed_weights(path, names, entries, cls)
+
+
+def _packed_weights(path, names, entries, cls):
+    """{name: packed weight} of the ``"<index>/<key>"`` `entries`, rebuilt by `cls`."""
     parts = [{} for _ in names]
     for f, value in entries.items():
         m = _ENTRY_RE.fullmatch(f)
@@ -240,3 +232,30 @@ def load_packed(path: str | os.PathLike[str],
         except (KeyError, ValueError, TypeError) as exc:
             raise ValueError(f"{path}: invalid packed weight {name!r}: {exc}") from exc
     return out
+
+
+def _container_names(path, entries, repeated):
+    """The tensor names of the file's `entries` (its members by name; `repeated`, the names
+    of members stored twice), its container entries checked and taken out of `entries`."""
+    if not {_FORMAT_KEY, _NAMES_KEY} <= set(entries):
+        raise ValueError(f"{path}: not a pyw8a8 packed-weight file (no {_FORMAT_KEY!r} "
+                         f"and {_NAMES_KEY!r} entries)")
+    if repeated:
+        raise ValueError(f"{path}: duplicate entries {repeated}")
+    version = entries.pop(_FORMAT_KEY)
+    if not (isinstance(version, np.ndarray) and version.shape == ()
+            and version.dtype.kind in "iu"):
+        raise ValueError(f"{path}: entry {_FORMAT_KEY!r} must be an integer scalar, got "
+                         f"{_describe(version)}")
+    if int(version) != PACKED_FORMAT_VERSION:
+        raise ValueError(f"{path}: unsupported packed format version {int(version)} "
+                         f"(this pyw8a8 reads {PACKED_FORMAT_VERSION})")
+    names = entries.pop(_NAMES_KEY)
+    if not (isinstance(names, np.ndarray) and names.ndim == 1 and names.dtype.kind == "U"):
+        raise ValueError(f"{path}: entry {_NAMES_KEY!r} must be a 1-D array of strings, got "
+                         f"{_describe(names)}")
+    names = names.tolist()
+    repeated = _repeated(names)
+    if repeated:
+        raise ValueError(f"{path}: duplicate tensor names {repeated}")
+    return names
