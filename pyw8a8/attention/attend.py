@@ -1,5 +1,16 @@
 """`int8_attention`: causal (optionally sliding-window) attention of new queries over an
-`Int8KVCache`, both of its products exact int8 x int8 sums on pyw8a8's kernels."""
+`Int8KVCache`, both of its products exact int8 x int8 sums on pyw8a8's kernels.
+
+Per KV head and block of queries:
+
+1. scores: the query rows (rotated as the keys are when ``cache.rotate_keys``) split into
+   ``cache.query_terms`` int8 terms, times the int8 keys page by page, exact int32 sums,
+   then scaled by the query and key scales;
+2. a float32 softmax of each row;
+3. values: each probability times its value's scale, the row split into
+   ``cache.probability_terms`` int8 terms, times the int8 values page by page, exact sums,
+   scaled by the row's step (and rotated back when ``cache.rotate_values``).
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -20,15 +31,8 @@ def int8_attention(cache: Int8KVCache, layer: int, q: npt.ArrayLike, k: npt.Arra
     The new tokens take positions ``cache.length .. cache.length + n - 1`` of `layer`.
     Query i sees the keys at positions up to its own (causal) and, on a sliding-window
     layer, not before ``position - window + 1``: the masked scores are -inf exactly where
-    a float model's are.  Per KV head and query block:
-
-    1. scores: the query rows (rotated as the keys are when ``cache.rotate_keys``) split
-       into ``cache.query_terms`` int8 terms, times the int8 keys page by page, exact
-       int32 sums, then scaled by the query and key scales;
-    2. a float32 softmax of each row;
-    3. values: each probability times its value's scale, the row split into
-       ``cache.probability_terms`` int8 terms, times the int8 values page by page, exact
-       sums, scaled by the row's step (and rotated back when ``cache.rotate_values``).
+    a float model's are.  Both products are exact int8 sums over the cache's pages, the
+    queries and the probabilities each split into int8 terms (see the module).
 
     Parameters
     ----------
@@ -57,24 +61,8 @@ def int8_attention(cache: Int8KVCache, layer: int, q: npt.ArrayLike, k: npt.Arra
         If a shape does not fit the cache or the others (the message names the argument),
         `layer` is out of range, or an input holds NaN or Inf.
     """
-    if not isinstance(cache, Int8KVCache):
-        raise TypeError(f"cache must be an Int8KVCache, got {type(cache).__name__}")
-    if isinstance(block_rows, bool) or not isinstance(block_rows, (int, np.integer)) or (
-            block_rows < 1):
-        raise ValueError(f"block_rows must be a positive int, got {block_rows!r}")
-    queries = float_array(q, "q")
-    n_kv, d = cache.n_kv_heads, cache.head_dim
-    if queries.ndim != 3 or queries.shape[2] != d or queries.shape[1] % n_kv:
-        raise ValueError(f"q must have shape (n, n_heads, head_dim={d}) with n_heads a "
-                         f"multiple of n_kv_heads={n_kv}, got {queries.shape}")
-    if not np.all(np.isfinite(queries)):
-        raise ValueError("q holds NaN or Inf")
-    n = queries.shape[0]
-    for name, arr in (("k", k), ("v", v)):
-        shape = np.shape(arr)
-        if len(shape) != 3 or shape[0] != n:
-            raise ValueError(f"{name} must have shape (n={n}, n_kv_heads={n_kv}, "
-                             f"head_dim={d}) to match q, got {shape}")
+    queries = _checked(cache, q, k, v, block_rows)
+    n, n_kv, d = queries.shape[0], cache.n_kv_heads, cache.head_dim
     pages = cache._pages(layer)
     start = pages.length
     cache._append(layer, k, v, ("k", "v"))
@@ -95,6 +83,29 @@ def int8_attention(cache: Int8KVCache, layer: int, q: npt.ArrayLike, k: npt.Arra
     if cache.rotate_values:
         out = cache.unrotated(out)
     return out.reshape(n_kv * group, n, d).transpose(1, 0, 2)
+
+
+def _checked(cache, q, k, v, block_rows):
+    """`int8_attention`'s arguments checked: q as a float array (n, n_heads, head_dim)."""
+    if not isinstance(cache, Int8KVCache):
+        raise TypeError(f"cache must be an Int8KVCache, got {type(cache).__name__}")
+    if isinstance(block_rows, bool) or not isinstance(block_rows, (int, np.integer)) or (
+            block_rows < 1):
+        raise ValueError(f"block_rows must be a positive int, got {block_rows!r}")
+    queries = float_array(q, "q")
+    n_kv, d = cache.n_kv_heads, cache.head_dim
+    if queries.ndim != 3 or queries.shape[2] != d or queries.shape[1] % n_kv:
+        raise ValueError(f"q must have shape (n, n_heads, head_dim={d}) with n_heads a "
+                         f"multiple of n_kv_heads={n_kv}, got {queries.shape}")
+    if not np.all(np.isfinite(queries)):
+        raise ValueError("q holds NaN or Inf")
+    n = queries.shape[0]
+    for name, arr in (("k", k), ("v", v)):
+        shape = np.shape(arr)
+        if len(shape) != 3 or shape[0] != n:
+            raise ValueError(f"{name} must have shape (n={n}, n_kv_heads={n_kv}, "
+                             f"head_dim={d}) to match q, got {shape}")
+    return queries
 
 
 def _attend_block(cache, span, last, head, rows, q_lo, q_hi, window):
