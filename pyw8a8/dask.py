@@ -234,6 +234,16 @@ def matmul(x: da.Array, packed: SharedWeight | PackedWeight, *,
     >>> bool(np.array_equal(y.compute(), pyw8a8.matmul(x.compute(), packed)))  # bit for bit
     True
     """
+    packed = _checked(x, packed, client)
+    return da.map_blocks(_matmul_chunk, x, packed.ref, dtype=np.float32,
+                         chunks=x.chunks[:-1] + ((packed.shape[0],),),
+                         meta=np.empty((0,) * x.ndim, dtype=np.float32),
+                         name="pyw8a8-matmul-" + dask.base.tokenize(x, packed.ref))
+
+
+def _checked(x, packed, client):
+    """`matmul`'s arguments checked, in this order: `x`'s type, the weight (a PackedWeight
+    shipped now: the SharedWeight is returned), `x`'s shape."""
     if not isinstance(x, da.Array):
         raise TypeError(f"x must be a dask.array.Array, got {type(x).__name__} (for numpy "
                         "arrays use pyw8a8.matmul)")
@@ -244,7 +254,7 @@ def matmul(x: da.Array, packed: SharedWeight | PackedWeight, *,
     elif not isinstance(packed, SharedWeight):
         raise TypeError(f"packed must be a SharedWeight from pyw8a8.dask.pack_weight or a "
                         f"PackedWeight, got {type(packed).__name__}")
-    n, k = packed.shape
+    k = packed.shape[1]
     if x.ndim == 0:
         raise ValueError("x must have at least one dimension (K features), got a scalar")
     if x.shape[-1] != k:
@@ -256,7 +266,4 @@ def matmul(x: da.Array, packed: SharedWeight | PackedWeight, *,
             f"chunk must hold whole rows of K={k} features, since each row is quantized "
             f"(and rotated) as a whole; chunk along the leading dimensions only, e.g. "
             f"x.rechunk({{{x.ndim - 1}: -1}})")
-    return da.map_blocks(_matmul_chunk, x, packed.ref, dtype=np.float32,
-                         chunks=x.chunks[:-1] + ((n,),),
-                         meta=np.empty((0,) * x.ndim, dtype=np.float32),
-                         name="pyw8a8-matmul-" + dask.base.tokenize(x, packed.ref))
+    return packed

@@ -159,28 +159,33 @@ def fwht(x: npt.ArrayLike,
     if not _is_power_of_two(n):
         raise ValueError(f"x must have a power-of-two length in its last dimension, got "
                          f"shape {arr.shape}")
-    if out is None:
-        result = np.array(arr, dtype=np.float32, order="C")
-    else:
-        if not isinstance(out, np.ndarray) or out.dtype != np.float32:
-            raise TypeError(f"out must be a float32 ndarray, got "
-                            f"{getattr(out, 'dtype', type(out).__name__)}")
-        if out.shape != arr.shape:
-            raise ValueError(f"out has shape {out.shape}, expected {arr.shape}")
-        if not out.flags.writeable:
-            raise ValueError("out is read-only")
-        # A C-contiguous out is transformed in place; anything else through a copy.
-        result = out if out.flags.c_contiguous else np.empty(arr.shape, np.float32)
-        if result is not arr:  # fwht(x, out=x) transforms x where it is, with no copy
-            np.copyto(result, arr)
+    result = _fwht_rows(arr, out)
     if result.size:
-        _rows.fwht_blocks(_cpu.active_ops(), result, n,
-                              _threads_for(result.size, n))
+        _rows.fwht_blocks(_cpu.active_ops(), result, n, _threads_for(result.size, n))
     if out is not None and result is not out:
         out[...] = result
         return out
     return result
 
+
+def _fwht_rows(arr: npt.NDArray[np.floating], out: npt.NDArray[np.float32] | None
+               ) -> npt.NDArray[np.float32]:
+    """C-contiguous float32 memory holding `arr`, for `fwht` to transform in place: `out`
+    itself where it is C-contiguous (checked first), else a new array."""
+    if out is None:
+        return np.array(arr, dtype=np.float32, order="C")
+    if not isinstance(out, np.ndarray) or out.dtype != np.float32:
+        raise TypeError(f"out must be a float32 ndarray, got "
+                        f"{getattr(out, 'dtype', type(out).__name__)}")
+    if out.shape != arr.shape:
+        raise ValueError(f"out has shape {out.shape}, expected {arr.shape}")
+    if not out.flags.writeable:
+        raise ValueError("out is read-only")
+    # A C-contiguous out is transformed in place; anything else through a copy.
+    result = out if out.flags.c_contiguous else np.empty(arr.shape, np.float32)
+    if result is not arr:  # fwht(x, out=x) transforms x where it is, with no copy
+        np.copyto(result, arr)
+    return result
 
 def rotate(x: npt.ArrayLike, block: int = 128, seed: int = 0,
            pad: bool = False) -> npt.NDArray[np.float32]:
