@@ -136,45 +136,9 @@ def ensure_cache(directory=None, gguf_path=None, progress: bool = False) -> Path
     if progress:
         print(f"pyw8a8: dequantizing {path.name} into {directory} (one-off)", flush=True)
     reader = gguf.GGUFReader(str(path))
-
-    metadata = {}
-    for key, field in reader.fields.items():
-        if key.startswith("tokenizer.ggml.") and key in (
-            "tokenizer.ggml.tokens",
-            "tokenizer.ggml.scores",
-            "tokenizer.ggml.token_type",
-            "tokenizer.ggml.merges",
-        ):
-            continue
-        try:
-            value = field.contents()
-        except Exception:  # pragma: no cover - exotic field types
-            continue
-        if isinstance(value, (str, int, float, bool)):
-            metadata[key] = value
-        elif isinstance(value, np.generic):
-            metadata[key] = value.item()
-
-    tensors = {}
-    for t in reader.tensors:
-        arr = gguf.quants.dequantize(t.data, t.tensor_type)
-        shape = tuple(int(d) for d in reversed([int(x) for x in t.shape]))
-        arr = np.ascontiguousarray(np.asarray(arr, dtype=np.float32).reshape(shape))
-        _atomic_save_npy(directory / _tensor_file(t.name), arr)
-        tensors[t.name] = {"shape": list(shape), "source_type": t.tensor_type.name}
-        del arr
-
-    tok = Tokenizer.from_vocab(
-        tokens=reader.fields["tokenizer.ggml.tokens"].contents(),
-        scores=reader.fields["tokenizer.ggml.scores"].contents(),
-        token_types=reader.fields["tokenizer.ggml.token_type"].contents(),
-        bos_id=int(metadata.get("tokenizer.ggml.bos_token_id", 2)),
-        eos_id=int(metadata.get("tokenizer.ggml.eos_token_id", 1)),
-        unk_id=int(metadata.get("tokenizer.ggml.unknown_token_id", 3)),
-        pad_id=int(metadata.get("tokenizer.ggml.padding_token_id", 0)),
-    )
-    _atomic_write_bytes(directory / _TOKENIZER_FILE, tok.model_proto)
-
+    metadata = _metadata(reader)
+    tensors = _save_tensors(gguf, reader, directory)
+    _atomic_write_bytes(directory / _TOKENIZER_FILE, _tokenizer(reader, metadata).model_proto)
     manifest = {
         "format": _CACHE_FORMAT,
         "source": {"name": path.name, "bytes": path.stat().st_size},
@@ -186,6 +150,54 @@ def ensure_cache(directory=None, gguf_path=None, progress: bool = False) -> Path
         print(f"pyw8a8: cached {len(tensors)} tensors", flush=True)
     return directory
 
+
+# The vocabulary fields, which the tokenizer holds: too large for the manifest.
+_VOCABULARY_FIELDS = ("tokenizer.ggml.tokens", "tokenizer.ggml.scores",
+                      "tokenizer.ggml.token_type", "tokenizer.ggml.merges")
+
+
+def _metadata(reader) -> dict:
+    """The GGUF file's scalar metadata fields (not the vocabulary), by key."""
+    metadata = {}
+    for key, field in reader.fields.items():
+        if key in _VOCABULARY_FIELDS:
+            continue
+        try:
+            value = field.contents()
+        except Exception:  # pragma: no cover - exotic field types
+            continue
+        if isinstance(value, (str, int, float, bool)):
+            metadata[key] = value
+        elif isinstance(value, np.generic):
+            metadata[key] = value.item()
+    return metadata
+
+
+def _save_tensors(gguf, reader, directory: Path) -> dict:
+    """Every tensor of the file dequantized to float32, saved in `directory`, one at a
+    time; the manifest's ``{name: {"shape", "source_type"}}``."""
+    tensors = {}
+    for t in reader.tensors:
+        arr = gguf.quants.dequantize(t.data, t.tensor_type)
+        shape = tuple(int(d) for d in reversed([int(x) for x in t.shape]))
+        arr = np.ascontiguousarray(np.asarray(arr, dtype=np.float32).reshape(shape))
+        _atomic_save_npy(directory / _tensor_file(t.name), arr)
+        tensors[t.name] = {"shape": list(shape), "source_type": t.tensor_type.name}
+        del arr
+    return tensors
+
+
+def _tokenizer(reader, metadata: dict) -> Tokenizer:
+    """The SentencePiece tokenizer of the file's vocabulary fields."""
+    return Tokenizer.from_vocab(
+        tokens=reader.fields["tokenizer.ggml.tokens"].contents(),
+        scores=reader.fields["tokenizer.ggml.scores"].contents(),
+        token_types=reader.fields["tokenizer.ggml.token_type"].contents(),
+        bos_id=int(metadata.get("tokenizer.ggml.bos_token_id", 2)),
+        eos_id=int(metadata.get("tokenizer.ggml.eos_token_id", 1)),
+        unk_id=int(metadata.get("tokenizer.ggml.unknown_token_id", 3)),
+        pad_id=int(metadata.get("tokenizer.ggml.padding_token_id", 0)),
+    )
 
 def load_weights(directory=None, progress: bool = False) -> dict:
     """Load every tensor of the model as a read-only memory-mapped float32 array.
