@@ -159,20 +159,28 @@ def attend(query: torch.Tensor, keys: torch.Tensor, cached: QuantizedKV,
         probs = torch.softmax(scores, dim=2)
         if columns is not None and columns.dtype == torch.bool:
             probs.nan_to_num_(0.0)  # a query that sees no token (padding) gets zeros
-        probs.mul_(cached.value_scales[:, :, :seen].unsqueeze(-1))
-        # each query's column of P to int8, scale max / 127 (P >= 0; a column of zeros,
-        # a query that sees nothing, stays zeros)
-        p_scales = probs.amax(dim=2, keepdim=True).div_(QMAX)
-        probs.div_(p_scales.clamp(min=torch.finfo(torch.float32).tiny))
-        high = torch.round(probs)
-        if cached.probabilities == "int8x2":
-            # the rounding error, within half a step, in steps of 1/254 of one: more
-            # columns of the same product, (T, 2 x width)
-            low = probs.sub_(high).mul_(2 * QMAX).round_()
-            high = torch.cat([high, low], dim=-1)
-        sums = int8_products(cached.values_t[..., :seen], _laid_out(high, torch.int8)).float()
-        o = sums[..., :width].mul_(p_scales)
-        if cached.probabilities == "int8x2":
-            o.add_(sums[..., width:].mul_(p_scales / (2 * QMAX)))
+        o = _weighted_values(probs, cached, seen, width)
         out[:, i0:i1] = o.view(batch, heads, head_dim, groups, i1 - i0).permute(0, 4, 1, 3, 2)
     return out.view(batch, queries, query_heads, head_dim).to(query.dtype)
+
+
+def _weighted_values(probs: torch.Tensor, cached: QuantizedKV, seen: int,
+                     width: int) -> torch.Tensor:
+    """``O^T = V8^T @ P8^T`` of the probabilities `probs` (B, H, seen, width), float32
+    (B, H, head_dim, width); `probs` is overwritten."""
+    probs.mul_(cached.value_scales[:, :, :seen].unsqueeze(-1))
+    # each query's column of P to int8, scale max / 127 (P >= 0; a column of zeros,
+    # a query that sees nothing, stays zeros)
+    p_scales = probs.amax(dim=2, keepdim=True).div_(QMAX)
+    probs.div_(p_scales.clamp(min=torch.finfo(torch.float32).tiny))
+    high = torch.round(probs)
+    if cached.probabilities == "int8x2":
+        # the rounding error, within half a step, in steps of 1/254 of one: more
+        # columns of the same product, (T, 2 x width)
+        low = probs.sub_(high).mul_(2 * QMAX).round_()
+        high = torch.cat([high, low], dim=-1)
+    sums = int8_products(cached.values_t[..., :seen], _laid_out(high, torch.int8)).float()
+    o = sums[..., :width].mul_(p_scales)
+    if cached.probabilities == "int8x2":
+        o.add_(sums[..., width:].mul_(p_scales / (2 * QMAX)))
+    return o
