@@ -42,6 +42,7 @@ length (``--contexts``) runs every configuration on the same windows; outputs
 
 from .cli import main
 from .configs import DEFAULT_CONFIGS, parse_config
+from .download import QuestionsUnavailable
 from .samples import load_samples
 
-__all__ = ["main", "parse_config", "load_samples", "DEFAULT_CONFIGS"]
+__all__ = ["main", "parse_config", "load_samples", "DEFAULT_CONFIGS", "QuestionsUnavailable"]

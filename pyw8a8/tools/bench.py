@@ -5,33 +5,27 @@ process of its own, in interleaved rounds (A, B, C, A, B, C, ...) so a noisy sha
 machine slows them alike; the table reports medians. Effective GOPS = 2 * M * N * K /
 time.
 """
-import argparse
-import math
 import os
 import platform
 import sys
 
 from .. import _cpu, _threads
 from .._thread_policy import thread_policy
+from ..lab import record
+from ..lab.turns import isolated, measure
 from . import (
     dask_bench,
     ffn_bench,
     peers,
     proxies,
-    record,
     torch_bench,
     torch_layer_bench,
     toy_transformer,
 )
-from .contenders import ROTATED, build_contender, contender_names
-from .measure import isolated, measure
-from .probes import (
-    CACHE_RESIDENT_BYTES,
-    fp32_peak_gops,
-    int8_peak_gops,
-    print_rotation,
-    read_bandwidth_gbs,
-)
+from .bench_options import parse_args
+from .bench_table import GOPS_NOTE, format_isolation, format_table, summary_lines, table_header
+from .contenders import BUILD, build_contender, contender_names
+from .probes import fp32_peak_gops, int8_peak_gops, print_rotation, read_bandwidth_gbs
 
 SHAPES = [(1, 1152, 6912), (8, 1152, 6912), (64, 1152, 6912), (256, 1152, 6912),
           (1024, 2048, 640), (1, 4096, 4096), (64, 4096, 4096), (1, 640, 2048),
@@ -56,21 +50,18 @@ def _machine_info():
     return lines
 
 
-#: The table's one torch column: the fastest of torch's engines in each row.
-TORCH_COLUMN = "torch int8"
-
-
 def _time_shape(shape, workers, beside, rounds, min_time, kernels):
     """GOPS at one shape of each contender in `workers` ({name: Isolated}), built and timed
     in its own process, and (`beside`) of each also built in this one, as "<name> beside",
     all in the same interleaved rounds; the kernel each names goes to kernels[name]."""
     m, k, n = shape
-    contenders = {name: worker.build(name, m, k, n) for name, worker in workers.items()}
+    contenders = {name: worker.build("product", name, m, k, n)
+                  for name, worker in workers.items()}
     for name, worker in contenders.items():
         if worker.kernel:
             kernels.setdefault(name, {})[shape] = worker.kernel
     if beside:
-        contenders.update({f"{name} beside": build_contender(name, m, k, n)
+        contenders.update({f"{name} beside": build_contender("product", name, m, k, n)
                            for name in workers})
     times = measure(contenders, rounds, min_time)
     return {name: 2 * m * n * k / t / 1e9 for name, t in times.items()}
@@ -94,315 +85,20 @@ def run_table(shapes, names, rounds, min_time, beside=False, kernels=None):
     list of ((M, K, N), dict of str to float)
     """
     kernels = {} if kernels is None else kernels
-    with isolated(build_contender, names, _threads.get_num_threads()) as workers:
+    with isolated(BUILD, names, _threads.get_num_threads()) as workers:
         return [(shape, _time_shape(shape, workers, beside, rounds, min_time, kernels))
                 for shape in shapes]
-
-
-def table_header(names):
-    """The columns of :func:`format_table` for contenders `names`: torch's engines folded
-    into TORCH_COLUMN."""
-    header = ["M", "K", "N"] + [h for h in names if not h.startswith("torch ")]
-    return header + [TORCH_COLUMN] * any(h.startswith("torch ") for h in names)
-
-
-def _cell(gops, column):
-    """(GOPS, label) of `column` in one row's figures; TORCH_COLUMN is the fastest engine,
-    labelled with its name. (None, "") where the row lacks the column."""
-    if column == TORCH_COLUMN:
-        engines = {h[len("torch "):]: v for h, v in gops.items()
-                   if h.startswith("torch ") and not h.endswith(" beside")}
-        if not engines:
-            return None, ""
-        best = max(engines, key=engines.get)
-        return engines[best], f" ({best})"
-    return gops.get(column), ""
-
-
-def format_table(header, rows, isas, peaks=None, bandwidth=None, fp32_peak=None):
-    """Markdown table: GOPS per contender, ratios of the fastest pyw8a8 ISA to numpy and
-    to the best peer (and of the rotated contender, where the table has one, to the best
-    peer), each ISA's fraction of its own int8 instruction peak (and numpy's of the
-    float32 FMA peak) and, at M = 1, the weight-read GB/s against the bandwidth of the
-    level the weight is read from (`bandwidth`: {"L3": GB/s, "DRAM": GB/s}). The torch
-    column (TORCH_COLUMN, see :func:`table_header`) names its fastest engine."""
-    ours_names = [f"pyw8a8 {i}" for i in isas]
-    rotated = [h for h in header[4:] if h.startswith("pyw8a8 ") and h.endswith(ROTATED)]
-    peer_names = [h for h in header[4:] if not h.startswith("pyw8a8 ")]
-    cols = header + ["vs numpy"] + (["vs best peer"] if peer_names else [])
-    cols += [f"{rotated[0][len('pyw8a8 '):]} vs best peer"] if rotated and peer_names else []
-    cols += [f"% peak {i}" for i in isas] if peaks else []
-    cols += ["numpy % fp32 peak"] if fp32_peak else []
-    cols += ["M=1 weight GB/s (% of L3 or DRAM read)"] if bandwidth else []
-    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for (m, k, n), gops in rows:
-        ours = max(gops[name] for name in ours_names)
-        cells = [str(m), str(k), str(n)]
-        for h in header[3:]:
-            value, label = _cell(gops, h)
-            cells.append("-" if value is None else f"{value:.0f}{label}")
-        cells.append(f"{ours / gops['numpy f32']:.1f}x")
-        if peer_names:
-            best_peer = max((v for v, _ in (_cell(gops, p) for p in peer_names)
-                             if v is not None), default=None)
-            cells.append(f"{ours / best_peer:.2f}x" if best_peer else "-")
-            if rotated:
-                cells.append(f"{gops[rotated[0]] / best_peer:.2f}x" if best_peer else "-")
-        if peaks:
-            cells += [f"{100 * gops[f'pyw8a8 {i}'] / peaks[i]:.0f}%" for i in isas]
-        if fp32_peak:
-            cells.append(f"{100 * gops['numpy f32'] / fp32_peak:.0f}%")
-        if bandwidth:
-            if m == 1:
-                gbs = ours / 2  # at M = 1: 2 ops per weight byte, so GB/s = GOPS / 2
-                level = "L3" if k * n <= CACHE_RESIDENT_BYTES else "DRAM"
-                cells.append(f"{gbs:.1f} ({100 * gbs / bandwidth[level]:.0f}% of {level})")
-            else:
-                cells.append("")
-        out.append("| " + " | ".join(cells) + " |")
-    return out
-
-
-def summary_lines(header, rows, isas):
-    """The table's verdict in plain words: for the fastest pyw8a8 ISA (rotation off) and
-    the rotated contender, the range of their ratios to the best int8 peer and every shape
-    where a peer is faster, named with that peer and its lead; [] without peers."""
-    rotated = [h for h in header[4:] if h.startswith("pyw8a8 ") and h.endswith(ROTATED)]
-    peer_names = [h for h in header[4:] if not h.startswith("pyw8a8 ")]
-    if not peer_names:
-        return []
-    contenders = [("pyw8a8 (rotation off)", lambda g: max(g[f"pyw8a8 {i}"] for i in isas))]
-    if rotated:
-        contenders.append((rotated[0], lambda g: g[rotated[0]]))
-    lines = []
-    for what, pick in contenders:
-        ratios, behind = [], []
-        for (m, k, n), gops in rows:
-            peers_here = [(v, p + label) for v, label, p in
-                          ((*_cell(gops, p), p) for p in peer_names) if v is not None]
-            if not peers_here:
-                continue
-            best, name = max(peers_here)
-            ratio = pick(gops) / best
-            ratios.append(ratio)
-            if ratio < 1:
-                behind.append(f"{m}x{k}x{n} ({name} {1 / ratio:.2f}x faster)")
-        if not ratios:
-            continue
-        span = f"{min(ratios):.2f}-{max(ratios):.2f}x the best int8 peer"
-        lines.append(f"{what}: {span}; " + (
-            f"slower than a peer at {len(behind)} of {len(ratios)} shapes: "
-            + ", ".join(behind) if behind else "ahead of every peer at every shape"))
-    return lines
-
-
-#: How far a contender timed beside the others may be from it timed alone.
-ISOLATION_TOLERANCE = 0.10
-
-
-def format_isolation(rows, names):
-    """Markdown table of ``bench --check-isolation``: each contender's GOPS beside the
-    others (in one process) and alone (a process of its own), timed in the same rounds,
-    and their ratio; then a line that counts the ratios outside ISOLATION_TOLERANCE."""
-    out = ["| M | K | N | contender | beside the others | alone | beside / alone |",
-           "|---|---|---|---|---|---|---|"]
-    off = []
-    for (m, k, n), gops in rows:
-        for name in names:
-            beside, alone = gops[f"{name} beside"], gops[name]
-            ratio = beside / alone
-            if abs(ratio - 1) > ISOLATION_TOLERANCE:
-                off.append(f"{m}x{k}x{n} {name}")
-            out.append(f"| {m} | {k} | {n} | {name} | {beside:.0f} | {alone:.0f} | "
-                       f"{ratio:.2f} |")
-    verdict = (f"all {sum(len(names) for _ in rows)} within {ISOLATION_TOLERANCE:.0%}"
-               if not off else f"{len(off)} outside {ISOLATION_TOLERANCE:.0%}: "
-               + ", ".join(off))
-    return out + ["", f"beside / alone: {verdict}"]
-
-
-def parse_shape(text):
-    """One ``M,K,N`` of the command line.
-
-    Parameters
-    ----------
-    text : str
-        Three comma-separated integers.
-
-    Returns
-    -------
-    tuple of int
-        (M, K, N), each >= 1.
-
-    Raises
-    ------
-    ValueError
-        If `text` is not three comma-separated integers >= 1 (the message quotes it).
-    """
-    try:
-        shape = tuple(int(v) for v in text.split(","))
-    except ValueError:  # not integers: the message below says what is expected
-        shape = ()
-    if len(shape) != 3 or min(shape) < 1:
-        raise ValueError(f"expected M,K,N (three integers >= 1), got {text!r}")
-    return shape
-
-
-def parse_shapes(text):
-    """The ``M,K,N;M,K,N;...`` of ``--shapes``.
-
-    Parameters
-    ----------
-    text : str
-        One or more :func:`parse_shape` items separated by ``;``.
-
-    Returns
-    -------
-    list of tuple of int
-
-    Raises
-    ------
-    ValueError
-        If an item is not three integers >= 1 (an empty item included).
-    """
-    return [parse_shape(item) for item in text.split(";")]
-
-
-def parse_count(text):
-    """A count of the command line (``--rounds``, ``--dask-chunk``): an integer >= 1.
-
-    Raises
-    ------
-    ValueError
-        If `text` is not an integer >= 1.
-    """
-    try:
-        value = int(text)
-    except ValueError:  # reported below with what is expected
-        value = 0
-    if value < 1:
-        raise ValueError(f"expected an integer >= 1, got {text!r}")
-    return value
-
-
-def parse_seconds(text):
-    """A duration of the command line (``--min-time``): a finite number of seconds > 0.
-
-    Raises
-    ------
-    ValueError
-        If `text` is not a finite number > 0 (nan, inf and 0 included).
-    """
-    try:
-        value = float(text)
-    except ValueError:  # reported below with what is expected
-        value = math.nan
-    if not 0 < value < math.inf:
-        raise ValueError(f"expected a finite number of seconds > 0, got {text!r}")
-    return value
-
-
-def _option_type(parse):
-    """`parse` as an argparse type: its ValueError message becomes the option's error
-    (argparse would report a ValueError as just "invalid <name> value")."""
-    def convert(text):
-        try:
-            return parse(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-    return convert
-
-
-def _checked_isas(parser, names, option):
-    """The ISAs `names` given to `option`, or a usage error for one that is unknown or
-    that this CPU lacks (it would die on an illegal instruction)."""
-    try:
-        return [_cpu.checked_ops(name, option).name for name in names]
-    except (ValueError, RuntimeError) as exc:
-        parser.error(str(exc))
-
-
-#: `main`'s switches that run another measurement instead of the table, and their help.
-_MODE_FLAGS = (
-    ("--mixed", "only a small numpy transformer (attention in numpy) with its linear layers in "
-                "float32 numpy and in pyw8a8, default thread settings, taking turns"),
-    ("--mca", "only llvm-mca's cycles per iteration of each x86 microkernel against its dot "
-              "instruction's bound (any x86 machine)"),
-    ("--overhead", "only the time around the kernels: matmul with a microkernel that does no "
-                   "arithmetic, against the product's time at VNNI and AMX speeds"),
-    ("--dask", "instead: a large M on local dask clusters of 1 and 2 worker processes against "
-               "the in-process call (needs the dask extra)"),
-    ("--check-isolation", "only the table's contenders, each timed alone in a process of "
-                          "its own (as the table is) and beside the others in one process, "
-                          "in the same rounds, with their ratio"),
-    ("--torch", "only real PyTorch models (the sentence encoder all-MiniLM-L6-v2, the causal "
-                "LM Gemma 3 270M): float32, torch's dynamic int8, torchao + Inductor and "
-                "pyw8a8.torch eager and compiled, fidelity, speed and compile time (options "
-                "below)"),
-    ("--ffn", "only the gated FFN block gelu_tanh(x @ Wg.T) * (x @ Wu.T): numpy float32, "
-              "pyw8a8 matmul_pair then numpy, pyw8a8 fused (glu=), torch int8"),
-    ("--torch-layer", "only one nn.Linear as a PyTorch user runs it, microseconds a call: "
-                      "pyw8a8.matmul, pyw8a8.torch eager, compiled and on the Python "
-                      "operator, and torchao compiled by Inductor (freezing, max-autotune)"),
-)
 
 
 def main(argv=None, quick=False):
     """``python -m pyw8a8 bench`` (`quick`: ``info``, the short table); returns the exit
     status. Every option is checked before any measurement: a bad one exits with status 2
     (argparse's usage and one error line)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m pyw8a8 " + ("info" if quick else "bench"),
-        description=("A quick table: GOPS (2*M*N*K/s) of pyw8a8's ISAs and numpy float32 "
-                     "at a few shapes, medians of interleaved rounds." if quick else
-                     "Side-by-side GOPS (2*M*N*K/s) of pyw8a8 and its peers, medians of "
-                     "interleaved rounds."))
-    parser.add_argument("--rounds", type=_option_type(parse_count),
-                        default=5 if quick else 9)
-    parser.add_argument("--min-time", type=_option_type(parse_seconds),
-                        default=0.02 if quick else 0.05,
-                        help="seconds of calls per contender per round")
-    parser.add_argument("--isa", action="append",
-                        help="pyw8a8 ISA(s) to time (default: every available SIMD ISA)")
-    if quick:  # info: the short table alone, pyw8a8's ISAs against numpy float32
-        args = parser.parse_args(argv)
-        isas = _checked_isas(parser, args.isa or [], "--isa")
+    args, isas = parse_args(argv, quick)
+    if quick:
         return _table_main(args, isas, QUICK_SHAPES, with_peers=False, rotated=False)
-    parser.add_argument("--no-peers", action="store_true",
-                        help="only numpy float32 and pyw8a8")
-    parser.add_argument("--shapes", type=_option_type(parse_shapes),
-                        help="M,K,N;M,K,N;... (default: the standard grid)")
-    for flag, text in _MODE_FLAGS:
-        parser.add_argument(flag, action="store_true", help=text)
-    parser.add_argument("--dask-shape", type=_option_type(parse_shape),
-                        default="32768,1152,6912",
-                        help="M,K,N of --dask (default: 32768,1152,6912)")
-    parser.add_argument("--dask-large", action="store_true",
-                        help="--dask with M = 2**20 (1048576 x 1152 x 6912)")
-    parser.add_argument("--dask-chunk", type=_option_type(parse_count), default=4096,
-                        help="rows per chunk of --dask (default 4096)")
-    parser.add_argument("--crossover", nargs=2, metavar=("WIDE", "NARROW"),
-                        help="only the M from which ISA WIDE beats ISA NARROW (amx "
-                             "avx512vnni: the small-M fallback's threshold)")
-    parser.add_argument("--record", metavar="DIR",
-                        help="also keep the run (any mode) in DIR/YYYY-MM-DD-<cpu kind>.md "
-                             "(e.g. docs/benchmarks/): what it printed, its tables as "
-                             "markdown, with the CPU model and features, the thread count, "
-                             "the versions of Python, numpy, pyw8a8 and the peers found, the "
-                             "commit of the source tree and the command line; a later run "
-                             "on the same day and CPU kind is appended to that file")
-    torch_bench.add_options(parser, _option_type)
-    args = parser.parse_args(argv)
-    isas = _checked_isas(parser, args.isa or [], "--isa")
-    _checked_isas(parser, args.crossover or [], "--crossover")
-    # Checked before any measurement, as every option is.
-    args.torch_settings = torch_bench.settings(parser, args) if args.torch else None
     if args.record is None:
         return _run(args, isas)
-    try:
-        record.checked_directory(args.record)
-    except ValueError as exc:
-        parser.error(f"--record: {exc}")
     with record.captured_stdout() as output:
         status = _run(args, isas)
     if status == 0:  # a failed run is not a record
@@ -418,7 +114,7 @@ def _run(args, isas):
     if args.mixed:
         return _mixed_main(args.rounds)
     if args.torch:
-        return torch_bench.main(args.rounds, _machine_info(), settings=args.torch_settings)
+        return torch_bench.main(args.torch_settings, _machine_info())
     if args.torch_layer:
         _print_machine(True)
         for line in torch_layer_bench.run(args.shapes or SHAPES, args.rounds, args.min_time,
@@ -485,16 +181,6 @@ def _table_main(args, isas, shapes, with_peers, rotated=True):
         print_rotation(isas[0], args.rounds, args.min_time)
     return 0
 
-
-GOPS_NOTE = ("GOPS = 2*M*N*K / median time, activation quantization included, each "
-             "contender in a process of its own. pyw8a8 runs with rotation off, the "
-             "'rotated' column with it on (block 128); torch int8: the fastest of torch's "
-             "dynamic int8 engines, named; xnnpack int8: XNNPACK through LiteRT; torchao "
-             "inductor: torchao's int8 Linear compiled by Inductor (freezing, max-autotune); "
-             "vs best "
-             "peer: the fastest pyw8a8 ISA over the fastest int8 peer (below 1.00x: the "
-             "peer is faster); % peak: of the ISA's instruction loop above, which a "
-             "kernel can pass when it issues faster than that loop")
 
 
 def _isolation_main(shapes, isas, args):

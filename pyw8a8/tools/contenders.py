@@ -1,12 +1,48 @@
-"""The contenders of the bench's table: the data of a shape, and each contender (numpy
-float32, a pyw8a8 ISA, rotated or not, and the peers) as a function of no arguments that
-runs one product, built where it is timed (in a process of its own)."""
+"""The lab's one contender registry: every contender of the bench's tables and of
+``bench --torch``, by table and name, built where it is timed (a process of its own:
+:class:`~pyw8a8.lab.turns.Isolated`, or the model-level table's
+:class:`~pyw8a8.tools.torch_contenders.Contender`).
+
+* ``product`` (``bench``'s table): numpy float32, a pyw8a8 ISA, rotated or not, and the
+  int8 peers, each a function of no arguments that runs one product;
+* ``ffn`` (``bench --ffn``): the gated FFN block ``gelu_tanh(x @ Wg.T) * (x @ Wu.T)`` in
+  numpy, pyw8a8 unfused and fused, XNNPACK and torch int8;
+* ``torch layer`` (``bench --torch-layer``): one ``nn.Linear`` as a PyTorch user runs it;
+* ``torch model`` (``bench --torch``'s model-level table): a model as loaded, quantized
+  by torchao or pyw8a8, eager or compiled.
+
+:func:`build_contender` builds any of them; each table's names come from its own function
+(:func:`contender_names`, :func:`ffn_names`, :func:`torch_layer_names`, MODEL_CONTENDERS).
+"""
+import math
+import os
+
 import numpy as np
 
 from .. import _cpu
-from ..matmul import matmul
+from ..matmul import matmul, matmul_pair
 from ..packing import pack_weight
 from . import peers
+
+#: torchao's int8 Linear compiled by Inductor (peers.torchao_matmul).
+TORCHAO = "torchao inductor"
+#: The suffix of the table's rotated pyw8a8 contender (block 128, the default).
+ROTATED = " rotated"
+#: The XNNPACK contender (LiteRT's interpreter), where ai-edge-litert is installed.
+XNNPACK = "xnnpack int8"
+# bench --torch-layer's contenders; the layer in a compiled graph of GRAPH_CALLS calls
+MATMUL = "pyw8a8.matmul"
+EAGER = "pyw8a8.torch"
+COMPILED = "pyw8a8.torch compiled"
+PYTHON_OPERATOR = "pyw8a8.torch python op"
+GRAPH_CALLS = 9
+COMPILED_GRAPH = f"{COMPILED} x{GRAPH_CALLS}"
+TORCHAO_GRAPH = f"{TORCHAO} x{GRAPH_CALLS}"
+# bench --torch's model-level contenders: a quantizer in a mode ("pyw8a8-max")
+QUANTIZERS = ("float", "torchao", "pyw8a8")
+MODES = {"": "eager", "-compiled": "compiled", "-max": "compiled (freezing + max-autotune)"}
+MODEL_CONTENDERS = [q + m for q in QUANTIZERS for m in MODES]
+_SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 
 
 def shape_data(m, k, n):
@@ -19,9 +55,68 @@ def shape_data(m, k, n):
     return x, w
 
 
-def _numpy_f32(x, w):
-    wt = np.ascontiguousarray(w.T)
-    return lambda: x @ wt
+def ffn_data(m, k, n):
+    """Float32 activations (M, K) and gate and up weights (N, K) of one shape."""
+    rng = np.random.default_rng((m, k, n, 1))
+    x = rng.standard_normal((m, k), dtype=np.float32)
+    scale = np.float32(1 / np.sqrt(k))
+    wg = rng.standard_normal((n, k), dtype=np.float32) * scale
+    wu = rng.standard_normal((n, k), dtype=np.float32) * scale
+    return x, wg, wu
+
+
+def gelu_tanh_times(g, u):
+    """``gelu_tanh(g) * u`` in float32 numpy, as a user writes it (in place, into `g`):
+    ``0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) u``, eight passes over the arrays.
+
+    Returns
+    -------
+    ndarray
+        `g`, overwritten.
+    """
+    t = g * g
+    t *= 0.044715
+    t += 1
+    t *= g
+    t *= _SQRT_2_OVER_PI
+    np.tanh(t, out=t)
+    t += 1
+    t *= 0.5
+    g *= t
+    g *= u
+    return g
+
+
+def contender_names(isas, with_peers=True, rotated=True):
+    """The ``product`` table's contenders: numpy float32, each pyw8a8 ISA of `isas`,
+    (`rotated`) the first of them with rotation on, then (`with_peers`) ONNX Runtime,
+    XNNPACK (LiteRT), torchao compiled by Inductor and each of torch's engines where they
+    are installed."""
+    names = ["numpy f32"] + [f"pyw8a8 {isa}" for isa in isas]
+    names += [f"pyw8a8 {isas[0]}{ROTATED}"] if rotated else []
+    if with_peers:
+        names += ["onnxruntime int8"] if peers.onnxruntime_available() else []
+        names += [XNNPACK] if peers.xnnpack_available() else []
+        names += [TORCHAO] if peers.torchao_available() else []
+        names += [f"torch {e}" for e in peers.torch_engines() or ()]
+    return names
+
+
+def ffn_names(with_peers=True):
+    """The ``ffn`` table's contenders: numpy float32, pyw8a8 unfused and fused, then
+    (`with_peers`) XNNPACK where LiteRT is installed and torch int8 on each of its engines
+    where torch is."""
+    names = ["numpy f32", "pyw8a8 unfused", "pyw8a8 fused"]
+    if not with_peers:
+        return names
+    names += [XNNPACK] if peers.xnnpack_available() else []
+    return names + [f"torch {e}" for e in (peers.torch_engines() or ())]
+
+
+def torch_layer_names():
+    """The ``torch layer`` table's contenders, torchao's where it is installed."""
+    names = [MATMUL, EAGER, COMPILED, COMPILED_GRAPH, PYTHON_OPERATOR]
+    return names + [TORCHAO, TORCHAO_GRAPH] * peers.torchao_available()
 
 
 def pyw8a8_product(x, w, isa, rotate=False):
@@ -39,29 +134,7 @@ def pyw8a8_product(x, w, isa, rotate=False):
     return run
 
 
-#: torchao's int8 Linear compiled by Inductor (peers.torchao_matmul).
-TORCHAO = "torchao inductor"
-#: The suffix of the table's rotated pyw8a8 contender (block 128, the default).
-ROTATED = " rotated"
-
-
-def contender_names(isas, with_peers=True, rotated=True):
-    """The table's contenders: numpy float32, each pyw8a8 ISA of `isas`, (`rotated`) the
-    first of them with rotation on, then (`with_peers`) ONNX Runtime, XNNPACK (LiteRT),
-    torchao compiled by Inductor and each of torch's engines where they are installed."""
-    names = ["numpy f32"] + [f"pyw8a8 {isa}" for isa in isas]
-    names += [f"pyw8a8 {isas[0]}{ROTATED}"] if rotated else []
-    if with_peers:
-        names += ["onnxruntime int8"] if peers.onnxruntime_available() else []
-        names += ["xnnpack int8"] if peers.xnnpack_available() else []
-        names += [TORCHAO] if peers.torchao_available() else []
-        names += [f"torch {e}" for e in peers.torch_engines() or ()]
-    return names
-
-
-def build_contender(name, m, k, n):
-    """The function of no arguments that times contender `name` (one of
-    :func:`contender_names`) at shape (M, K, N), on :func:`shape_data`."""
+def _product(name, m, k, n):
     x, w = shape_data(m, k, n)
     kind, _, detail = name.partition(" ")
     if kind == "pyw8a8":
@@ -69,5 +142,98 @@ def build_contender(name, m, k, n):
         return pyw8a8_product(x, w, isa, rotate=variant == ROTATED.strip())
     if kind == "torch":
         return peers.torch_matmul(x, w, detail)
-    return {"numpy f32": _numpy_f32, "onnxruntime int8": peers.onnxruntime_matmul,
-            "xnnpack int8": peers.xnnpack_matmul, TORCHAO: peers.torchao_matmul}[name](x, w)
+    if name == "numpy f32":
+        wt = np.ascontiguousarray(w.T)
+        return lambda: x @ wt
+    return {"onnxruntime int8": peers.onnxruntime_matmul, XNNPACK: peers.xnnpack_matmul,
+            TORCHAO: peers.torchao_matmul}[name](x, w)
+
+
+def _ffn_block(name, m, k, n):
+    x, wg, wu = ffn_data(m, k, n)
+    kind, _, detail = name.partition(" ")
+    if kind == "torch":
+        import torch
+        gate, up = peers.torch_linears(detail, wg, wu)
+        tx = torch.from_numpy(x)
+
+        def run():
+            with torch.no_grad():
+                return torch.nn.functional.gelu(gate(tx), approximate="tanh") * up(tx)
+        return run
+    if name == XNNPACK:
+        return peers.xnnpack_ffn(x, wg, wu, gelu_tanh_times(x @ wg.T, x @ wu.T))
+    if kind == "pyw8a8":
+        pg, pu = pack_weight(wg, rotate=False), pack_weight(wu, rotate=False)
+        if detail == "fused":
+            return lambda: matmul_pair(x, pg, pu, glu="gelu_tanh")
+        return lambda: gelu_tanh_times(*matmul_pair(x, pg, pu))
+    wgt, wut = np.ascontiguousarray(wg.T), np.ascontiguousarray(wu.T)
+    return lambda: gelu_tanh_times(x @ wgt, x @ wut)
+
+
+def _torch_linear(w, python_operator):
+    if python_operator:
+        # Read when pyw8a8.torch is first imported: this process is the contender's own.
+        os.environ["PYW8A8_TORCH_NATIVE"] = "0"
+    import torch
+
+    import pyw8a8.torch as pt
+    if python_operator and pt._native.NATIVE is not None:
+        raise RuntimeError("the Python operator needs a process that imported pyw8a8.torch "
+                           "after PYW8A8_TORCH_NATIVE=0 was set")
+    # A user's inference: no gradient recorded, set once.
+    torch.set_grad_enabled(False)
+    return pt.Linear.from_packed(pack_weight(w, rotate=False))
+
+
+def _torch_layer(name, m, k, n):
+    x, w = shape_data(m, k, n)
+    calls = GRAPH_CALLS if name in (COMPILED_GRAPH, TORCHAO_GRAPH) else 1
+    if name in (TORCHAO, TORCHAO_GRAPH):
+        return peers.torchao_matmul(x, w, calls)
+    if name == MATMUL:
+        packed = pack_weight(w, rotate=False)
+        run = lambda: matmul(x, packed)  # noqa: E731
+    else:
+        import torch
+        layer = _torch_linear(w, python_operator=name == PYTHON_OPERATOR)
+        if name in (COMPILED, COMPILED_GRAPH):
+            peers.forget_compiled_code()
+            layer = torch.compile(layer if calls == 1 else peers.repeated_calls(layer, calls),
+                                  dynamic=False)
+        tx = peers.repeated_inputs(x, calls)
+        run = lambda: layer(tx)  # noqa: E731
+    run.kernel = _cpu.isa() if name != PYTHON_OPERATOR else f"{_cpu.isa()}, via Python"
+    return run
+
+
+def _torch_model(key, model):
+    """`model` quantized in place by `key`'s quantizer and compiled for its mode
+    ("compiled": Inductor's defaults; "max": as torchao's users compile), static shapes."""
+    quantizer, _, mode = key.partition("-")
+    if quantizer == "torchao":
+        from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+        quantize_(model, Int8DynamicActivationInt8WeightConfig())
+    elif quantizer == "pyw8a8":
+        import pyw8a8.torch as pt
+        model = pt.quantize(model, inplace=True)
+    if mode == "max":
+        peers.use_max_autotune()
+    if mode:
+        model.compile(dynamic=False)
+    return model
+
+
+#: :func:`build_contender` as :class:`~pyw8a8.lab.turns.Isolated` names it.
+BUILD = f"{__name__}:build_contender"
+_TABLES = {"product": _product, "ffn": _ffn_block, "torch layer": _torch_layer,
+           "torch model": _torch_model}
+
+
+def build_contender(table, name, *args):
+    """Contender `name` of `table` ("product", "ffn", "torch layer": at shape ``M, K, N``,
+    the function of no arguments that runs it, its ``kernel`` attribute naming what runs
+    where the table reports it; "torch model": the model `args` holds, quantized and
+    compiled as the key `name` says)."""
+    return _TABLES[table](name, *args)

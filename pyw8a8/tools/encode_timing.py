@@ -1,11 +1,10 @@
 """Loading, timing and scoring the sentence encoder of ``bench --torch``, with no import of
 pyw8a8.
 
-Run as a script (``python .../encode_timing.py TEXTS_JSON ROUNDS``), it is the "torch
-alone" process of :mod:`pyw8a8.tools.torch_sharing`: the float model timed in a process
-where pyw8a8 is never imported.  It prints one JSON line.
+Loaded alone in a process of its own, its :func:`torch_alone` is the "torch alone"
+process of :mod:`pyw8a8.tools.torch_sharing`: the float model timed in a process where
+pyw8a8 is never imported.
 """
-import json
 import os
 import statistics
 import sys
@@ -75,10 +74,10 @@ def fidelity(embeddings, reference) -> dict[str, float]:
             "neighbours": float(agree)}
 
 
-if __name__ == "__main__":
+def torch_alone(texts, rounds):
+    """bench --torch's "torch alone" process: the float model's encode time outside its
+    linear layers, in a process where pyw8a8 is never imported (this file loaded alone)."""
     import torch
-    total, linear, _ = timed_encodes(load_encoder(), json.loads(sys.argv[1]),
-                                     torch.nn.Linear, int(sys.argv[2]))
+    total, linear, _ = timed_encodes(load_encoder(), texts, torch.nn.Linear, rounds)
     assert not any(name.startswith("pyw8a8") for name in sys.modules)
-    print(json.dumps({"torch": total - linear}))
-
+    return {"torch": total - linear}

@@ -138,15 +138,13 @@ def torch_matmul(x, w, engine):
     return run
 
 
-def compile_as_torchao_users_do(model):
-    """`model` compiled by Inductor as a torchao user compiles it for speed: frozen weights,
-    max-autotune over its C++ GEMM templates and ATen, static shapes."""
-    import torch
+def use_max_autotune():
+    """Inductor's settings (global) as a torchao user sets them for speed: frozen weights,
+    max-autotune over its C++ GEMM templates and ATen."""
     import torch._inductor.config as inductor
     inductor.freezing = True
     inductor.max_autotune = True
     inductor.max_autotune_gemm_backends = "CPP,ATEN"
-    return torch.compile(model, dynamic=False)
 
 
 def forget_compiled_code():
@@ -176,7 +174,7 @@ def inductor_int8_kernel(code):
 def torchao_matmul(x, w, calls=1):
     """torchao's int8 Linear, ``Int8DynamicActivationInt8WeightConfig`` (activations per
     token, weights per channel: pyw8a8's scheme without the rotation), compiled
-    (:func:`compile_as_torchao_users_do`) on pyw8a8's thread count; returns the function of
+    (:func:`use_max_autotune`, static shapes) on pyw8a8's thread count; returns the function of
     no arguments that runs it, its attribute ``kernel`` naming the GEMM Inductor chose.
     With `calls` > 1, one compiled graph runs the layer that many times
     (:func:`repeated_calls`)."""
@@ -192,7 +190,8 @@ def torchao_matmul(x, w, calls=1):
     if calls > 1:
         model = repeated_calls(model, calls)
     forget_compiled_code()
-    compiled = compile_as_torchao_users_do(model)
+    use_max_autotune()
+    compiled = torch.compile(model, dynamic=False)
     tx = repeated_inputs(x, calls)
     with torch.no_grad():
         _, code = run_and_get_code(compiled, tx)  # compiles, as the first call of a user's
@@ -237,70 +236,90 @@ def repeated_inputs(x, calls):
     return tx if calls == 1 else tx.expand(calls, *tx.shape).contiguous()
 
 
-def _litert_model(m, k, weights, gelu_tanh_times=False):
-    """A LiteRT model of FULLY_CONNECTED layers of one float32 (m, K) input by int8 weights
-    `weights` [(qw (N, K), per-output-channel scales)], inputs quantized on every call
-    (``asymmetric_quantize_inputs``), float32 outputs; with `gelu_tanh_times`, two weights
-    (gate, up) and their outputs joined as GELU(tanh form)(gate) * up.  Its flatbuffer
-    bytes."""
-    import flatbuffers
-    from ai_edge_litert import schema_py_generated as schema
-    ops = schema.BuiltinOperator
-    tensors, buffers, operators, codes = [], [schema.BufferT()], [], []  # buffer 0: empty
+class _LiteRTGraph:
+    """A LiteRT graph of one float32 (m, ...) input built operator by operator, every
+    operator's output float32 (m, n); :meth:`flatbuffer` is the model's bytes."""
 
-    def tensor(shape, kind, name, data=None, quantization=None):
-        t = schema.TensorT()
+    def __init__(self, m):
+        from ai_edge_litert import schema_py_generated as schema
+        self.schema, self.m = schema, m
+        self.tensors, self.operators, self.codes = [], [], []
+        self.buffers = [schema.BufferT()]  # buffer 0: empty
+
+    def tensor(self, shape, kind, name, data=None, quantization=None):
+        t = self.schema.TensorT()
         t.shape, t.type, t.name, t.quantization = list(shape), kind, name, quantization
-        buffers.append(schema.BufferT())
+        self.buffers.append(self.schema.BufferT())
         if data is not None:
-            buffers[-1].data = data
-        t.buffer = len(buffers) - 1
-        tensors.append(t)
-        return len(tensors) - 1
+            self.buffers[-1].data = data
+        t.buffer = len(self.buffers) - 1
+        self.tensors.append(t)
+        return len(self.tensors) - 1
 
-    def operator(code, inputs, options_type=None, options=None):
-        if code not in codes:
-            codes.append(code)
-        op = schema.OperatorT()
-        op.opcodeIndex, op.inputs = codes.index(code), inputs
-        op.outputs = [tensor((m, n), schema.TensorType.FLOAT32, f"t{len(tensors)}")]
+    def operator(self, code, inputs, n, options_type=None, options=None):
+        if code not in self.codes:
+            self.codes.append(code)
+        op = self.schema.OperatorT()
+        op.opcodeIndex, op.inputs = self.codes.index(code), inputs
+        op.outputs = [self.tensor((self.m, n), self.schema.TensorType.FLOAT32,
+                                  f"t{len(self.tensors)}")]
         op.builtinOptionsType, op.builtinOptions = options_type or 0, options
-        operators.append(op)
+        self.operators.append(op)
         return op.outputs[0]
-    x = tensor((m, k), schema.TensorType.FLOAT32, "x")
-    outputs = []
-    for j, (qw, scales) in enumerate(weights):
-        n = qw.shape[0]
+
+    def fully_connected(self, x, qw, scales):
+        """x (m, K) by int8 weights qw (N, K) of per-row `scales`, x quantized on every
+        call (``asymmetric_quantize_inputs``)."""
+        schema, n = self.schema, qw.shape[0]
         per_channel = schema.QuantizationParametersT()
         per_channel.scale = scales.astype(np.float32).tolist()
         per_channel.zeroPoint, per_channel.quantizedDimension = [0] * n, 0
-        w = tensor((n, k), schema.TensorType.INT8, f"w{j}", qw.view(np.uint8).reshape(-1),
-                   per_channel)
+        w = self.tensor(qw.shape, schema.TensorType.INT8, f"w{len(self.tensors)}",
+                        qw.view(np.uint8).reshape(-1), per_channel)
         options = schema.FullyConnectedOptionsT()
         options.asymmetricQuantizeInputs = True
-        outputs.append(operator(ops.FULLY_CONNECTED, [x, w, -1],
-                                schema.BuiltinOptions.FullyConnectedOptions, options))
+        return self.operator(schema.BuiltinOperator.FULLY_CONNECTED, [x, w, -1], n,
+                             schema.BuiltinOptions.FullyConnectedOptions, options)
+
+    def flatbuffer(self, inputs, outputs, size):
+        import flatbuffers
+        schema = self.schema
+        graph = schema.SubGraphT()
+        graph.tensors, graph.operators = self.tensors, self.operators
+        graph.inputs, graph.outputs = inputs, outputs
+        opcodes = []
+        for code in self.codes:
+            c = schema.OperatorCodeT()
+            c.builtinCode = code
+            c.deprecatedBuiltinCode = min(code, 127)  # the int8 field's "use builtinCode"
+            c.version = 12 if code == schema.BuiltinOperator.FULLY_CONNECTED else 1
+            opcodes.append(c)
+        model = schema.ModelT()
+        model.version, model.operatorCodes, model.subgraphs = 3, opcodes, [graph]
+        model.buffers = self.buffers
+        builder = flatbuffers.Builder(size + 8192)
+        builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+        return bytes(builder.Output())
+
+
+def _litert_model(m, k, weights, gelu_tanh_times=False):
+    """A LiteRT model of FULLY_CONNECTED layers of one float32 (m, K) input by int8 weights
+    `weights` [(qw (N, K), per-output-channel scales)], float32 outputs; with
+    `gelu_tanh_times`, two weights (gate, up) and their outputs joined as GELU(tanh
+    form)(gate) * up.  Its flatbuffer bytes."""
+    graph = _LiteRTGraph(m)
+    schema = graph.schema
+    x = graph.tensor((m, k), schema.TensorType.FLOAT32, "x")
+    outputs = [graph.fully_connected(x, qw, scales) for qw, scales in weights]
     if gelu_tanh_times:
         gelu = schema.GeluOptionsT()
         gelu.approximate = True
-        act = operator(ops.GELU, [outputs[0]], schema.BuiltinOptions.GeluOptions, gelu)
-        outputs = [operator(ops.MUL, [act, outputs[1]], schema.BuiltinOptions.MulOptions,
-                            schema.MulOptionsT())]
-    graph = schema.SubGraphT()
-    graph.tensors, graph.operators, graph.inputs, graph.outputs = tensors, operators, [x], outputs
-    opcodes = []
-    for code in codes:
-        c = schema.OperatorCodeT()
-        c.builtinCode = code
-        c.deprecatedBuiltinCode = min(code, 127)  # the int8 field's "use builtinCode"
-        c.version = 12 if code == ops.FULLY_CONNECTED else 1
-        opcodes.append(c)
-    model = schema.ModelT()
-    model.version, model.operatorCodes, model.subgraphs = 3, opcodes, [graph]
-    model.buffers = buffers
-    builder = flatbuffers.Builder(sum(qw.size for qw, _ in weights) + 8192)
-    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
-    return bytes(builder.Output())
+        n = weights[0][0].shape[0]
+        act = graph.operator(schema.BuiltinOperator.GELU, [outputs[0]], n,
+                             schema.BuiltinOptions.GeluOptions, gelu)
+        outputs = [graph.operator(schema.BuiltinOperator.MUL, [act, outputs[1]], n,
+                                  schema.BuiltinOptions.MulOptions, schema.MulOptionsT())]
+    return graph.flatbuffer([x], outputs, sum(qw.size for qw, _ in weights))
 
 
 def _int8_per_channel(w):

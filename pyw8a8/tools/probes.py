@@ -8,9 +8,9 @@ import numpy as np
 
 from .. import _cpu, _probes, _threads
 from .._layout import empty_aligned
+from ..lab.turns import measure_rounds
 from ..rotation import fwht
 from .contenders import pyw8a8_product
-from .measure import measure_rounds
 
 
 def _gops_of(run, seconds, blocks=5):

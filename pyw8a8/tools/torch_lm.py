@@ -121,7 +121,7 @@ def load_lm(layers: int | None = None):
 def prompts(tokenizer, count: int, length: int) -> list[list[int]]:
     """`count` prompts of exactly `length` tokens (BOS first): the evaluation's MMLU
     questions one after another, prompt i starting at question i."""
-    from ..evaluate.samples import load_samples
+    from ..evaluate import load_samples
     samples, _ = load_samples()
     out = []
     for i in range(count):

@@ -6,9 +6,9 @@ left unfused, so torch computes the same operations as in the float model) is to
 attention, LayerNorm and GELU between pyw8a8 products.  Three fresh processes, each timing
 ``encode`` in rounds:
 
-* **torch alone** (:mod:`~pyw8a8.tools.encode_timing` run as a script): the float model,
-  pyw8a8 never imported; torch's share is the encode time less the time inside its
-  ``nn.Linear`` layers (forward hooks);
+* **torch alone** (:func:`~pyw8a8.tools.encode_timing.torch_alone`, its file loaded
+  alone): the float model, pyw8a8 never imported; torch's share is the encode time less
+  the time inside its ``nn.Linear`` layers (forward hooks);
 * **both**: the pyw8a8 model; torch's share is the encode time less the time inside the
   pyw8a8 layers, pyw8a8's share that time;
 * **pyw8a8 alone**: the very products the pyw8a8 layers made (their row counts and shapes,
@@ -28,14 +28,13 @@ All three keep the memory they free (KEEP_FREED_MEMORY).
 """
 from __future__ import annotations
 
-import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+from ..lab.processes import run_once
+from ..lab.turns import take_turns
 from . import encode_timing
 
 #: At most this many encodes warm pyw8a8's model up before it is timed (settle_tuning):
@@ -59,7 +58,8 @@ def settle_tuning(encode) -> int:
     return calls
 
 
-def _both(texts, rounds):
+def both(texts, rounds):
+    """The "both" process: the pyw8a8 encoder's time inside torch and inside pyw8a8."""
     import torch
 
     import pyw8a8.torch as pt
@@ -94,7 +94,7 @@ def sweep_bytes(cache_dir="/sys/devices/system/cpu/cpu0/cache"):
     return max(SWEEP_BYTES, 2 * max(caches)[1]) if caches else SWEEP_BYTES
 
 
-def _pyw8a8_alone(calls, rounds):
+def pyw8a8_alone(calls, rounds):
     """The encode's products replayed: as in the model, each layer has a weight and a bias of
     its own and each call an input of its own, so the replay moves as much memory through
     the caches as the model's products.  Each round replays them back to back (hot), then
@@ -138,19 +138,9 @@ def _pyw8a8_alone(calls, rounds):
 KEEP_FREED_MEMORY = {"MALLOC_TRIM_THRESHOLD_": str(4 << 30), "MALLOC_MMAP_THRESHOLD_": str(1 << 30)}
 
 
-def _in_process(args):
-    """Run a fresh interpreter with `args`; the JSON its last line prints."""
-    out = subprocess.run([sys.executable, *args], capture_output=True, text=True,
-                         timeout=1800, env={**os.environ, **KEEP_FREED_MEMORY})
-    if out.returncode != 0:
-        raise RuntimeError(f"bench --torch: {args[:2]} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def _role(role, *payload):
-    code = (f"import json, sys; from pyw8a8.tools import torch_sharing as s; "
-            f"print(json.dumps(s.{role}(*json.loads(sys.argv[1]))))")
-    return _in_process(["-c", code, json.dumps(payload)])
+def _in_process(name, *args):
+    """What the function `name` returns in a fresh process that keeps its freed memory."""
+    return run_once(name, *args, env=KEEP_FREED_MEMORY, timeout=1800, capture_stderr=True)
 
 
 #: The three processes run in turn this many times: one pass puts each in its own stretch
@@ -162,16 +152,22 @@ PASSES = 3
 def run(texts: list[str], rounds: int) -> dict[str, float]:
     """Each library's share of an encode beside the other and alone, in seconds: the
     median over PASSES turns of the three processes of each process's median."""
-    shares = {"torch alone": [], "torch beside": [], "pyw8a8 alone": [], "pyw8a8 beside": [],
-              "pyw8a8 alone swept": []}
-    for _ in range(PASSES):
-        both = _role("_both", texts, rounds)
-        alone = _in_process([encode_timing.__file__, json.dumps(texts), str(rounds)])
-        alone.update(_role("_pyw8a8_alone", both["calls"], rounds))
-        for lib in ("torch", "pyw8a8"):
-            shares[f"{lib} alone"].append(alone[lib])
-            shares[f"{lib} beside"].append(both[lib])
-        shares["pyw8a8 alone swept"].append(alone["pyw8a8 swept"])
+    made = []  # each pass's "both": the products its model made, which the replay repeats
+
+    def both_pass(i):
+        made.append(_in_process(f"{__name__}:both", texts, rounds))
+        return made[-1]
+    passes = take_turns({
+        "both": both_pass,
+        "torch alone": lambda i: _in_process(f"{encode_timing.__file__}:torch_alone",
+                                             texts, rounds),
+        "pyw8a8 alone": lambda i: _in_process(f"{__name__}:pyw8a8_alone", made[i]["calls"],
+                                              rounds)}, PASSES, settle=0)
+    shares = {"torch beside": [p["torch"] for p in passes["both"]],
+              "pyw8a8 beside": [p["pyw8a8"] for p in passes["both"]],
+              "torch alone": [p["torch"] for p in passes["torch alone"]],
+              "pyw8a8 alone": [p["pyw8a8"] for p in passes["pyw8a8 alone"]],
+              "pyw8a8 alone swept": [p["pyw8a8 swept"] for p in passes["pyw8a8 alone"]]}
     return {key: statistics.median(values) for key, values in shares.items()}
 
 

@@ -15,7 +15,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import pyw8a8
-from pyw8a8.tools import bench, quality
+from pyw8a8.tools import bench, bench_options, quality
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -118,9 +118,9 @@ TEXT = NEAR_NUMBERS | st.text(max_size=20)
 
 @given(TEXT)
 def test_the_bench_parsers_return_valid_values_or_raise_value_error(text):
-    for parse, valid in ((bench.parse_count, lambda v: isinstance(v, int) and v >= 1),
-                         (bench.parse_seconds, lambda v: 0 < v < float("inf")),
-                         (bench.parse_shape, lambda v: len(v) == 3 and min(v) >= 1)):
+    for parse, valid in ((bench_options.parse_count, lambda v: isinstance(v, int) and v >= 1),
+                         (bench_options.parse_seconds, lambda v: 0 < v < float("inf")),
+                         (bench_options.parse_shape, lambda v: len(v) == 3 and min(v) >= 1)):
         try:
             value = parse(text)
         except ValueError as exc:
@@ -128,7 +128,7 @@ def test_the_bench_parsers_return_valid_values_or_raise_value_error(text):
         else:
             assert valid(value), (parse, text, value)
     try:
-        shapes = bench.parse_shapes(text)
+        shapes = bench_options.parse_shapes(text)
     except ValueError:
         return
     assert len(shapes) == text.count(";") + 1
@@ -136,7 +136,7 @@ def test_the_bench_parsers_return_valid_values_or_raise_value_error(text):
 
 @given(st.lists(st.tuples(*[st.integers(1, 10**6)] * 3), min_size=1, max_size=4))
 def test_parse_shapes_reads_back_what_it_is_given(shapes):
-    assert bench.parse_shapes(";".join(",".join(map(str, s)) for s in shapes)) == shapes
+    assert bench_options.parse_shapes(";".join(",".join(map(str, s)) for s in shapes)) == shapes
 
 
 def _rejects(parse, text):
@@ -156,11 +156,11 @@ def no_work(monkeypatch):
     monkeypatch.setattr(quality, "synthetic_ffn", refuse)
 
 
-OPTIONS = [(bench.main, "--rounds", bench.parse_count),
-           (bench.main, "--dask-chunk", bench.parse_count),
-           (bench.main, "--min-time", bench.parse_seconds),
-           (bench.main, "--shapes", bench.parse_shapes),
-           (bench.main, "--dask-shape", bench.parse_shape),
+OPTIONS = [(bench.main, "--rounds", bench_options.parse_count),
+           (bench.main, "--dask-chunk", bench_options.parse_count),
+           (bench.main, "--min-time", bench_options.parse_seconds),
+           (bench.main, "--shapes", bench_options.parse_shapes),
+           (bench.main, "--dask-shape", bench_options.parse_shape),
            (quality.main, "--tokens", int),
            (quality.main, "--width", int),
            (quality.main, "--hidden", int)]
