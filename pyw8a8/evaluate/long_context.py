@@ -1,5 +1,6 @@
 """``eval --long-context``: prefill time, decode speed and KV-cache memory of configurations
-side by side at long contexts (a float KV cache against ``+kv8``), in one process."""
+side by side at long contexts (a float KV cache against ``+kv8``), in one process of its
+own."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 
 from .._cpu import isa
 from .._threads import get_num_threads, set_num_threads
+from ..lab.turns import take_turns
 from .configs import build_models
 from .corpus import boolq_stream
 from .worker import peak_rss_mib, progress
@@ -43,8 +45,8 @@ def run_long_context(spec: dict) -> dict:
     (`prefill_runs` times, the configurations taking turns), then decodes
     ``decode_tokens`` greedy tokens one forward pass at a time from its last prefill.
     The decode steps take turns too, one step of each configuration after another (the
-    order alternating each step), so that a neighbour's load on a shared machine falls on
-    all of them alike.
+    order rotating each step: :func:`~pyw8a8.lab.turns.take_turns`), so that a
+    neighbour's load on a shared machine falls on all of them alike.
 
     Parameters
     ----------
@@ -60,9 +62,8 @@ def run_long_context(spec: dict) -> dict:
         after the decode), ``float32_kv_bytes`` (`float32_kv_bytes` of the same
         positions) and ``tokens``; and ``isa``, ``kernel_threads``, ``corpus``, ``peak_rss_mib``.
     """
-    threads = spec.get("threads")
-    if threads:
-        set_num_threads(int(threads))
+    if spec.get("threads"):
+        set_num_threads(int(spec["threads"]))
     names = list(spec["configs"])
     contexts = sorted(int(c) for c in spec["contexts"])
     steps = int(spec["decode_tokens"])
@@ -71,34 +72,12 @@ def run_long_context(spec: dict) -> dict:
     prompt_of = {c: np.concatenate([[tok.bos_id], stream[:c - 1]]) for c in contexts}
     for name in names:  # packing and first-call costs stay out of the timings
         list(models[name].generate(prompt_of[contexts[0]][:64], 2))
-
     result = {"contexts": {}}
     for context in progress(contexts, len(contexts), "long context", unit="context"):
-        prompt = prompt_of[context]
-        caches, last = {}, {}
-        entry = {name: {"prefill_s": [], "decode_s": []} for name in names}
-        for run in range(prefill_runs(context)):
-            for name in names if run % 2 == 0 else names[::-1]:
-                caches[name] = None  # the last run's cache goes before the next is made
-                caches[name] = models[name].new_cache()
-                t0 = time.perf_counter()
-                logits = models[name].forward(prompt, caches[name])
-                entry[name]["prefill_s"].append(time.perf_counter() - t0)
-                last[name] = int(np.argmax(logits))
-        for name in names:
-            entry[name]["tokens"] = [last[name]]
-        for step in range(steps - 1):
-            for name in names if step % 2 == 0 else names[::-1]:
-                t0 = time.perf_counter()
-                logits = models[name].forward([last[name]], caches[name])
-                entry[name]["decode_s"].append(time.perf_counter() - t0)
-                last[name] = int(np.argmax(logits))
-                entry[name]["tokens"].append(last[name])
-        for name in names:
-            entry[name]["kv_bytes"] = int(caches[name].nbytes)
-            entry[name]["float32_kv_bytes"] = float32_kv_bytes(config, context + steps - 1)
+        entry = _context_entry(models, prompt_of[context], steps)
+        for e in entry.values():
+            e["float32_kv_bytes"] = float32_kv_bytes(config, context + steps - 1)
         result["contexts"][str(context)] = entry
-        del caches
     result.update({
         "configs": names,
         "decode_tokens": steps,
@@ -108,6 +87,40 @@ def run_long_context(spec: dict) -> dict:
         "peak_rss_mib": peak_rss_mib(),
     })
     return result
+
+
+def _context_entry(models, prompt, steps):
+    """Per configuration at one context: every prefill's and decode step's seconds, the
+    tokens and the cache's bytes; the configurations take turns (the order rotating)."""
+    caches, last = {}, {}
+
+    def prefill(name):
+        def turn(i):
+            caches[name] = None  # the last run's cache goes before the next is made
+            caches[name] = models[name].new_cache()
+            t0 = time.perf_counter()
+            logits = models[name].forward(prompt, caches[name])
+            seconds = time.perf_counter() - t0
+            last[name] = int(np.argmax(logits))
+            return seconds
+        return turn
+
+    def decode(name):
+        def turn(i):
+            t0 = time.perf_counter()
+            logits = models[name].forward([last[name]], caches[name])
+            seconds = time.perf_counter() - t0
+            last[name] = int(np.argmax(logits))
+            return seconds, last[name]
+        return turn
+    fills = take_turns({name: prefill(name) for name in models}, prefill_runs(len(prompt)),
+                       settle=0, rotate=True)
+    first = dict(last)
+    decoded = take_turns({name: decode(name) for name in models}, steps - 1, settle=0,
+                         rotate=True)
+    return {name: {"prefill_s": fills[name], "decode_s": [t for t, _ in decoded[name]],
+                   "tokens": [first[name]] + [token for _, token in decoded[name]],
+                   "kv_bytes": int(caches[name].nbytes)} for name in models}
 
 
 def render_long_context(result: dict, meta: dict) -> str:

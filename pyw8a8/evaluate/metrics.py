@@ -192,20 +192,16 @@ def compare_answers(labels, control_choice, target_choice):
     Returns
     -------
     dict
-        ``n``: number of questions;
-        ``control_correct`` / ``target_correct``: number answered correctly;
-        ``control_accuracy`` / ``target_accuracy``: fraction correct;
-        ``correct_to_incorrect``: control right, target wrong;
-        ``incorrect_to_correct``: control wrong, target right;
-        ``flips``: the sum of the previous two (the paper's definition;
-        wrong-to-wrong changes are *not* flips);
-        ``flip_rate``: ``flips / n``;
+        ``n``: number of questions; ``control_correct`` / ``target_correct``: number
+        answered correctly; ``control_accuracy`` / ``target_accuracy``: fraction correct;
+        ``correct_to_incorrect``: control right, target wrong; ``incorrect_to_correct``:
+        control wrong, target right; ``flips``: the sum of the previous two (the paper's
+        definition; wrong-to-wrong changes are *not* flips); ``flip_rate``: ``flips / n``;
         ``wrong_to_wrong_changes``: both wrong but with different answers;
-        ``answer_changes``: questions whose chosen answer differs (all three
-        kinds above);
-        ``net_correct``: ``target_correct - control_correct``;
-        ``top1_agreement``: fraction of questions with identical choices.
-        Fractions are ``nan`` when ``n == 0``.
+        ``answer_changes``: questions whose chosen answer differs (all three kinds above);
+        ``net_correct``: ``target_correct - control_correct``; ``top1_agreement``:
+        fraction of questions with identical choices.  Fractions are ``nan`` when
+        ``n == 0``.
 
     Raises
     ------

