@@ -1,17 +1,13 @@
 """The evaluation's three studies, one protocol: configurations, then runs (each in a
-fresh process, :func:`~pyw8a8.evaluate.runs.run_in_subprocess`), then a report.
+fresh process, `runs`), then a report; ``cli.run_study`` drives them.
 
-A study has a ``stem`` (its report is ``<stem>.md`` and ``<stem>.json`` in ``--out``),
-``runs(results)`` (each run's spec and what to say of it, in turn; `results` fills as they
-end, so a later run can depend on earlier ones), ``done(result)`` (a line on a run that
-succeeded), ``meta(results)`` (the report's header), ``report(results, meta)`` (the JSON
-content and the markdown) and ``finish(content, report, out)`` (what else is written or
-printed, the lines to say and the files' names).  ``cli.run_study`` drives them.
-
-* :class:`Questions`: the MMLU questions, a process per configuration, then the
-  side-by-side speed check (``comparison``);
-* :class:`Perplexity`: ``--ppl``, a process per context length (``perplexity``);
-* :class:`LongContext`: ``--long-context``, one process (``long_context``).
+A study has a ``stem`` (its report: ``<stem>.md``, ``<stem>.json``), ``runs(results)``
+(each run's spec and what to say of it, in turn; a later run may read the results so
+far), ``done(result)``, ``meta(results)`` (the report's header), ``report(results,
+meta)`` (the JSON content and the markdown) and ``finish(content, report, out)`` (what
+else it writes or prints: lines to say, files' names).  :class:`Questions` (the MMLU
+questions, then the side-by-side speed check), :class:`Perplexity` (``--ppl``) and
+:class:`LongContext` (``--long-context``).
 """
 
 from __future__ import annotations
@@ -22,6 +18,7 @@ import platform
 
 import numpy as np
 
+from ..lab import record
 from .configs import NOISE_FLOOR
 from .download import BOOLQ_MEMBER
 from .long_context import render_long_context
@@ -36,21 +33,11 @@ __all__ = ["CONTROL_LOGITS", "LongContext", "Perplexity", "Questions"]
 CONTROL_LOGITS = "control_logits.npy"
 
 
-def _cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _machine(configs, threads):
     """What every report's header says of the run: when, where, what."""
     return {"configs": configs, "threads": threads,
-            "date": _dt.datetime.now().isoformat(timespec="seconds"), "cpu": _cpu_model(),
+            "date": _dt.datetime.now().isoformat(timespec="seconds"),
+            "cpu": record.cpu_model(record.cpuinfo_fields()),
             "cpus": os.cpu_count(), "machine": platform.machine(),
             "platform": platform.platform(), "python": platform.python_version(),
             "numpy": np.__version__}

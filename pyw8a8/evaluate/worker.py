@@ -45,17 +45,7 @@ def progress(iterable, total, desc, unit="q"):
 
 def partial_logits_path(control_path):
     """Where the control writes its logits until every question is answered: the others
-    only ever read complete logits, at `control_path`.
-
-    Parameters
-    ----------
-    control_path : pathlib.Path
-        The control's logits file.
-
-    Returns
-    -------
-    pathlib.Path
-    """
+    only ever read complete logits, at `control_path` (a pathlib.Path)."""
     return control_path.with_name(control_path.name + ".partial.npy")
 
 

@@ -32,7 +32,7 @@ _START = "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__')"
 
 class WorkerError(RuntimeError):
     """A call failed in its process (the message: its traceback), or the process ended or
-    fell silent (the message: the last lines of its stderr, where kept, or why)."""
+    fell silent (its stderr's last lines, where kept, or why)."""
 
 
 def function(name):

@@ -44,10 +44,6 @@ def take_turns(turns, rounds, settle=SETTLE_SECONDS, rotate=False):
         Seconds of pause before each turn (SETTLE_SECONDS).
     rotate : bool
         Round i starts with the i-th contender (the order rotating), rather than the first.
-
-    Returns
-    -------
-    dict of str to list
     """
     names = list(turns)
     samples = {name: [] for name in names}
@@ -178,18 +174,10 @@ def isolated(make, names, nthreads):
 
 
 def measure_rounds(contenders, rounds, min_time):
-    """Seconds per call of each contender in each of `rounds` rounds of turns: round i of
-    every contender ran back to back, so their ratios round by round cancel the machine's
-    drift.
-
-    Parameters
-    ----------
-    contenders : dict of str to callable or Isolated
-        Functions of no arguments, or contenders that live in a process of their own.
-    rounds : int
-        Timed blocks per contender.
-    min_time : float
-        Seconds of calls per block (the block's call count comes from the warm-up).
+    """Seconds per call of each contender (a function of no arguments, or an
+    :class:`Isolated` one) in each of `rounds` rounds of turns, a block of calls of at
+    least `min_time` seconds each (its call count from the warm-up): round i of every
+    contender ran back to back, so their ratios round by round cancel the machine's drift.
 
     Returns
     -------
@@ -206,12 +194,7 @@ def measure_rounds(contenders, rounds, min_time):
 
 
 def measure(contenders, rounds, min_time):
-    """Median seconds per call of each contender (:func:`measure_rounds`' arguments and
-    medians).
-
-    Returns
-    -------
-    dict of str to float
-    """
+    """Median seconds per call of each contender ({name: float}; the arguments as
+    :func:`measure_rounds`')."""
     return {name: statistics.median(s)
             for name, s in measure_rounds(contenders, rounds, min_time).items()}

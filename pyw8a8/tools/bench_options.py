@@ -8,17 +8,7 @@ from ..lab import record
 
 
 def parse_shape(text):
-    """One ``M,K,N`` of the command line.
-
-    Parameters
-    ----------
-    text : str
-        Three comma-separated integers.
-
-    Returns
-    -------
-    tuple of int
-        (M, K, N), each >= 1.
+    """One ``M,K,N`` of the command line: (M, K, N), each >= 1.
 
     Raises
     ------
@@ -35,16 +25,7 @@ def parse_shape(text):
 
 
 def parse_shapes(text):
-    """The ``M,K,N;M,K,N;...`` of ``--shapes``.
-
-    Parameters
-    ----------
-    text : str
-        One or more :func:`parse_shape` items separated by ``;``.
-
-    Returns
-    -------
-    list of tuple of int
+    """The ``M,K,N;M,K,N;...`` of ``--shapes``: a list of :func:`parse_shape`'s.
 
     Raises
     ------

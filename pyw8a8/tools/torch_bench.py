@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from ..lab.turns import spread, take_turns
-from . import peers, torch_contenders, torch_kv_bench, torch_model_table, torch_sharing
+from . import peers, torch_contenders, torch_kv_bench, torch_sharing
 from .encode_timing import MODEL_PACKAGE, fidelity, load_encoder
 
 
@@ -166,7 +166,7 @@ def main(settings, machine_lines: list[str]) -> int:
             print(f"torchao is not installed: its contenders are left out "
                   f"({peers.TORCHAO_INSTALL})")
         rows = torch_contenders.run(settings, sets, progress=progress)
-        for line in torch_model_table.format_table(rows, settings, sets):
+        for line in torch_contenders.format_table(rows, settings, sets):
             print(line)
     if "kvcache" in settings.models:
         return torch_kv_bench.main(settings.kv, progress=progress)

@@ -1,11 +1,12 @@
-"""``bench --torch``'s model-level table (pyw8a8/tools/torch_contenders.py and the
-torch_model_* modules): its options, what it reads from Inductor's code, the order of its
-processes and its table.  No model runs here (tests/pytorch/test_torch_bench_models.py runs the smallest configuration of each)."""
+"""``bench --torch``'s model-level table (pyw8a8/tools/torch_contenders.py and
+torch_model_runs.py): its options, what it reads from Inductor's code, the order of its
+processes and its table.  No model runs here (tests/pytorch/test_torch_bench_models.py
+runs the smallest configuration of each)."""
 import collections
 
 import pytest
 
-from pyw8a8.tools import bench, torch_contenders, torch_model_runs, torch_model_table
+from pyw8a8.tools import bench, torch_contenders, torch_model_runs
 
 WRAPPER = '''
 cpp_fused_0 = async_compile.cpp_pybinding(['float*'], r\'\'\'
@@ -44,13 +45,13 @@ def test_kernel_report_reads_the_micro_kernels_and_the_calls_of_compiled_code():
         "counters": {"cpp_templated_kernel_counter": 2,
                      "qlinear_weight_prepack_matcher_count": 1},
         "graph_breaks": 2}
-    cell = torch_model_table.kernels_text({"contender": "torchao-max", "kernels": report})
+    cell = torch_contenders.kernels_text({"contender": "torchao-max", "kernels": report})
     assert cell.startswith("C++ GEMM template: 2 AVX-512 VNNI, 2 reference loop; "
                            "ATen _int_mm: 2; oneDNN qlinear: 2; pyw8a8 ops: 2; "
                            "pyw8a8 attention: 2; 2 graphs, 2 breaks; "
                            "cpp_templated_kernel_counter=2")
     # an eager contender compiles nothing: only the operator pyw8a8 ran on
-    assert torch_model_table.kernels_text({"contender": "pyw8a8", "kernels": report,
+    assert torch_contenders.kernels_text({"contender": "pyw8a8", "kernels": report,
                                           "operator": "native"}) == "native operator"
 
 
@@ -136,7 +137,7 @@ def test_each_contender_runs_in_its_own_process_float_first(monkeypatch):
     assert [r["contender"] for r in rows] == keys
     assert rows[1]["ratio"] == 2.5 and rows[1]["fidelity"]["kl"] == 0.01
     assert len(progress) == 3 and "failed: compile failed" in progress[2]
-    table = torch_model_table.format_table(rows, settings, None)
+    table = torch_contenders.format_table(rows, settings, None)
     assert "only its first 1 layers (a quick check, not the model)" in "\n".join(table)
     assert "medians of 2 rounds, the contenders taking turns" in "\n".join(table)
     body = [line for line in table if line.startswith("| lm")]
