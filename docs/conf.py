@@ -8,7 +8,6 @@ environment, and .ci/run in a fresh one that has the [docs] extra alone):
     sphinx-build -W -b html docs docs/_build/html
 """
 import importlib.util
-import os
 import sys
 from pathlib import Path
 
@@ -45,7 +44,7 @@ autodoc_mock_imports = [m for m in ("torch", "transformers", "dask", "distribute
                         if importlib.util.find_spec(m) is None]
 if "torch" in autodoc_mock_imports:
     # pyw8a8.torch builds its C++ operator on import, which a stand-in torch cannot.
-    os.environ["PYW8A8_TORCH_NATIVE"] = "0"
+    autodoc_mock_imports.append("pyw8a8.torch._native")
 
 html_theme = "alabaster"
 html_title = f"pyw8a8 {release}"

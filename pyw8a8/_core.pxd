@@ -151,3 +151,4 @@ cdef extern from "_simd/microbench.h" nogil:
     void w8_noop_ukernel(int rows, int npanels, int64_t kq, const uint8_t *a, int64_t lda,
                          const uint8_t *b, int64_t panel_stride, int32_t *c, int64_t ldc,
                          int accumulate)
+

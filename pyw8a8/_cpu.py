@@ -95,10 +95,9 @@ def _initial_ops():
 # reads it without running Python code; this module owns its rules.  The process-wide ISA
 # (set_isa, PYW8A8_ISA, the CPU's best) ...
 _dispatch.set_process_ops(_initial_ops())
-# ... and the ISA of the current thread and context, when a use_isa / use_ops body set
-# one: (IsaOps, exactly), in _dispatch.SCOPED_OPS.  A context variable, as numpy 2's
-# errstate, so a switch made in one thread never changes what another thread (or a thread
-# started inside it) runs.
+# ... and the ISA of the current thread, when a use_isa / use_ops body set one
+# (_dispatch.enter_scope): a switch made in one thread never changes what another thread
+# (or a thread started inside it) runs.
 
 
 # Below a row count an ISA's tiles are mostly empty and a narrower ISA of the same CPU is
@@ -211,22 +210,20 @@ def set_isa(name: str) -> None:
 
 @contextlib.contextmanager
 def use_ops(ops: _dispatch.IsaOps, exactly: bool = True) -> Iterator[None]:
-    """Run the body's calls of this thread and context on `ops`, an IsaOps of a supported
-    ISA; `exactly`: without amx's small-M fallback either (internal: the bench's no-op
-    kernel copies of an ISA, its amx / avx512vnni crossover)."""
-    token = _dispatch.SCOPED_OPS.set((ops, exactly))
-    _dispatch.open_scope(1)
+    """Run the body's calls of this thread on `ops`, an IsaOps of a supported ISA;
+    `exactly`: without amx's small-M fallback either (internal: the bench's no-op kernel
+    copies of an ISA, its amx / avx512vnni crossover)."""
+    previous = _dispatch.enter_scope(ops, exactly)
     try:
         yield
     finally:
-        _dispatch.open_scope(-1)
-        _dispatch.SCOPED_OPS.reset(token)
+        _dispatch.leave_scope(previous)
 
 
 def use_isa(name: str) -> contextlib.AbstractContextManager[None]:
     """Context manager running the calls of its body on the ISA `name`.
 
-    The switch holds for the calling thread (and its context) only: other threads, and
+    The switch holds for the calling thread only: other threads, and
     threads started inside the body, keep the process-wide ISA (:func:`set_isa`).
 
     Parameters

@@ -1,14 +1,8 @@
 # The registry's ISAs and the call setup (_dispatch.pyx), as the other compiled modules
 # cimport them: the ISA handle and the rules a settled call reads from C.
-from libc.stdint cimport int64_t, uint64_t
+from libc.stdint cimport int64_t
 
 from pyw8a8._core cimport w8_isa_ops
-
-cdef extern from "_simd/native_api.h" nogil:
-    ctypedef struct w8_call_place:
-        const void *isa
-        int nthreads
-        uint64_t generation
 
 
 cdef class IsaOps:
@@ -23,5 +17,5 @@ cpdef IsaOps call_ops(int64_t rows)
 cpdef bint fork_fallback() noexcept nogil
 cpdef int num_threads() noexcept nogil
 cpdef int threads_for(int64_t work) noexcept nogil
-cdef int call_place(int64_t rows, int64_t work, int torch_threads,
-                    w8_call_place *place) noexcept nogil
+cdef void call_place(int64_t rows, int64_t work, int torch_threads, const void **isa,
+                     int *nthreads) noexcept nogil

@@ -11,12 +11,10 @@ here, read from C by ``_kernels.settled_product`` so that a matmul's setup runs 
 code.
 """
 from openmp cimport omp_get_max_threads, omp_set_num_threads
-from libc.stdint cimport int64_t, uint64_t
-from cpython.contextvars cimport get_value
+from libc.stdint cimport int64_t
 
 cdef extern from "pythread.h" nogil:
     unsigned long PyThread_get_thread_ident()
-import contextvars
 
 from pyw8a8._kernels cimport W8_ENC_SIGNED
 from pyw8a8._core cimport (W8_CORR_READS_ROWS, W8_NUM_ISAS,
@@ -150,22 +148,32 @@ def leave_master_cpu(int cpu):
 # 4 us with warm caches (AMX Xeon, 2 vCPUs). So the state lives here, in C variables.
 
 cdef IsaOps _process_ops = None   # set_isa, PYW8A8_ISA, or the CPU's best
-cdef dict _small_m = {}  # ISA name -> (the IsaOps it runs below `rows` rows, rows)
-# The same settings as C values, for the native call setup (call_place), which runs
-# without the GIL: the process-wide ISA's table and its small-M fallback's; a generation
-# that changes with them; the use_ops bodies open in any thread, whose calls only Python
-# can see (a context variable), so that native calls take the Python route meanwhile.
-# Every IsaOps once set stays alive (_ever_set): a native call may still hold its table.
+# The small-M fallbacks (set_small_m_ops): below _fallback_rows[i] rows, the ISA of
+# registry name _fallback_name[i] runs on _fallback_ops[i] (its table _fallback_table[i]).
+# C values, so that a call placed without the GIL (call_place) reads the same rule as
+# call_ops.  Every IsaOps once set stays alive (_ever_set): a call may still hold its table.
+cdef enum:
+    _MAX_FALLBACKS = 4
+cdef const char *_fallback_name[_MAX_FALLBACKS]
+cdef const w8_isa_ops *_fallback_table[_MAX_FALLBACKS]
+cdef int64_t _fallback_rows[_MAX_FALLBACKS]
+cdef int _nfallbacks = 0
+cdef list _fallback_ops = []
 cdef const w8_isa_ops *_process_table = NULL
-cdef const w8_isa_ops *_small_table = NULL
-cdef int64_t _small_rows = 0
-cdef uint64_t _generation = 0
-cdef int _open_scopes = 0
 cdef list _ever_set = []
-# The ISA of a use_isa body: (IsaOps, exactly), for its thread and context only.
-cdef object _scoped_ops = contextvars.ContextVar("pyw8a8_isa", default=None)
-SCOPED_OPS = _scoped_ops
 
+cdef extern from *:
+    """
+    /* The ISA of a use_isa body, for the calling thread only (a thread started inside the
+     * body keeps the process-wide ISA): its IsaOps (kept alive by the body), its table,
+     * and whether it runs exactly, without a small-M fallback. */
+    static _Thread_local void *w8_scope_ops = NULL;
+    static _Thread_local const void *w8_scope_table = NULL;
+    static _Thread_local int w8_scope_exactly = 0;
+    """
+    void *w8_scope_ops
+    const void *w8_scope_table
+    int w8_scope_exactly
 cdef int _threads_override = 0   # set_num_threads; 0: OpenMP's default
 cdef int _max_threads = 1
 cdef int64_t _serial_work = 0
@@ -183,72 +191,85 @@ cdef extern from *:
 
 def set_process_ops(IsaOps ops):
     """Make `ops` the process-wide ISA (_cpu.set_isa)."""
-    global _process_ops
-    _process_ops = ops
-    _mirror_settings()
+    global _process_ops, _process_table
+    _ever_set.append(ops)
+    _process_ops, _process_table = ops, ops.ops
 
 
 def set_small_m_ops(str name, IsaOps ops, int64_t rows):
     """ISA `name` runs products of fewer than `rows` activation rows on `ops`."""
-    _small_m[name] = (ops, rows)
-    _mirror_settings()
+    global _nfallbacks
+    cdef const w8_isa_ops *wide = w8_isa_lookup(name.encode())
+    cdef int i
+    if wide == NULL:
+        raise ValueError(f"unknown ISA {name!r}")
+    _ever_set.append(ops)
+    i = 0
+    while i < _nfallbacks and _fallback_name[i] != wide.name:
+        i += 1
+    if i == _nfallbacks:
+        if i == _MAX_FALLBACKS:
+            raise ValueError(f"at most {_MAX_FALLBACKS} small-M fallbacks")
+        _nfallbacks += 1
+        _fallback_ops.append(ops)
+    _fallback_ops[i] = ops
+    _fallback_name[i], _fallback_table[i], _fallback_rows[i] = wide.name, ops.ops, rows
 
 
-cdef void _mirror_settings():
-    """The process-wide ISA and its small-M fallback as C values (call_place)."""
-    global _process_table, _small_table, _small_rows, _generation
-    fallback = _small_m.get(_process_ops.name) if _process_ops is not None else None
-    _ever_set.append((_process_ops, fallback))
-    _small_table, _small_rows = NULL, 0
-    if fallback is not None:
-        _small_table, _small_rows = (<IsaOps>fallback[0]).ops, fallback[1]
-    _process_table = _process_ops.ops if _process_ops is not None else NULL
-    _generation += 1
+cdef int _fallback_of(const w8_isa_ops *isa, int64_t rows) noexcept nogil:
+    """The small-M fallback a product of `rows` rows on `isa` runs on, or -1."""
+    cdef int i
+    for i in range(_nfallbacks):
+        if _fallback_name[i] == isa.name and rows < _fallback_rows[i]:
+            return i
+    return -1
 
 
-def open_scope(int step):
-    """A use_ops body opens (step 1) or closes (-1): while any is open, native calls take
-    the Python route, which sees each thread's scope."""
-    global _open_scopes
-    _open_scopes += step
+def enter_scope(IsaOps ops, bint exactly):
+    """A use_ops body of the calling thread opens on `ops`: returns what it replaces, for
+    leave_scope."""
+    global w8_scope_ops, w8_scope_table, w8_scope_exactly
+    previous = (<object>w8_scope_ops if w8_scope_ops != NULL else None, w8_scope_exactly)
+    w8_scope_ops, w8_scope_table, w8_scope_exactly = <void *>ops, ops.ops, exactly
+    return previous
 
 
-def generation():
-    """The generation of the process-wide settings (call_place)."""
-    return _generation
+def leave_scope(tuple previous):
+    """The body closes: the calling thread's ISA is what enter_scope returned again."""
+    global w8_scope_ops, w8_scope_table, w8_scope_exactly
+    ops, exactly = previous
+    w8_scope_ops = <void *>ops if ops is not None else NULL
+    w8_scope_table = (<IsaOps>ops).ops if ops is not None else NULL
+    w8_scope_exactly = exactly
 
 
-cdef int call_place(int64_t rows, int64_t work, int torch_threads,
-                    w8_call_place *place) noexcept nogil:
-    """native_api.h's call_place: the ISA call_ops gives outside any use_ops body, and
-    pyw8a8.torch's thread count (follow_threads, then threads_for); -1 while a use_ops
-    body is open anywhere or before the ISA is set."""
-    if _open_scopes or _process_table == NULL:
-        return -1
-    place.isa = _process_table
-    if _small_table != NULL and rows < _small_rows:
-        place.isa = _small_table
+cdef void call_place(int64_t rows, int64_t work, int torch_threads, const void **isa,
+                     int *nthreads) noexcept nogil:
+    """call.h's place: the ISA call_ops gives, and pyw8a8.torch's thread count
+    (follow_threads, then threads_for)."""
+    cdef const w8_isa_ops *ops = <const w8_isa_ops *>w8_scope_table
+    cdef int fallback = -1
+    if ops == NULL:
+        ops = _process_table
+    if not (w8_scope_table != NULL and w8_scope_exactly) and rows >= 0:
+        fallback = _fallback_of(ops, rows)
+    isa[0] = _fallback_table[fallback] if fallback >= 0 else ops
     if not _threads_override and omp_get_max_threads() != torch_threads:
         omp_set_num_threads(torch_threads)
-    place.nthreads = threads_for(work)
-    place.generation = _generation
-    return 0
+    nthreads[0] = threads_for(work)
 
 
 cpdef IsaOps call_ops(int64_t rows):
-    """The ISA of a product with `rows` activation rows on the calling thread and context
-    (a use_isa body's, or the process-wide ISA, or its small-M fallback); -1: not a
-    product, so no fallback."""
+    """The ISA of a product with `rows` activation rows on the calling thread (a use_isa
+    body's, or the process-wide ISA, or its small-M fallback); -1: not a product, so no
+    fallback."""
     cdef IsaOps ops = _process_ops
-    cdef bint exactly = False
-    scoped = get_value(_scoped_ops, None)
-    if scoped is not None:
-        ops, exactly = scoped
-    if rows >= 0 and not exactly:
-        fallback = _small_m.get(ops.name)
-        if fallback is not None and rows < fallback[1]:
-            return fallback[0]
-    return ops
+    cdef int fallback = -1
+    if w8_scope_ops != NULL:
+        ops = <IsaOps>w8_scope_ops
+    if not (w8_scope_ops != NULL and w8_scope_exactly) and rows >= 0:
+        fallback = _fallback_of(ops.ops, rows)
+    return _fallback_ops[fallback] if fallback >= 0 else ops
 
 
 def configure_threads(int max_threads, int64_t serial_work):

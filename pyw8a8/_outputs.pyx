@@ -1,10 +1,10 @@
 # cython: language_level=3
-"""The memory of the products' float outputs: where an output of each size comes from,
-and why (alignment, huge pages)."""
-from libc.stdlib cimport free
-from posix.stdlib cimport posix_memalign
+"""The products' float outputs: where an output of each size comes from, and why
+(alignment, huge pages); and which out= a product writes as it is."""
+from libc.stdint cimport int64_t
 
 cimport numpy as cnp
+import numpy as np
 
 cnp.import_array()
 
@@ -18,68 +18,40 @@ ALIGN_BYTES = 64
 # 0.4 us a call, more than the split lines cost an output written once by a call that
 # reads 16 or more weight bytes per output byte (M = 1).
 ALIGNED_FROM_BYTES = 64 * 1024
-cdef cnp.npy_intp _align_bytes = ALIGN_BYTES, _aligned_from_bytes = ALIGNED_FROM_BYTES
+cdef cnp.npy_intp _aligned_from_bytes = ALIGNED_FROM_BYTES
 
 
-# Outputs from ALIGNED_FROM_BYTES on own their memory (posix_memalign: aligned, and without
-# the transparent-huge-page advice numpy gives arrays from 4 MiB on, which makes the kernel
-# compact memory for each fresh output: an 18 MiB array took 5.6x as long to allocate and
-# fill with it, on a Zen 5).  Freed, that memory is kept for the next
-# output of about its size (RECYCLED_*): a model's layers free and allocate outputs of the
-# same few shapes call after call, and memory glibc has given back to the system returns
-# as fresh pages, faulted and zeroed on the product's first write.  The sentence encoder
-# through pyw8a8.torch encoded 1.05x as fast on a Zen 3 with each output's memory reused.
-cdef enum:
-    _RECYCLED_SLOTS = 8                   # freed buffers kept at most
-cdef size_t _recycled_limit = 1 << 28     # and at most this many bytes of them
-RECYCLED_BUFFERS, RECYCLED_BYTES = _RECYCLED_SLOTS, _recycled_limit
-cdef void *_recycled[_RECYCLED_SLOTS]
-cdef size_t _recycled_size[_RECYCLED_SLOTS]
-cdef int _recycled_count = 0
-cdef size_t _recycled_bytes = 0
+# Outputs from ALIGNED_FROM_BYTES on own their memory, kept for the next output of about
+# its size when freed (_simd/outputs.h says why): the torch operator's outputs share it.
+cdef extern from "_simd/outputs.h" nogil:
+    int W8_KEPT_OUTPUTS
+    size_t W8_KEPT_OUTPUT_BYTES
+    void *w8_output_take(size_t bytes, size_t *size)
+    void w8_output_give(void *memory, size_t size)
+    size_t w8_kept_output_bytes()
+    void w8_forget_outputs()
+    int w8_outputs_init()
+if w8_outputs_init() != 0:
+    raise ImportError("pyw8a8._outputs: pthread_atfork failed")
+RECYCLED_BUFFERS, RECYCLED_BYTES = W8_KEPT_OUTPUTS, W8_KEPT_OUTPUT_BYTES
 
 
-cdef void *_take_recycled(size_t nbytes, size_t *size) noexcept:
-    """The most recently freed kept buffer of nbytes to 2 * nbytes bytes (its size to
-    `size`), no longer kept; NULL if none.  Called with the GIL held, as _recycle is."""
-    cdef int i
-    cdef void *data
-    for i in range(_recycled_count - 1, -1, -1):
-        if nbytes <= _recycled_size[i] <= 2 * nbytes:
-            data, size[0] = _recycled[i], _recycled_size[i]
-            _forget(i)
-            return data
-    return NULL
+cdef void *output_take(size_t nbytes, size_t *size) noexcept nogil:
+    return w8_output_take(nbytes, size)
 
 
-cdef void _forget(int i) noexcept:
-    """Stop keeping kept buffer `i` (the newer ones move down one place)."""
-    global _recycled_count, _recycled_bytes
-    cdef int j
-    _recycled_bytes -= _recycled_size[i]
-    for j in range(i, _recycled_count - 1):
-        _recycled[j], _recycled_size[j] = _recycled[j + 1], _recycled_size[j + 1]
-    _recycled_count -= 1
-
-
-cdef void _recycle(void *data, size_t size) noexcept:
-    """Keep a freed output's memory for a later output, dropping the oldest kept buffers
-    to stay within RECYCLED_BUFFERS and RECYCLED_BYTES; free it if it alone exceeds them."""
-    global _recycled_count, _recycled_bytes
-    if size > _recycled_limit:
-        free(data)
-        return
-    while _recycled_count == _RECYCLED_SLOTS or _recycled_bytes + size > _recycled_limit:
-        free(_recycled[0])
-        _forget(0)
-    _recycled[_recycled_count], _recycled_size[_recycled_count] = data, size
-    _recycled_count += 1
-    _recycled_bytes += size
+cdef void output_give(void *memory, size_t size) noexcept nogil:
+    w8_output_give(memory, size)
 
 
 def recycled_bytes():
     """Bytes of freed output memory kept for later outputs."""
-    return _recycled_bytes
+    return w8_kept_output_bytes()
+
+
+def forget_recycled():
+    """Free the kept output memory (a fresh start for the tests)."""
+    w8_forget_outputs()
 
 
 cdef class _OutputMemory:
@@ -90,7 +62,7 @@ cdef class _OutputMemory:
 
     def __dealloc__(self):
         if self.data != NULL:
-            _recycle(self.data, self.size)
+            w8_output_give(self.data, self.size)
 
 
 cdef cnp.ndarray _empty_output(int nd, cnp.npy_intp *dims):
@@ -101,12 +73,9 @@ cdef cnp.ndarray _empty_output(int nd, cnp.npy_intp *dims):
     if nbytes < _aligned_from_bytes:
         return cnp.PyArray_EMPTY(nd, dims, cnp.NPY_FLOAT32, 0)
     memory = _OutputMemory.__new__(_OutputMemory)
-    memory.data = _take_recycled(nbytes, &memory.size)
+    memory.data = w8_output_take(nbytes, &memory.size)
     if memory.data == NULL:
-        if posix_memalign(&memory.data, _align_bytes, nbytes) != 0:
-            memory.data = NULL
-            raise MemoryError(f"no memory for a {nbytes}-byte output")
-        memory.size = nbytes
+        raise MemoryError(f"no memory for a {nbytes}-byte output")
     arr = cnp.PyArray_SimpleNewFromData(nd, dims, cnp.NPY_FLOAT32, memory.data)
     cnp.set_array_base(arr, memory)
     return arr
@@ -122,3 +91,43 @@ def empty_output(tuple shape):
     for i in range(nd):
         dims[i] = shape[i]
     return _empty_output(nd, dims)
+
+
+# ---- numpy's out=: the one rule matmul and the compiled call read ----
+
+cpdef int out_fault(object out, object x, cnp.ndarray rows, int64_t n, object dtype=None):
+    """How `out` stands as the output of the product of `rows` (x as the float32 array the
+    product reads) with a weight of n outputs, `dtype` (None, float32 or bfloat16) the
+    dtype asked for. ARG_READY: an ndarray the product writes as it is: native float32,
+    C-contiguous, aligned and writeable, of rows' leading dimensions and n columns,
+    sharing no memory with x.  ARG_CONVERT: acceptable, copied into from a float32 array
+    the product writes (bfloat16, strided, unaligned).  Else the first fault of
+    ARG_BAD_TYPE (not an ndarray), ARG_BAD_SHAPE, ARG_BAD_DTYPE (not `dtype`; without it,
+    neither float32 nor bfloat16), ARG_READ_ONLY, ARG_OVERLAPS (sharing memory with x)."""
+    cdef cnp.ndarray arr
+    cdef int i, nd = rows.ndim
+    cdef bint float32
+    cdef char *o
+    cdef char *a
+    if not isinstance(out, np.ndarray):
+        return ARG_BAD_TYPE
+    arr = out
+    if arr.ndim != nd or arr.shape[nd - 1] != n:
+        return ARG_BAD_SHAPE
+    for i in range(nd - 1):
+        if arr.shape[i] != rows.shape[i]:
+            return ARG_BAD_SHAPE
+    float32 = cnp.PyArray_TYPE(arr) == cnp.NPY_FLOAT32 and cnp.PyArray_ISNOTSWAPPED(arr)
+    if (not float32 and arr.dtype.name != "bfloat16") if dtype is None else arr.dtype != dtype:
+        return ARG_BAD_DTYPE
+    if not cnp.PyArray_ISWRITEABLE(arr):
+        return ARG_READ_ONLY
+    if (type(x) is np.ndarray and cnp.PyArray_IS_C_CONTIGUOUS(arr)
+            and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>x)):
+        # Contiguous arrays share memory exactly when their byte ranges overlap.
+        o, a = <char *>cnp.PyArray_DATA(arr), <char *>cnp.PyArray_DATA(<cnp.ndarray>x)
+        if o < a + cnp.PyArray_NBYTES(<cnp.ndarray>x) and a < o + cnp.PyArray_NBYTES(arr):
+            return ARG_OVERLAPS
+    elif np.shares_memory(arr, x):
+        return ARG_OVERLAPS
+    return ARG_READY if float32 and cnp.PyArray_ISCARRAY(arr) else ARG_CONVERT

@@ -7,8 +7,6 @@ from typing import Any, TypeVar, cast
 
 import numpy as np
 
-from . import _kernels
-
 _Renamed = TypeVar("_Renamed", bound=Callable[..., Any])  # a function or a class
 
 _FLOAT32 = np.dtype(np.float32)
@@ -69,8 +67,7 @@ def _to_float32(arr, name, shape, row_offset):
 
 def bias_vector(bias, n, name):
     """`bias` as a C-contiguous, aligned, native float32 vector of length n, or None: the
-    array itself when _kernels.bias_fault, the rule settled_product reads, accepts it as
-    it is, else a float32 copy.
+    array itself where it is one, else a float32 copy.
 
     Raises
     ------
@@ -81,23 +78,21 @@ def bias_vector(bias, n, name):
     if bias is None:
         return None
     arr = np.asarray(bias)
-    fault = _kernels.bias_fault(arr, n)
-    if fault == _kernels.ARG_CONVERT:
-        with np.errstate(over="ignore"):
-            ready = arr.astype(_FLOAT32, order="C")
-        fault = _kernels.bias_fault(ready, n)
-        if fault == _kernels.ARG_NOT_FINITE and np.all(np.isfinite(arr)):
-            raise ValueError(f"{name} has a value beyond float32's range "
-                             f"(max {_FLOAT32_MAX!s}); pyw8a8 computes in float32")
-        arr = ready
-    if fault == _kernels.ARG_BAD_DTYPE:
+    if arr.dtype.newbyteorder("=") not in (_FLOAT32, _FLOAT64):
         raise ValueError(f"{name} must be a float32 or float64 array, got dtype {arr.dtype}")
-    if fault == _kernels.ARG_BAD_SHAPE:
+    if arr.shape != (n,):
         raise ValueError(f"{name} must have shape ({n},) (one value per output channel), "
                          f"got {arr.shape}")
-    if fault == _kernels.ARG_NOT_FINITE:
+    ready = arr
+    if not (arr.dtype is _FLOAT32 and arr.flags.c_contiguous and arr.flags.aligned):
+        with np.errstate(over="ignore"):
+            ready = arr.astype(_FLOAT32, order="C")
+    if not np.all(np.isfinite(ready)):
+        if np.all(np.isfinite(arr)):
+            raise ValueError(f"{name} has a value beyond float32's range "
+                             f"(max {_FLOAT32_MAX!s}); pyw8a8 computes in float32")
         raise ValueError(f"{name} holds NaN or Inf")
-    return arr
+    return ready
 
 
 def int8_matrix(x, name):

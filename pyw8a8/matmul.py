@@ -1,7 +1,8 @@
-"""W8A8 products: validation, blocking choice and output handling around the one compiled
-entry point, ``_kernels.product``, which every product enters once (matmul, matmul_pair,
-int8_matmul; any leading dimensions, float32 or float64): it prepares the activation rows
-once and runs every block of the product(s) in one parallel region.
+"""W8A8 products: validation and output handling around the one compiled call,
+``_kernels.call`` (C's call object, ``_simd/call_path.h``), which every product enters once
+(matmul, matmul_pair, int8_matmul; any leading dimensions, float32 or float64): it checks,
+picks the tuned blocking, prepares the activation rows once and runs every block of the
+product(s) in one parallel region.
 
 The arithmetic: ``C[m, n] = s_a[m] * s_w[n] * sum_k qa[m, k] * qw[n, k]``, with the integer
 sum exact and converted to float once: in int32 for K <= 131072 (``_kernels.W8_EXACT_K``,
@@ -11,26 +12,17 @@ count and blocking, bit for bit.
 """
 from __future__ import annotations
 
-import math
-import threading
-import time
 from typing import Any, Literal, overload
 
 import numpy as np
 import numpy.typing as npt
 
-from . import _cpu, _kernels, _rows, _threads
+from . import _cpu, _kernels, _outputs, _threads
 from ._layout import empty_output
-from ._validation import bias_vector, check_finite_row, float_array, int8_matrix
+from ._validation import bias_vector, float_array, int8_matrix
 from .packing import PackedWeight, pack_int8
-from .tuning import TUNER
 
-_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
-_SCRATCH = threading.local()  # .buffer: the thread's reused _kernels.Scratch
 ACTIVATIONS = _kernels.ACTIVATIONS
-# The settled call a blocking is remembered for, by (weights in the call, weight streams of
-# its tiles): _kernels.settled_product runs that call from C the next time.
-_CALL_KIND = {(1, 1): _kernels.CALL_ONE, (2, 1): _kernels.CALL_PAIR, (1, 2): _kernels.CALL_GLU}
 
 
 def _plan(packed, name):
@@ -44,12 +36,9 @@ def _plan(packed, name):
         raise ValueError(f"{name} is not a consistent PackedWeight: {exc}") from None
 
 
-def _activations(x, k, name="x"):
-    arr = float_array(x, name)
-    if arr.shape[-1] != k:
-        raise ValueError(f"{name} has {arr.shape[-1]} features in its last dimension "
-                         f"(shape {arr.shape}) but the weight expects K={k}")
-    return arr
+def _rows(x):
+    """`x` as the C-contiguous native float32 array the compiled call reads."""
+    return np.ascontiguousarray(float_array(x, "x"))
 
 
 def _out_dtype(out_dtype):
@@ -72,29 +61,32 @@ def _out_dtype(out_dtype):
     return dtype
 
 
+_OUT_ERRORS = {
+    _outputs.ARG_BAD_TYPE: (TypeError, "out must be a numpy array, got {type}"),
+    _outputs.ARG_BAD_SHAPE: (ValueError, "out has shape {shape}, expected {expected}"),
+    _outputs.ARG_BAD_DTYPE: (TypeError, "out has dtype {dtype}, expected {want}"),
+    _outputs.ARG_READ_ONLY: (ValueError, "out is read-only"),
+    _outputs.ARG_OVERLAPS: (ValueError, "out overlaps the input x; pass a separate array"),
+}
+
+
 def _output(out, out_dtype, x, rows, n):
     """The float32 array to compute the product of `rows` (x as the float32 array the
     product reads) with a weight of n outputs into, and what to convert or copy it to
-    afterwards: out= as _kernels.out_fault, the rule settled_product reads, accepts it."""
+    afterwards: out= as _outputs.out_fault, the rule the compiled call reads, accepts it."""
     if out_dtype is not None:
         out_dtype = _out_dtype(out_dtype)
     shape = rows.shape[:-1] + (n,)
     if out is None:
-        result = empty_output(shape)
-        return result, (None if out_dtype in (None, np.float32) else out_dtype)
-    fault = _kernels.out_fault(out, x, rows, n, out_dtype)
-    if fault == _kernels.ARG_BAD_TYPE:
-        raise TypeError(f"out must be a numpy array, got {type(out).__name__}")
-    if fault == _kernels.ARG_BAD_SHAPE:
-        raise ValueError(f"out has shape {out.shape}, expected {shape}")
-    if fault == _kernels.ARG_BAD_DTYPE:
-        raise TypeError(f"out has dtype {out.dtype}, expected "
-                        f"{out_dtype if out_dtype is not None else 'float32 or bfloat16'}")
-    if fault == _kernels.ARG_READ_ONLY:
-        raise ValueError("out is read-only")
-    if fault == _kernels.ARG_OVERLAPS:
-        raise ValueError("out overlaps the input x; pass a separate array")
-    if fault == _kernels.ARG_READY:
+        return empty_output(shape), (None if out_dtype in (None, np.float32) else out_dtype)
+    fault = _outputs.out_fault(out, x, rows, n, out_dtype)
+    if fault in _OUT_ERRORS:
+        error, text = _OUT_ERRORS[fault]
+        raise error(text.format(
+            type=type(out).__name__, shape=getattr(out, "shape", None), expected=shape,
+            dtype=getattr(out, "dtype", None),
+            want=out_dtype if out_dtype is not None else "float32 or bfloat16"))
+    if fault == _outputs.ARG_READY:
         return out, None
     return empty_output(shape), out
 
@@ -106,110 +98,6 @@ def _finish(result, target):
         return result.astype(target)
     target[...] = result
     return target
-
-
-def _blocking(ops, plan, group, m, nthreads, streams=1):
-    """(kc, mc, nc, m_step, n_step) of this weight in a call of `group` weights (whose tiles
-    read `streams` weights: two for a gated pair), and the tuner's slot to report the call's
-    time to (None once settled)."""
-    kind = _CALL_KIND[group, streams]
-    blocking = plan.settled_blocking(kind, ops, m, nthreads)
-    if blocking is not None:
-        return blocking, None
-    key, index, blocking = TUNER.choose(ops, plan.enc, group, m, plan.N, plan.Kp, nthreads,
-                                        streams)
-    if index is None:
-        plan.remember_blocking(kind, ops, m, nthreads, blocking)
-        return blocking, None
-    return blocking, (None if index < 0 else (key, index))
-
-
-def _activation_code(activation, name):
-    """The W8_ACT_* code of an activation name (None: no activation)."""
-    code = _kernels.activation_code(activation)
-    if code < 0:
-        raise ValueError(f"{name} must be None or one of {', '.join(map(repr, ACTIVATIONS))}, "
-                         f"got {activation!r}")
-    return code
-
-
-def thread_scratch():
-    """The calling thread's reused `_kernels.Scratch`."""
-    scratch = getattr(_SCRATCH, "buffer", None)
-    if scratch is None:
-        scratch = _SCRATCH.buffer = _kernels.Scratch()
-    return scratch
-
-
-def _product(rows, plans, outs, name, shape, kc=None, biases=None, act=0, glu=False):
-    """Run the products of `rows` ((M, K) C-contiguous float32, or int8 for an integer
-    product; M, K >= 1) with every plan into its output, through the one compiled entry
-    point (``_kernels.product``); with `glu`, the two plans are a gated pair finished into
-    the one output.  A row holding NaN/Inf raises ValueError naming it in `shape`, the
-    caller's shape of `rows`, having written no output; `kc` forces the K-range width
-    (tests)."""
-    m = rows.shape[0]
-    ops = _cpu.active_ops(m)
-    n_total = plans[0].N if len(plans) == 1 else plans[0].N + plans[1].N
-    nthreads = _threads.threads_for(m * plans[0].K * n_total)
-    blockings, slots = [], []
-    # A gated pair is one loop nest over the gate's blocking, its tiles reading both weights.
-    for plan in plans[:1] if glu else plans:
-        blocking, slot = _blocking(ops, plan, 1 if glu else len(plans), m, nthreads,
-                                   2 if glu else 1)
-        blockings.append(blocking if kc is None else (kc,) + tuple(blocking[1:]))
-        if slot is not None:
-            slots.append(slot)
-    if glu:
-        blockings.append(blockings[0])
-    t0 = time.perf_counter() if slots else 0.0
-    bad = _kernels.product(ops, rows, plans, outs, thread_scratch(), nthreads, blockings,
-                           biases or [None] * len(plans), act, glu)
-    if bad >= 0:
-        if plans[0].rotate and np.all(np.isfinite(rows[bad])):
-            raise ValueError(f"{name} row {bad} is finite but too large to rotate: its "
-                             "rotation exceeds the float32 range")
-        check_finite_row(bad, name, shape)
-    if slots:
-        elapsed = time.perf_counter() - t0
-        for key, index in slots:
-            TUNER.record(key, index, elapsed)
-
-
-def _float_products(x, plans, outs, lead, biases, act=0, glu=False):
-    """The W8A8 products of activations x (float32, shape lead + (K,)) with every plan into
-    its float32 output (shape lead + (N,), C-contiguous), each plus its bias (None or
-    float32 (N,)), the first through activation `act`; with `glu`, the gated pair of the
-    two plans into the one output."""
-    m, k = math.prod(lead), plans[0].K
-    if m == 0 or all(p.N == 0 for p in plans):
-        return
-    if k == 0:
-        # Every sum is 0: the result is the bias, through the same activation (and gate)
-        # arithmetic as a tile's, from this call's ISA.
-        ops = _cpu.active_ops(m)
-        zero = np.float32(0)
-        for out, bias in zip(outs, biases):
-            out[...] = zero if bias is None else zero + bias  # 0 + -0 is +0, as a tile's
-        if act:
-            _rows.activate(ops, outs[0].reshape(m, -1), act)
-        if glu:
-            outs[0] *= zero if biases[1] is None else zero + biases[1]
-        return
-    rows = np.ascontiguousarray(x).reshape(m, k)  # a view when x is C-contiguous
-    _product(rows, plans, [out.reshape(m, p.N) for out, p in zip(outs, plans)], "x",
-             x.shape, biases=biases, act=act, glu=glu)
-
-
-def settled_call(x, plan1, plan2, bias1, bias2, activation, pair, glu):
-    """A settled call of matmul or (`pair`) matmul_pair (one whose weights remember the
-    blocking the tuner kept for its shape: pyw8a8.tuning) from C, on this thread's scratch,
-    for a caller that has its input as an array already (pyw8a8.torch): the result, or
-    None when it is not such a call (see _kernels.settled_product: a weight's plan not
-    built yet, no blocking settled, a row holding NaN/Inf, ...), and the caller takes
-    matmul's checked route."""
-    return _kernels.settled_product(x, plan1, plan2, bias1, bias2, activation, pair, glu,
-                                    getattr(_SCRATCH, "buffer", None))
 
 
 Activation = Literal["relu", "gelu", "gelu_tanh", "silu"]
@@ -287,20 +175,18 @@ def matmul(x: npt.ArrayLike, packed: PackedWeight, *, bias: npt.ArrayLike | None
     True
     """
     if out_dtype is None and type(packed) is PackedWeight:
-        # The common call (float32 rows, a blocking settled for them, no out= or a float32
-        # C-contiguous one) runs from C: its setup in Python code would miss the caches the
-        # previous product flushed (_kernels).
-        y = _kernels.settled_product(x, packed._plan, None, bias, None, activation, False,
-                                     False, getattr(_SCRATCH, "buffer", None), out)
+        # The common call (float32 rows, float32 biases, no out= or a float32 C-contiguous
+        # one) runs from C: its setup in Python code would miss the caches the previous
+        # product flushed.
+        y = _kernels.call(x, packed._plan, None, bias, None, activation, _kernels.CALL_ONE,
+                          out)
         if y is not None:
             return y
     plan = _plan(packed, "packed")
-    act = _activation_code(activation, "activation")
     bias = bias_vector(bias, plan.N, "bias")
-    arr = _activations(x, plan.K)
-    lead = arr.shape[:-1]
-    result, target = _output(out, out_dtype, x, arr, plan.N)
-    _float_products(arr, [plan], [result], lead, [bias], act)
+    rows = _rows(x)
+    result, target = _output(out, out_dtype, x, rows, plan.N)
+    _kernels.call(rows, plan, None, bias, None, activation, _kernels.CALL_ONE, result)
     return _finish(result, target)
 
 
@@ -365,37 +251,15 @@ def matmul_pair(x: npt.ArrayLike, packed1: PackedWeight, packed2: PackedWeight, 
     >>> bool(np.array_equal(h, np.maximum(g, 0) * u))
     True
     """
+    kind = _kernels.CALL_PAIR if glu is None else _kernels.CALL_GLU
     if type(packed1) is PackedWeight and type(packed2) is PackedWeight:
-        # As matmul's common call: from C, once the weights settled a blocking for it.
-        y = _kernels.settled_product(x, packed1._plan, packed2._plan, bias1, bias2, glu,
-                                     True, glu is not None,
-                                     getattr(_SCRATCH, "buffer", None))
+        # As matmul's common call: from C.
+        y = _kernels.call(x, packed1._plan, packed2._plan, bias1, bias2, glu, kind)
         if y is not None:
             return y
     plan1, plan2 = _plan(packed1, "packed1"), _plan(packed2, "packed2")
-    act = _activation_code(glu, "glu")
-    fault = _kernels.pair_fault(plan1, plan2, glu is not None)
-    if fault == _kernels.ARG_OTHER_K:
-        raise ValueError(f"packed1 and packed2 differ in K: {plan1.K} vs {plan2.K}")
-    if fault == _kernels.ARG_OTHER_N:
-        raise ValueError(f"glu={glu!r} needs packed1 (the gate) and packed2 (the up "
-                         f"projection) of one N: {plan1.N} vs {plan2.N}")
-    if fault == _kernels.ARG_OTHER_ROTATION:
-        rot1, rot2 = ((True, p.block, p.seed) if p.rotate else (False,)
-                      for p in (packed1, packed2))
-        raise ValueError(f"packed1 and packed2 use different rotations (rotate, block, "
-                         f"seed): {rot1} vs {rot2}")
-    biases = [bias_vector(bias1, plan1.N, "bias1"), bias_vector(bias2, plan2.N, "bias2")]
-    arr = _activations(x, plan1.K)
-    lead = arr.shape[:-1]
-    if glu is not None:
-        y = empty_output(lead + (plan1.N,))
-        _float_products(arr, [plan1, plan2], [y], lead, biases, act, glu=True)
-        return y
-    y1 = empty_output(lead + (plan1.N,))
-    y2 = empty_output(lead + (plan2.N,))
-    _float_products(arr, [plan1, plan2], [y1, y2], lead, biases)
-    return y1, y2
+    biases = bias_vector(bias1, plan1.N, "bias1"), bias_vector(bias2, plan2.N, "bias2")
+    return _kernels.call(_rows(x), plan1, plan2, *biases, glu, kind)
 
 
 def int8_matmul(qa: npt.ArrayLike, qw: npt.ArrayLike, *,
@@ -459,9 +323,17 @@ def int8_matmul(qa: npt.ArrayLike, qw: npt.ArrayLike, *,
     wide = plan.Kp > _kernels.W8_EXACT_K
     acc = np.zeros((m, plan.N), dtype=np.int64 if wide else np.int32)
     if m and plan.N and k:
-        _product(a, [plan], [acc], "qa", a.shape, kc=_kc)
+        _kernels.int8_call(a, plan, acc, None if _kc is None else _forced_kc(m, plan, _kc))
     if out_dtype == np.int64 or not wide:
         return acc.astype(out_dtype, copy=False)
     if acc.size and (acc.max() > 2**31 - 1 or acc.min() < -2**31):
         raise OverflowError(f"qa @ qw.T exceeds int32 (K={k}); use out_dtype=numpy.int64")
     return acc.astype(np.int32)
+
+
+def _forced_kc(m, plan, kc):
+    """The default blocking of an int8 product of m rows with K-ranges `kc` wide (tests)."""
+    ops = _cpu.active_ops(m)
+    nthreads = _threads.threads_for(m * plan.K * plan.N)
+    default = _kernels.candidates(ops, m, plan.N, plan.Kp, nthreads)[0]
+    return (kc,) + _kernels.fit(default, m)[1:]

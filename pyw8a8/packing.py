@@ -143,17 +143,32 @@ class PackedWeight:
         Panels that do not start on a 64-byte boundary are replaced by an aligned copy."""
         plan = self._plan
         if plan is None:
-            self.check_layout()
-            if not is_aligned(self.panels):
-                # Panels unpickled, loaded or built by hand: copied once to a cache-line
-                # boundary, where every kernel load of them is one line (_layout.py).
-                aligned = empty_aligned(self.panels.shape, np.uint8)
-                aligned[...] = self.panels
-                self.panels = aligned
-            plan = self._plan = _kernels.WeightPlan(
-                self.panels, self.psum, self.scales, self.shape, self.encoding, self.kp,
-                self.rotate, self.block, self.seed)
+            plan = self._plan = self._new_plan(check_contents=False)
         return plan
+
+    def check_contents(self) -> None:
+        """Raise ValueError unless the arrays hold what :func:`pack_weight` makes of int8
+        weights: values in [-127, 127], zero padding, matching compensation sums, finite
+        non-negative scales (O(N K); every file read is checked so).
+
+        Raises
+        ------
+        ValueError
+            Naming the array and what is wrong with it.
+        """
+        self._plan = self._new_plan(check_contents=True)
+
+    def _new_plan(self, check_contents: bool) -> _kernels.WeightPlan:
+        self.check_layout()
+        if not is_aligned(self.panels):
+            # Panels unpickled, loaded or built by hand: copied once to a cache-line
+            # boundary, where every kernel load of them is one line (_layout.py).
+            aligned = empty_aligned(self.panels.shape, np.uint8)
+            aligned[...] = self.panels
+            self.panels = aligned
+        return _kernels.WeightPlan(self.panels, self.psum, self.scales, self.shape,
+                                   self.encoding, self._format_version(), self.rotate,
+                                   self.block, self.seed, check_contents)
 
     @property
     def nbytes(self) -> int:

@@ -10,7 +10,7 @@ import operator
 import numpy as np
 
 from ..rotation import MAX_BLOCK, MAX_SEED, MIN_BLOCK, check_rotation
-from .panels import ENCODINGS, pack_int8_rows
+from .panels import ENCODINGS
 
 # 1, or 2 for a rotation whose last block is zero-padded (which format 1 readers cannot
 # use). Weights are written with the lowest format that holds them, so files of unpadded
@@ -119,15 +119,5 @@ def read_dict(cls, d):
         raise ValueError(f"not a packed weight: {exc!r}") from None
     weight = checked(cls, version, (n, k), ENCODINGS[index], rotate, block, seed, panels,
                      psum, scales)
-    if not np.all(np.isfinite(scales)) or np.any(scales < 0):
-        raise ValueError("packed weight array 'scales' holds negative or non-finite values")
-    # Contents: every ISA must read the same weights, so the bytes must be what
-    # pack_weight makes of them (values in [-127, 127], zero padding, matching sums).
-    q = weight.int8()
-    if q.size and q.min() == -128:
-        raise ValueError("packed weight array 'panels' holds -128")
-    repacked_panels, repacked_psum = pack_int8_rows(q, weight.encoding)
-    if not (np.array_equal(repacked_panels, panels) and np.array_equal(repacked_psum, psum)):
-        raise ValueError("packed weight arrays 'panels'/'psum' are inconsistent "
-                         "(non-zero padding or wrong compensation sums)")
+    weight.check_contents()
     return weight

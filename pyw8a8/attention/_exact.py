@@ -15,7 +15,6 @@ import numpy as np
 
 from .. import _cpu, _kernels, _rows, _threads
 from .._validation import check_finite_row
-from ..matmul import thread_scratch
 
 #: The most tokens whose int8 x int8 sums stay in int32: 127 * 127 * 131072 < 2**31.
 EXACT_INT32_TOKENS = 131072
@@ -58,7 +57,7 @@ def key_sums(rows, span, last, head):
     out = np.empty((rows.shape[0], span.count + count), np.int32)
     if span.count:
         _kernels.page_column_sums(_cpu.active_ops(rows.shape[0]), rows,
-                                  span.key_plans[head], out[:, :span.count], thread_scratch(),
+                                  span.key_plans[head], out[:, :span.count],
                                   _page_threads(rows.shape[0], out.size * rows.shape[1]))
     if count:
         _rows.int8_dots(rows, last.keys[head, :count], out[:, span.count:])
@@ -74,7 +73,7 @@ def value_sums(rows, span, last, head, head_dim):
     out = np.zeros((m, head_dim), np.int32 if rows.shape[1] <= EXACT_INT32_TOKENS else np.int64)
     if span.count:
         _kernels.page_row_sums(_cpu.active_ops(m), rows[:, :span.count],
-                               span.value_plans[head], out, thread_scratch(),
+                               span.value_plans[head], out,
                                _page_threads(m, m * span.count * head_dim),
                                _workspace(_kernels.page_row_sums_work(
                                    m, head_dim, span.value_plans[head][0].K)))

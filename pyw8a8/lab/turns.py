@@ -65,7 +65,7 @@ def _tuner_settling():
     """Whether pyw8a8's blocking tuner, where this process uses it, is still trying
     candidates: calls timed then would time them, not the blocking it settles on."""
     tuning = sys.modules.get("pyw8a8.tuning")
-    return tuning is not None and tuning.TUNER.unsettled() > 0
+    return tuning is not None and tuning.unsettled() > 0
 
 
 def warm_up(fn, min_time):

@@ -15,7 +15,6 @@
 (:func:`contender_names`, :func:`ffn_names`, :func:`torch_layer_names`, MODEL_CONTENDERS).
 """
 import math
-import os
 
 import numpy as np
 
@@ -34,7 +33,6 @@ XNNPACK = "xnnpack int8"
 MATMUL = "pyw8a8.matmul"
 EAGER = "pyw8a8.torch"
 COMPILED = "pyw8a8.torch compiled"
-PYTHON_OPERATOR = "pyw8a8.torch python op"
 GRAPH_CALLS = 9
 COMPILED_GRAPH = f"{COMPILED} x{GRAPH_CALLS}"
 TORCHAO_GRAPH = f"{TORCHAO} x{GRAPH_CALLS}"
@@ -115,7 +113,7 @@ def ffn_names(with_peers=True):
 
 def torch_layer_names():
     """The ``torch layer`` table's contenders, torchao's where it is installed."""
-    names = [MATMUL, EAGER, COMPILED, COMPILED_GRAPH, PYTHON_OPERATOR]
+    names = [MATMUL, EAGER, COMPILED, COMPILED_GRAPH]
     return names + [TORCHAO, TORCHAO_GRAPH] * peers.torchao_available()
 
 
@@ -172,16 +170,10 @@ def _ffn_block(name, m, k, n):
     return lambda: gelu_tanh_times(x @ wgt, x @ wut)
 
 
-def _torch_linear(w, python_operator):
-    if python_operator:
-        # Read when pyw8a8.torch is first imported: this process is the contender's own.
-        os.environ["PYW8A8_TORCH_NATIVE"] = "0"
+def _torch_linear(w):
     import torch
 
     import pyw8a8.torch as pt
-    if python_operator and pt._native.NATIVE is not None:
-        raise RuntimeError("the Python operator needs a process that imported pyw8a8.torch "
-                           "after PYW8A8_TORCH_NATIVE=0 was set")
     # A user's inference: no gradient recorded, set once.
     torch.set_grad_enabled(False)
     return pt.Linear.from_packed(pack_weight(w, rotate=False))
@@ -197,14 +189,14 @@ def _torch_layer(name, m, k, n):
         run = lambda: matmul(x, packed)  # noqa: E731
     else:
         import torch
-        layer = _torch_linear(w, python_operator=name == PYTHON_OPERATOR)
+        layer = _torch_linear(w)
         if name in (COMPILED, COMPILED_GRAPH):
             peers.forget_compiled_code()
             layer = torch.compile(layer if calls == 1 else peers.repeated_calls(layer, calls),
                                   dynamic=False)
         tx = peers.repeated_inputs(x, calls)
         run = lambda: layer(tx)  # noqa: E731
-    run.kernel = _cpu.isa() if name != PYTHON_OPERATOR else f"{_cpu.isa()}, via Python"
+    run.kernel = _cpu.isa()
     return run
 
 

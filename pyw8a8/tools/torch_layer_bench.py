@@ -1,11 +1,9 @@
 """``bench --torch-layer``: one ``nn.Linear`` as a PyTorch user runs it, at the bench's
-shapes.  pyw8a8's layer eagerly (its native operator), under ``torch.compile`` and on the
-Python operator (``PYW8A8_TORCH_NATIVE=0``, the operator before the native one), against
-``pyw8a8.matmul`` itself and torchao's int8 Linear compiled by Inductor
+shapes.  pyw8a8's layer eagerly and under ``torch.compile``, against ``pyw8a8.matmul``
+itself and torchao's int8 Linear compiled by Inductor
 (:func:`~pyw8a8.tools.peers.torchao_matmul`).  The layers are unrotated, as the table's
-pyw8a8 columns; each contender runs in a process of its own, which the Python operator
-needs (the operator's kernel is chosen once per process): :mod:`~pyw8a8.tools.contenders`'
-``torch layer`` table.
+pyw8a8 columns; each contender runs in a process of its own:
+:mod:`~pyw8a8.tools.contenders`' ``torch layer`` table.
 
 The layer's cost per call is its time beyond ``pyw8a8.matmul``'s at the same shape.  A
 compiled layer called alone also pays Dynamo's entry into the compiled code (its guards,
@@ -22,7 +20,6 @@ from .contenders import (
     EAGER,
     GRAPH_CALLS,
     MATMUL,
-    PYTHON_OPERATOR,
     TORCHAO,
     TORCHAO_GRAPH,
     torch_layer_names,
@@ -46,8 +43,7 @@ def format_table(rows, names, kernels) -> list[str]:
     layer against torchao's inside a compiled graph."""
     torchao = TORCHAO in names
     cols = ["M", "K", "N"] + [f"{name} (us)" for name in names]
-    cols += [f"{EAGER} - matmul (us)", f"{PYTHON_OPERATOR} - matmul (us)",
-             f"{COMPILED}, in a graph (us)"]
+    cols += [f"{EAGER} - matmul (us)", f"{COMPILED}, in a graph (us)"]
     cols += [f"{TORCHAO}, in a graph (us)"] if torchao else []
     cols += [f"target: {PER_CALL_FACTOR:g} x matmul + {PER_CALL_US:g} us"]
     cols += ["in a graph, pyw8a8.torch vs torchao"] if torchao else []
@@ -56,8 +52,7 @@ def format_table(rows, names, kernels) -> list[str]:
         us = {name: seconds[name] * 1e6 for name in names}
         ours = in_graph(us, COMPILED, COMPILED_GRAPH)
         cells = [str(m), str(k), str(n)] + [f"{us[name]:.1f}" for name in names]
-        cells += [f"{us[EAGER] - us[MATMUL]:+.1f}", f"{us[PYTHON_OPERATOR] - us[MATMUL]:+.1f}",
-                  f"{ours:.1f}"]
+        cells += [f"{us[EAGER] - us[MATMUL]:+.1f}", f"{ours:.1f}"]
         if torchao:
             theirs = in_graph(us, TORCHAO, TORCHAO_GRAPH)
             cells.append(f"{theirs:.1f}")

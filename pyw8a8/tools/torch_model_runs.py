@@ -226,9 +226,6 @@ class ModelContender:
         t0 = time.perf_counter()
         model = build_contender("torch model", key, model)
         self.out = {"load_s": load_s, "prepare_s": time.perf_counter() - t0}
-        if key.startswith("pyw8a8"):
-            from ..torch import _native
-            self.out["operator"] = "native" if _native.NATIVE is not None else "Python"
         self.run = (_EncoderRun(spec, key, model) if model_name == "encoder" else
                     _LMRun(spec, key, model, tokenizer))
         self.out.update(self.run.prepare())

@@ -50,9 +50,9 @@ def settle_tuning(encode) -> int:
     a timing would include candidates that were being tried (up to 1.13x the fastest's
     time, measured at 672 x 384 x 1536 on a Zen 3), which is the tuning, not the speed a
     model runs at afterwards."""
-    from ..tuning import TUNER
+    from .. import tuning
     calls = 0
-    while calls < SETTLE_ENCODES and (calls == 0 or TUNER.unsettled()):
+    while calls < SETTLE_ENCODES and (calls == 0 or tuning.unsettled()):
         encode()
         calls += 1
     return calls

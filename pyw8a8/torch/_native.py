@@ -1,18 +1,14 @@
 """The native operator: the C++ CPU kernels of ``torch.ops.pyw8a8.linear`` and
-``gated_linear`` (``csrc/pyw8a8_ops.cpp``), built for the installed torch on first use.
+``gated_linear`` (``csrc/pyw8a8_ops.cpp``), built for the installed torch, and bound to
+the core's call object (``pyw8a8._kernels.CALL_API``, ``_simd/call.h``).
 
-**Why on first use.** The core wheel must not depend on a torch version, and torch's C++
+**Why built here.** The core wheel must not depend on a torch version, and torch's C++
 ABI changes between releases, so the operator is compiled against the torch that is
 installed, by ``torch.utils.cpp_extension`` (a C++ compiler, which ``torch.compile`` on a
-CPU needs anyway), once per source and torch version, into
-``$PYW8A8_CACHE_DIR`` (default ``~/.cache/pyw8a8``), about 40 s on 2 cores.  Later
-imports load the built library.  ``PYW8A8_TORCH_NATIVE=0`` keeps the Python operator;
-where the build fails, the layers keep it too and a warning says why, once.
-
-The operator reaches the product through the core's native interface
-(``pyw8a8._kernels.NATIVE_API``, ``_simd/native_api.h``).  A call it cannot take from C
-(a weight not seen yet, a shape not settled, an input to check or refuse) comes back to
-:func:`python_call`, the Python operator's route.
+CPU needs anyway), once per source and torch version, into ``$PYW8A8_CACHE_DIR``
+(default ``~/.cache/pyw8a8``): about 40 s on 2 cores, said on stderr while it runs.
+``python -m pyw8a8.torch.build`` builds it ahead of time.  Later imports load the built
+library.  Where it cannot be built, ``import pyw8a8.torch`` raises ImportError saying why.
 """
 from __future__ import annotations
 
@@ -21,17 +17,16 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
-import warnings
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Optional
 
 import torch
 
-from .. import _dispatch, _kernels
-from . import _ops
+from .. import _kernels
+from . import _ops  # noqa: F401  (the operators' schemas, before their kernels)
 
-ENV_SWITCH = "PYW8A8_TORCH_NATIVE"
 ENV_CACHE = "PYW8A8_CACHE_DIR"
 _SOURCE = Path(__file__).parent / "csrc" / "pyw8a8_ops.cpp"
 _INCLUDE = Path(__file__).parent.parent / "_simd"
@@ -41,14 +36,15 @@ def _build_name() -> str:
     """The library's name: its sources' and torch's version digest, so a build serves
     only the torch it was built for."""
     digest = hashlib.sha256()
-    for path in (_SOURCE, _INCLUDE / "native_api.h"):
+    for path in (_SOURCE, _INCLUDE / "call.h"):
         digest.update(path.read_bytes())
     digest.update(torch.__version__.encode())
     digest.update(sys.version.encode())
     return f"pyw8a8_torch_ops_{digest.hexdigest()[:16]}"
 
 
-def _cache_dir() -> Path:
+def cache_dir() -> Path:
+    """Where the built operators are kept, one folder per source and torch version."""
     root = os.environ.get(ENV_CACHE) or os.path.join(os.path.expanduser("~"), ".cache",
                                                      "pyw8a8")
     return Path(root) / "torch_ops"
@@ -70,75 +66,63 @@ def _build(name: str, directory: Path) -> ModuleType:
     from torch.utils import cpp_extension
 
     directory.mkdir(parents=True, exist_ok=True)
-    return cpp_extension.load(name, sources=[str(_SOURCE)],
-                              extra_include_paths=[str(_INCLUDE)],
-                              extra_cflags=["-O2"], build_directory=str(directory),
-                              verbose=False)
+    print(f"pyw8a8.torch: building its C++ operator for torch {torch.__version__} into "
+          f"{directory} (once; about 40 s on 2 cores)...", file=sys.stderr, flush=True)
+    start = time.monotonic()
+    module = cpp_extension.load(name, sources=[str(_SOURCE)],
+                                extra_include_paths=[str(_INCLUDE)],
+                                extra_cflags=["-O2"], build_directory=str(directory),
+                                verbose=False)
+    print(f"pyw8a8.torch: built in {time.monotonic() - start:.0f} s", file=sys.stderr,
+          flush=True)
+    return module
 
 
-def load() -> tuple[Optional[ModuleType], str]:
-    """The native operator's module, its CPU kernels registered, and "" ; or None and why
-    not (the caller keeps the Python operator)."""
-    if os.environ.get(ENV_SWITCH, "1").strip() == "0":
-        return None, f"{ENV_SWITCH}=0"
+def load() -> ModuleType:
+    """The native operator's module, built if need be, its CPU kernels registered and bound
+    to the core.
+
+    Raises
+    ------
+    ImportError
+        If it cannot be built (no C++ compiler, no torch headers) or bound.
+    """
     name = _build_name()
-    directory = _cache_dir() / name
+    directory = cache_dir() / name
     try:
         module = _import_built(name, directory) or _build(name, directory)
     except Exception as exc:  # a missing compiler, headers, ninja: any build failure
-        return None, f"it could not be built ({type(exc).__name__}: {exc})"
-    problem = module.bind(_kernels.NATIVE_API, dict(_kernels.ACTIVATIONS))
-    return (None, problem) if problem else (module, "")
+        raise ImportError(f"pyw8a8.torch: its C++ operator could not be built for torch "
+                          f"{torch.__version__} ({type(exc).__name__}: {exc}); it needs a "
+                          f"C++ compiler, as torch.compile does") from exc
+    problem = module.bind(_kernels.CALL_API)
+    if problem:
+        raise ImportError(f"pyw8a8.torch: its C++ operator does not fit this pyw8a8: "
+                          f"{problem}; delete {cache_dir()} to rebuild it")
+    return module
 
 
-def warn_python_operator(reason: str) -> None:
-    warnings.warn(f"pyw8a8.torch: the native operator is off: {reason}; the layers run on "
-                  f"the Python operator (a Python call per layer)", RuntimeWarning,
-                  stacklevel=2)
-
-
-def python_call(kind: int, x: Any, tensors: list, biases: list, activation: str,
-                generation: Optional[int], nthreads: Optional[int]) -> tuple:
-    """A native call's Python route: the Python operator's product (which checks `x` and
-    the weights, raises their errors, and tunes the shape), then, where the native side
-    placed the call (`generation`, `nthreads`: the settings it saw), what it may run from
-    C next time: ((each weight's plan address), blocking) once the shape is settled."""
-    weights = [_ops.packed_from(*parts) for parts in tensors]
-    if kind == _kernels.CALL_GLU:
-        y = _ops.gated_product(x, weights[0], weights[1], biases[0], biases[1], activation)
-    else:
-        y = _ops.product(x, weights[0], biases[0], activation or None)
-    if generation is None or _dispatch.generation() != generation:
-        return y, None
-    plans = [w._plan for w in weights]
-    for plan, parts in zip(plans, tensors):
-        # A plan is handed over on the tensors' own sums and scales; its panels may be an
-        # aligned copy (PackedWeight.plan), which the native side makes its own.
-        if plan is None or _kernels.data_address(plan.scales) != parts[2].data_ptr() or (
-                plan.psum.size and _kernels.data_address(plan.psum) != parts[1].data_ptr()):
-            return y, None
-    m = x.numel() // x.shape[-1]
-    blocking = plans[0].settled_blocking(kind, _dispatch.call_ops(m), m, nthreads)
-    if blocking is None:
-        return y, None
-    return y, (tuple(plan.descriptor_address() for plan in plans), blocking)
-
-
-#: The native operator's module where it loaded (its CPU kernels registered), else None
-#: (the Python operator's kernels are registered instead).
-NATIVE, _off = load()
-if NATIVE is None:
-    _ops._LIBRARY.impl("linear", _ops.python_linear, "CPU")
-    _ops._LIBRARY.impl("gated_linear", _ops.python_gated_linear, "CPU")
-    if not _off.startswith(ENV_SWITCH):
-        warn_python_operator(_off)
-
+#: The native operator's module, its CPU kernels registered.
+NATIVE = load()
 #: What the eager layers call (a dense CPU tensor, nothing recording a graph, no
-#: __torch_function__ mode): the operators, entered from the native module's C++ where it
-#: loaded (a leaner crossing from Python than torch.ops', the same dispatch), else their
-#: overloads.
-if NATIVE is not None:
-    eager_linear, eager_gated_linear = NATIVE.linear, NATIVE.gated_linear
-else:
-    eager_linear = torch.ops.pyw8a8.linear.default
-    eager_gated_linear = torch.ops.pyw8a8.gated_linear.default
+#: __torch_function__ mode): the operators, entered from C++ (a leaner crossing from
+#: Python than torch.ops', the same dispatch).
+eager_linear, eager_gated_linear = NATIVE.linear, NATIVE.gated_linear
+
+
+def check_input(x: Any, in_features: int) -> None:
+    """The operators' check of an input (``csrc``), for a forward whose graph is being
+    recorded, where the kernel sees only a fake tensor.
+
+    Raises
+    ------
+    TypeError
+        `x` is not a tensor, is sparse or nested, or is not float32 / bfloat16.
+    ValueError
+        `x` is not on the CPU, or its last dimension is not `in_features`.
+    RuntimeError
+        A gradient would be recorded (autograd is on and `x` requires one).
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    NATIVE.check_input(x, in_features)

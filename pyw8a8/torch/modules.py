@@ -214,8 +214,13 @@ class _PackedModule(nn.Module):
         # Here: a graph being recorded, or x not a plain dense CPU tensor (a FakeTensor
         # under torch.compile, a subclass, a sparse or meta tensor, which the dispatcher
         # would send elsewhere, or no tensor at all, which check_input refuses before
-        # under_functorch could fail on it).
-        _ops.check_input(x, self.in_features)
+        # under_functorch could fail on it).  Under torch.compile the operator's kernel
+        # checks x when the graph runs (Dynamo cannot trace the C++ check), but for the
+        # gradient, which a call below autograd does not see.
+        if not torch.compiler.is_compiling():
+            _native.check_input(x, self.in_features)
+        elif x.requires_grad and torch.is_grad_enabled():
+            raise RuntimeError("x " + _ops.INFERENCE_ONLY)
         return self._operator(x) if shared is None else shared.lead(self, x, graph=True)
 
     def __getstate__(self):

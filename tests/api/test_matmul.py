@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import pyw8a8
-from pyw8a8 import _cpu, _dispatch, _kernels, _threads
+from pyw8a8 import _kernels
 
 ENCODINGS = ["biased", "signed"]
 
@@ -241,19 +241,21 @@ def test_compiled_call_keeps_the_errors():
         pyw8a8.matmul(np.ones((2, 64), np.float32), packed)
 
 
-def _settled(x, plan, scratch):
-    """The compiled call of matmul(x, ...) with the weight of `plan`, or None."""
-    return _kernels.settled_product(x, plan, None, None, None, None, False, False, scratch)
+def _settled(x, packed, kind=_kernels.CALL_ONE):
+    """The blocking the weight settled for calls of kind `kind` of x's rows, or None."""
+    m = int(np.prod(x.shape[:-1]))
+    nthreads = pyw8a8._threads.threads_for(m * x.shape[-1] * packed.shape[0])
+    return packed.plan().settled_blocking(kind, pyw8a8._cpu.active_ops(m), m, nthreads)
 
 
 def _settle(x, packed, calls=400):
     """Call matmul on x until the weight has settled a blocking for its rows (the tuner
-    tries candidates first), then return (the compiled call's output, matmul's)."""
+    tries candidates first), every call giving the first one's bits; returns them."""
+    first = pyw8a8.matmul(x, packed)
     for _ in range(calls):
-        y = pyw8a8.matmul(x, packed)
-        fast = _settled(x, packed._plan, _kernels.Scratch())
-        if fast is not None:
-            return fast, y
+        np.testing.assert_array_equal(pyw8a8.matmul(x, packed), first)
+        if _settled(x, packed) is not None:
+            return first
     pytest.fail(f"no blocking settled for {x.shape} in {calls} calls")
 
 
@@ -266,42 +268,44 @@ def test_a_weight_keeps_the_settled_calls_of_its_last_row_counts():
     xs = [rng.standard_normal((m, 96)).astype(np.float32)
           for m in range(1, _kernels.SETTLED_ROWS + 2)]
     for x in xs:
-        fast, y = _settle(x, packed)
-        np.testing.assert_array_equal(fast, y)
-    plan, scratch = packed._plan, _kernels.Scratch()
-    assert _settled(xs[0], plan, scratch) is None  # the oldest, gone
-    for x in xs[1:]:
-        np.testing.assert_array_equal(_settled(x, plan, scratch), pyw8a8.matmul(x, packed))
+        _settle(x, packed)
+    assert _settled(xs[0], packed) is None  # the oldest, gone
+    assert all(_settled(x, packed) is not None for x in xs[1:])
     pyw8a8.matmul(xs[0], packed)  # settled with the tuner: remembered again, for xs[1]'s
-    assert _settled(xs[0], plan, scratch) is not None
-    assert _settled(xs[1], plan, scratch) is None
-    assert all(_settled(x, plan, scratch) is not None for x in xs[2:])
+    assert _settled(xs[0], packed) is not None
+    assert _settled(xs[1], packed) is None
+    assert all(_settled(x, packed) is not None for x in xs[2:])
 
 
 @pytest.mark.parametrize("rotate", [False, True])
 @pytest.mark.parametrize("lead", [(1,), (3,), (2, 20), ()], ids=str)
 def test_settled_compiled_call_equals_the_general_route(any_isa, rotate, lead):
-    """Once a weight settled a blocking for a row count, matmul runs from C
-    (_kernels.settled_product): same bits as the general route, any leading dimensions."""
+    """Every call runs the compiled call, tuning or settled: the same bits as the
+    normalizing route (an F-ordered x takes it) and into out=, any leading dimensions."""
     x, w = realistic(np.random.default_rng(len(lead)), max(1, int(np.prod(lead))), 200, 70)
     x = x.reshape(lead + (200,))
     packed = pyw8a8.pack_weight(w, rotate=rotate)
-    fast, y = _settle(x, packed)
+    fast = _settle(x, packed)
     assert fast.shape == lead + (70,) and fast.dtype == np.float32
-    np.testing.assert_array_equal(fast, y)
+    np.testing.assert_array_equal(fast, pyw8a8.matmul(x, packed))
     np.testing.assert_array_equal(fast, pyw8a8.matmul(np.asfortranarray(x), packed))
     np.testing.assert_array_equal(fast, pyw8a8.matmul(x, packed, out=np.empty_like(fast)))
 
 
-def test_settled_compiled_call_declines_every_other_call():
-    """settled_product answers None (the general route then runs) for every call that is
-    not a settled float32 one of this weight, ISA, row count and thread count."""
+def _call(x, packed, **kw):
+    """The compiled call of matmul(x, packed, ...), or None where it declines."""
+    return _kernels.call(x, packed._plan, None, kw.get("bias"), None, kw.get("activation"),
+                         _kernels.CALL_ONE)
+
+
+def test_the_compiled_call_declines_what_it_would_convert():
+    """_kernels.call answers None (matmul then normalizes the argument and calls it again)
+    for an x not in the form it reads as it is; it rejects a K of another weight."""
     rng = np.random.default_rng(3)
     x = rng.standard_normal((6, 96)).astype(np.float32)
     packed = pyw8a8.pack_weight(rng.standard_normal((40, 96)).astype(np.float32))
-    _settle(x, packed)
-    plan, scratch = packed._plan, _kernels.Scratch()
-    assert _settled(x, plan, scratch) is not None
+    packed.plan()
+    np.testing.assert_array_equal(_call(x, packed), pyw8a8.matmul(x, packed))
     buf = np.zeros(x.nbytes + 4, np.uint8)[1:1 + x.nbytes]
     unaligned = buf.view(np.float32).reshape(x.shape)
     unaligned[...] = x
@@ -310,32 +314,16 @@ def test_settled_compiled_call_declines_every_other_call():
         pass
 
     for other in (x.astype(np.float64), np.asfortranarray(x), unaligned,
-                  x.astype(x.dtype.newbyteorder()), x.view(Sub), x[:, :48].copy(),
-                  x[:5].copy(), x[:0], x.tolist(), np.float32(1)):
-        assert _settled(other, plan, scratch) is None
-        if not isinstance(other, list) and getattr(other, "size", 0) and other.ndim == 2 \
-                and other.shape[1] == 96:
+                  x.astype(x.dtype.newbyteorder()), x.view(Sub), x.tolist(), np.float32(1)):
+        assert _call(other, packed) is None
+        if not isinstance(other, list) and getattr(other, "size", 0) and other.ndim == 2:
             np.testing.assert_array_equal(pyw8a8.matmul(other, packed),
                                           pyw8a8.matmul(np.array(other, np.float32), packed))
-    assert _settled(x, None, scratch) is None
-    assert _settled(x, plan, None) is None
-    # The general calls above, of other rows, did not take the 6-row call's place.
-    assert _settled(x, plan, scratch) is not None
-    # Another thread count, or another ISA: not the settled call.
-    if pyw8a8.get_num_threads() > 1 and 6 * 96 * 40 >= _threads.SERIAL_WORK:
-        pyw8a8.set_num_threads(1)
-        try:
-            assert _settled(x, plan, scratch) is None
-        finally:
-            pyw8a8.set_num_threads(None)
-    # The ISA is matched by name: use_isa's fresh IsaOps of the same ISA is the same call.
-    with pyw8a8.use_isa(pyw8a8.isa()):
-        assert _settled(x, plan, scratch) is not None
-    noop = _dispatch.IsaOps(pyw8a8.isa(), noop_kernel=True)
-    with _cpu.use_ops(noop):
-        assert _settled(x, plan, scratch) is None
-        y_noop = pyw8a8.matmul(x, packed)
-    assert not np.array_equal(y_noop, pyw8a8.matmul(x, packed))
+    for rows in (x[:5].copy(), x[:0]):
+        np.testing.assert_array_equal(_call(rows, packed), pyw8a8.matmul(rows, packed))
+    with pytest.raises(ValueError, match="x has 48 features .* expects K=96"):
+        _call(x[:, :48].copy(), packed)
+    assert _kernels.call(x, None, None, None, None, None, _kernels.CALL_ONE) is None
 
 
 def test_settled_compiled_call_keeps_the_errors_and_the_checks():
@@ -344,7 +332,7 @@ def test_settled_compiled_call_keeps_the_errors_and_the_checks():
     rng = np.random.default_rng(4)
     x = rng.standard_normal((5, 64)).astype(np.float32)
     packed = pyw8a8.pack_weight(rng.standard_normal((16, 64)).astype(np.float32))
-    fast, _ = _settle(x, packed)
+    fast = _settle(x, packed)
     bad = x.copy()
     bad[3, 7] = np.inf
     with pytest.raises(ValueError, match="row 3"):
@@ -414,87 +402,66 @@ def test_out_takes_the_compiled_call(isa, monkeypatch):
         pyw8a8.matmul(x, packed, out=np.zeros((16, 32), np.float32))
 
 
-def _settle_call(call, fast, calls=400):
-    """Run `call` until `fast` (its settled_product form) answers, then return both."""
-    for _ in range(calls):
-        y = call()
-        y_fast = fast()
-        if y_fast is not None:
-            return y_fast, y
-    pytest.fail(f"no blocking settled in {calls} calls")
-
-
 @pytest.mark.parametrize("rotate", [False, True])
 @pytest.mark.parametrize("m", [1, 24])
-def test_settled_layer_and_pair_calls_equal_the_general_route(any_isa, rotate, m):
-    """matmul with bias and activation, matmul_pair, and its gated form also run from C
-    once settled: the same bits as the general route (an F-ordered x takes it)."""
+def test_layer_and_pair_calls_equal_the_general_route(any_isa, rotate, m):
+    """matmul with bias and activation, matmul_pair, and its gated form: the compiled call
+    gives the normalizing route's bits (an F-ordered x takes it), on every blocking the
+    tuner tries and the one it settles."""
     rng = np.random.default_rng(m)
     x, w = realistic(rng, m, 160, 48)
     gate = pyw8a8.pack_weight(w, rotate=rotate)
     up = pyw8a8.pack_weight(realistic(rng, 1, 160, 48)[1], rotate=rotate)
     b1, b2 = rng.standard_normal((2, 48)).astype(np.float32)
-    xf, scratch = np.asfortranarray(x), _kernels.Scratch()
+    xf = np.asfortranarray(x)
+    gate.plan(), up.plan()
     cases = [
         (lambda v: pyw8a8.matmul(v, gate, bias=b1, activation="gelu_tanh"),
-         lambda: _kernels.settled_product(x, gate._plan, None, b1, None, "gelu_tanh", False,
-                                          False, scratch)),
+         lambda: _kernels.call(x, gate._plan, None, b1, None, "gelu_tanh", _kernels.CALL_ONE)),
         (lambda v: pyw8a8.matmul_pair(v, gate, up, bias1=b1),
-         lambda: _kernels.settled_product(x, gate._plan, up._plan, b1, None, None, True,
-                                          False, scratch)),
+         lambda: _kernels.call(x, gate._plan, up._plan, b1, None, None, _kernels.CALL_PAIR)),
         (lambda v: pyw8a8.matmul_pair(v, gate, up, glu="silu", bias2=b2),
-         lambda: _kernels.settled_product(x, gate._plan, up._plan, None, b2, "silu", True,
-                                          True, scratch)),
+         lambda: _kernels.call(x, gate._plan, up._plan, None, b2, "silu", _kernels.CALL_GLU)),
     ]
     for call, fast in cases:
-        y_fast, y = _settle_call(lambda: call(x), fast)
         general = call(xf)
-        for a, b, c in zip(*(v if isinstance(v, tuple) else (v,) for v in (y_fast, y,
-                                                                          general))):
-            np.testing.assert_array_equal(a, b)
-            np.testing.assert_array_equal(a, c)
+        for _ in range(3 * _kernels.TUNE_ROUNDS * 8):
+            for a, b in zip(*(v if isinstance(v, tuple) else (v,) for v in (fast(), general))):
+                np.testing.assert_array_equal(a, b)
 
 
-def test_settled_layer_call_declines_what_it_does_not_check():
-    """Biases not already finite float32 vectors of N, unknown activations, weights that do
-    not pair up: None from the compiled call, and the general route's errors from matmul."""
+def test_the_compiled_call_rejects_what_c_checks():
+    """Biases holding NaN, unknown activations, weights that do not pair up: the compiled
+    call raises matmul's errors (C's faults); biases it would convert it declines."""
     rng = np.random.default_rng(5)
     x = rng.standard_normal((4, 64)).astype(np.float32)
     gate, up = (pyw8a8.pack_weight(rng.standard_normal((32, 64)).astype(np.float32))
                 for _ in range(2))
+    gate.plan()
     bias = np.ones(32, np.float32)
-    _settle_call(lambda: pyw8a8.matmul(x, gate, bias=bias),
-                 lambda: _kernels.settled_product(x, gate._plan, None, bias, None, None,
-                                                  False, False, _kernels.Scratch()))
-    scratch = _kernels.Scratch()
     nan_bias = bias.copy()
     nan_bias[5] = np.nan
-    for bad in (nan_bias, bias.astype(np.float64), bias[:31], np.ones((1, 32), np.float32),
+    for f in (lambda: _call(x, gate, bias=nan_bias),
+              lambda: pyw8a8.matmul(x, gate, bias=nan_bias)):
+        with pytest.raises(ValueError, match="bias holds NaN"):
+            f()
+    for bad in (bias.astype(np.float64), bias[:31], np.ones((1, 32), np.float32),
                 bias.tolist(), np.ones(64, np.float32)[::2]):
-        assert _kernels.settled_product(x, gate._plan, None, bad, None, None, False,
-                                        False, scratch) is None
-    with pytest.raises(ValueError, match="bias holds NaN"):
-        pyw8a8.matmul(x, gate, bias=nan_bias)
+        assert _call(x, gate, bias=bad) is None
     for act in ("tanh", 3, ["relu"]):
-        assert _kernels.settled_product(x, gate._plan, None, None, None, act, False,
-                                        False, scratch) is None
-        with pytest.raises(ValueError, match="activation must be"):
-            pyw8a8.matmul(x, gate, activation=act)
+        for f in (lambda: _call(x, gate, activation=act),
+                  lambda: pyw8a8.matmul(x, gate, activation=act)):
+            with pytest.raises(ValueError, match="activation must be"):
+                f()
     other = pyw8a8.pack_weight(rng.standard_normal((16, 64)).astype(np.float32))
-    other.plan()
-    assert _kernels.settled_product(x, gate._plan, other._plan, None, None, "relu", True,
-                                    True, scratch) is None
-    with pytest.raises(ValueError, match="one N"):
-        pyw8a8.matmul_pair(x, gate, other, glu="relu")
     unrotated = pyw8a8.pack_weight(rng.standard_normal((32, 64)).astype(np.float32),
                                    rotate=False)
-    unrotated.plan()
-    assert _kernels.settled_product(x, gate._plan, unrotated._plan, None, None, None, True,
-                                    False, scratch) is None
+    with pytest.raises(ValueError, match="one N"):
+        pyw8a8.matmul_pair(x, gate, other, glu="relu")
     with pytest.raises(ValueError, match="different rotations"):
         pyw8a8.matmul_pair(x, gate, unrotated)
-    assert _kernels.settled_product(x, gate._plan, None, None, None, "relu", True, True,
-                                    scratch) is None  # a pair needs two weights
+    # a pair needs two weights
+    assert _kernels.call(x, gate._plan, None, None, None, "relu", _kernels.CALL_GLU) is None
 
 
 def test_bfloat16_output_by_name():

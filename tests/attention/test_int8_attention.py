@@ -271,7 +271,6 @@ def test_value_products_stay_exact_beyond_int32():
     """127 * 127 over 140,800 tokens (1,100 pages of 128) is above 2**31: the sums are int64
     and exact, flushed from int32 before they could overflow."""
     from pyw8a8 import _cpu, _kernels
-    from pyw8a8.matmul import thread_scratch
     from pyw8a8.packing import pack_int8
     pages, n, k = 1100, 16, 128
     page = pack_int8(np.full((n, k), 127, np.int8), np.ones(n, np.float32))
@@ -280,10 +279,10 @@ def test_value_products_stay_exact_beyond_int32():
     out = np.empty((2, n), np.int64)
     work = np.empty(_kernels.page_row_sums_work(2, n, k), np.uint8)
     _kernels.page_row_sums(_cpu.active_ops(2), rows, [page.plan()] * pages, out,
-                           thread_scratch(), 1, work)
+                           1, work)
     np.testing.assert_array_equal(out[0], 127 * 127 * pages * k)
     assert 127 * 127 * pages * k > 2**31
     np.testing.assert_array_equal(out[1], 0)
     with pytest.raises(ValueError, match="int32 for at most 131072"):
         _kernels.page_row_sums(_cpu.active_ops(2), rows, [page.plan()] * pages,
-                               np.empty((2, n), np.int32), thread_scratch(), 1, work)
+                               np.empty((2, n), np.int32), 1, work)

@@ -17,7 +17,7 @@ import pytest
 
 import pyw8a8
 from pyw8a8 import _dispatch
-from pyw8a8.tuning import TUNER
+from pyw8a8._kernels import CALL_ONE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FEATURES = pyw8a8.cpu_features()
@@ -126,12 +126,22 @@ def test_isa_of_a_call_size_names_the_isa_that_runs_it(wide, narrow):
     if wide not in pyw8a8.available_isas():
         pytest.skip(f"needs a CPU that runs {wide}")
     rng = np.random.default_rng(0)
-    packed = pyw8a8.pack_weight(rng.standard_normal((32, 128), dtype=np.float32))
 
     def isa_that_ran(rows):
-        TUNER.clear()
-        pyw8a8.matmul(rng.standard_normal((rows, 128), dtype=np.float32), packed)
-        return {key[0] for key in TUNER._entries}
+        """The ISAs a fresh weight settled a blocking on, called until it settles."""
+        fresh = pyw8a8.pack_weight(rng.standard_normal((32, 128), dtype=np.float32))
+        x = rng.standard_normal((rows, 128), dtype=np.float32)
+        nthreads = pyw8a8._threads.threads_for(rows * 128 * 32)
+
+        def settled_on():
+            return {name for name in pyw8a8.available_isas()
+                    if fresh.plan().settled_blocking(CALL_ONE, _dispatch.IsaOps(name),
+                                                     rows, nthreads) is not None}
+        for _ in range(400):
+            pyw8a8.matmul(x, fresh)
+            if settled_on():
+                return settled_on()
+        pytest.fail(f"no blocking settled for {rows} rows")
 
     before = pyw8a8.isa()
     pyw8a8.set_isa(wide)
@@ -150,7 +160,6 @@ def test_isa_of_a_call_size_names_the_isa_that_runs_it(wide, narrow):
         assert isa_that_ran(1) == {"scalar"}
     finally:
         pyw8a8.set_isa(before)
-        TUNER.clear()
     with pytest.raises(ValueError, match="rows must be at least 0"):
         pyw8a8.isa(rows=-1)
     with pytest.raises(TypeError, match="rows must be an int"):

@@ -17,13 +17,16 @@ def _splits(ops, n, kp):
     owning = [c for c in cands if c[4] >= n]
     # Both kinds must be there, or the comparison below would not test the owning split.
     assert owning and len(owning) < len(cands), cands
-    return [tuning._fit(c, M) for c in cands]
+    return [tuning.fit(c, M) for c in cands]
 
 
-def _run(ops, x, plans, outs, blocking, glu=False, act=0):
-    blockings = [blocking] * len(plans)
-    return _kernels.product(ops, x, plans, outs, _kernels.Scratch(), THREADS, blockings,
-                            [None] * len(plans), act, glu)
+def _run(ops, x, plans, blocking, glu=None):
+    """The compiled call of x with `plans` on `ops` and THREADS threads, over `blocking`."""
+    kind = _kernels.CALL_ONE if len(plans) == 1 else _kernels.CALL_GLU
+    pyw8a8.set_num_threads(THREADS)  # the conftest fixture restores the default count
+    with pyw8a8._cpu.use_ops(ops):
+        return _kernels.call(x, *plans, *[None] * (4 - len(plans)), glu, kind,
+                             blocking=blocking)
 
 
 @pytest.mark.parametrize("encoding", ["biased", "signed"])
@@ -36,8 +39,7 @@ def test_every_split_gives_the_same_bits(any_isa, encoding, rotate):
     expected = pyw8a8.matmul(x, packed)  # whatever blocking the tuner starts with
     ops = _dispatch.IsaOps(any_isa)
     for blocking in _splits(ops, N, packed.kp):
-        out = np.full((M, N), np.nan, np.float32)
-        assert _run(ops, x, [packed.plan()], [out], blocking) == -1
+        out = _run(ops, x, [packed.plan()], blocking)
         np.testing.assert_array_equal(out, expected, err_msg=str(blocking))
 
 
@@ -49,9 +51,7 @@ def test_every_split_of_a_gated_pair_gives_the_same_bits(any_isa):
     expected = pyw8a8.matmul_pair(x, gate, up, glu="gelu_tanh")
     ops = _dispatch.IsaOps(any_isa)
     for blocking in _splits(ops, N, gate.kp):
-        out = np.full((M, N), np.nan, np.float32)
-        assert _run(ops, x, [gate.plan(), up.plan()], [out], blocking, glu=True,
-                    act=_kernels.W8_ACT_GELU_TANH) == -1
+        out = _run(ops, x, [gate.plan(), up.plan()], blocking, glu="gelu_tanh")
         np.testing.assert_array_equal(out, expected, err_msg=str(blocking))
 
 
@@ -65,8 +65,8 @@ def test_a_bad_row_is_reported_by_every_split(any_isa, bad_rows):
     plan = pyw8a8.pack_weight(rng.standard_normal((N, K)).astype(np.float32)).plan()
     ops = _dispatch.IsaOps(any_isa)
     for blocking in _splits(ops, N, plan.Kp):
-        out = np.empty((M, N), np.float32)
-        assert _run(ops, x, [plan], [out], blocking) == min(bad_rows), blocking
+        with pytest.raises(ValueError, match=rf"in row {min(bad_rows)};"):
+            _run(ops, x, [plan], blocking)
 
 
 def test_the_owning_split_is_the_default_where_the_weight_fits_in_l2():

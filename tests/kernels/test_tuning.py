@@ -1,6 +1,6 @@
 """The blocking tuner: which candidate it settles on, and what it never judges."""
 from pyw8a8 import _dispatch, _kernels
-from pyw8a8.tuning import ROUNDS, Tuner, _fit, candidates, kc_for, m_bucket
+from pyw8a8.tuning import ROUNDS, Tuner, candidates, fit, kc_for, m_bucket
 
 SHAPE = dict(m=64, n=512, kp=640, nthreads=2)
 
@@ -17,17 +17,17 @@ def test_first_call_is_untimed_and_the_fastest_candidate_settles():
     tuner = Tuner()
     key, index, blocking = _choose(tuner, ops)
     # The shape's first call (its one-time costs) runs the default and is never recorded.
-    assert index == -1 and blocking == _fit(cands[0], SHAPE["m"])
+    assert index == -1 and blocking == fit(cands[0], SHAPE["m"])
     tuner.record(key, index, 1e9)
     fastest = len(cands) - 1
     for _ in range(ROUNDS * len(cands)):
         key, index, blocking = _choose(tuner, ops)
         if index is None:
             break
-        assert blocking == _fit(cands[index], SHAPE["m"])
+        assert blocking == fit(cands[index], SHAPE["m"])
         tuner.record(key, index, 1.0 if index != fastest else 0.5)
     key, index, blocking = _choose(tuner, ops)
-    assert index is None and blocking == _fit(cands[fastest], SHAPE["m"])
+    assert index is None and blocking == fit(cands[fastest], SHAPE["m"])
 
 
 def test_two_weights_of_one_shape_in_one_call_settle():
@@ -85,7 +85,7 @@ def test_the_whole_k_is_a_candidate_where_its_panels_fit_in_half_of_l2():
     from pyw8a8 import tuning
     ops = _dispatch.IsaOps("scalar")
     ncols = _kernels.W8_NR * ops.npanels
-    fitting = tuning._L2_BYTES // 2 // ncols // 64 * 64
+    fitting = tuning.L2_BYTES // 2 // ncols // 64 * 64
     for kp, tried in ((fitting, True), (fitting + 64, False)):
         assert kc_for(ops, kp) < kp
         cands = candidates(ops, 256, 512, kp, 2)
@@ -110,33 +110,33 @@ def test_unsettled_counts_the_shapes_still_tried_and_settling_waits_for_them():
     import numpy as np
 
     import pyw8a8
+    from pyw8a8 import tuning
     from pyw8a8.tools.torch_sharing import SETTLE_ENCODES, settle_tuning
-    from pyw8a8.tuning import TUNER
     rng = np.random.default_rng(1)
     x = rng.standard_normal((40, 192)).astype(np.float32)
     w = pyw8a8.pack_weight(rng.standard_normal((80, 192)).astype(np.float32))
     pyw8a8.set_num_threads(2)  # the conftest fixture restores the default count
-    TUNER.clear()
-    assert TUNER.unsettled() == 0
+    tuning.clear()
+    assert tuning.unsettled() == 0
     with pyw8a8.use_isa("scalar"):
         pyw8a8.matmul(x, w)
-        assert TUNER.unsettled() == 1
-        (entry,) = TUNER._entries.values()
-        tried = len(entry.cands)
+        assert tuning.unsettled() == 1
+        cands = candidates(_dispatch.IsaOps("scalar"), 40, 80, w.kp, 2)
+        tried = len(cands)
         # A shape of n candidates settles after 2n to under 4n timed calls (two rounds at
         # least, ROUNDS * n calls at most, each round finished): with two products an
         # encode, n to under 2n encodes, which more than one and fewer than SETTLE_ENCODES
         # hold for 2 <= n <= 8.
-        assert 2 <= tried <= SETTLE_ENCODES // 2, entry.cands
+        assert 2 <= tried <= SETTLE_ENCODES // 2, cands
         before = []
 
         def encode():
-            before.append(TUNER.unsettled())
+            before.append(tuning.unsettled())
             pyw8a8.matmul(x, w)
             pyw8a8.matmul(x, w)
 
         calls = settle_tuning(encode)
         # Every call found the shape still being tried, and after the last none is.
-        assert before == [1] * calls and TUNER.unsettled() == 0
+        assert before == [1] * calls and tuning.unsettled() == 0
         assert tried <= calls < 2 * tried
         assert settle_tuning(encode) == 1  # settled: one call, the minimum

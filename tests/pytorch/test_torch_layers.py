@@ -9,7 +9,7 @@ import pytest
 
 import pyw8a8
 
-from torch_helpers import assert_refuses_bad_input, dense, torch
+from torch_helpers import dense, torch
 
 pt = pytest.importorskip("pyw8a8.torch")
 
@@ -117,77 +117,6 @@ def test_empty_and_large_leading_dimensions():
         assert layer(torch.empty(2, 0, 64)).shape == (2, 0, 8)
 
 
-def _settle(layer, x, calls=400):
-    """Call the layer until its weight has settled a blocking for x's rows (the tuner tries
-    candidates first), so that its calls take the compiled route."""
-    from pyw8a8.torch import _ops
-    arr = x.numpy()
-    for _ in range(calls):
-        with torch.no_grad():
-            layer(x)
-        if _ops.settled_call(arr, layer.packed("weight")._plan, None, None if layer.bias is
-                             None else layer.bias.numpy(), None, layer.activation, False,
-                             False) is not None:
-            return
-    pytest.fail(f"no blocking settled for {tuple(x.shape)} in {calls} calls")
-
-
-# The Python operator's route, where the native one is off (test_torch_native.py runs this
-# module so); the native operator's own tests are in test_torch_native.py.
-python_operator_only = pytest.mark.skipif(
-    pt._native.NATIVE is not None, reason="the native operator runs these calls in C++ "
-    "(test_torch_native.py runs this module with PYW8A8_TORCH_NATIVE=0)")
-
-
-@python_operator_only
-def test_float32_crosses_to_numpy_without_a_copy(monkeypatch):
-    from pyw8a8.torch import _ops
-    layer = pt.Linear.from_float(dense(64, 8))
-    x = torch.randn(3, 64)
-    seen = []
-
-    def spy(name, f):
-        def call(arr, *args, **kw):
-            seen.append((name, arr.ctypes.data))
-            return f(arr, *args, **kw)
-        monkeypatch.setattr(_ops, name, call)
-    spy("matmul", _ops.matmul)
-    spy("settled_call", _ops.settled_call)
-    with torch.no_grad():
-        layer(x)  # the first call of a shape: matmul's checked route
-        _settle(layer, x)
-        seen.clear()
-        layer(x)  # settled: the compiled call alone
-    assert seen == [("settled_call", x.data_ptr())]
-
-
-@python_operator_only
-def test_a_settled_call_skips_the_checks_in_python_and_any_other_input_is_checked(
-        monkeypatch):
-    """Once its weight settled a blocking for a row count, a layer runs a float32 input of
-    those rows from C with no check in Python (each one costs its cache misses between a
-    model's layers); the compiled call itself refuses every input it cannot take, which
-    then gets the checked route's result or error."""
-    from pyw8a8.torch import _ops
-    layer = pt.Linear.from_float(dense(64, 8), activation="gelu")
-    x = torch.randn(5, 64)
-    _settle(layer, x)
-    checked = []
-    check = _ops.check_input
-    monkeypatch.setattr(_ops, "check_input", lambda t, k: checked.append(1) or check(t, k))
-    with torch.inference_mode():
-        y = layer(x)
-        assert checked == [] and np.array_equal(y.numpy(), reference(layer, x))
-        # Strided, bfloat16, and rows this weight has no settled blocking for (the layer
-        # first: the reference's matmul call could settle one, from the tuner's entry).
-        for other in (x.t().contiguous().t(), x.bfloat16(), x[:4]):
-            checked.clear()
-            y = layer(other)
-            assert checked == [1]
-            assert torch.equal(y, torch.from_numpy(reference(layer, other)).to(other.dtype))
-    assert_refuses_bad_input(layer, x)
-
-
 # --- inference only, and the errors -------------------------------------------------
 
 
@@ -238,16 +167,6 @@ def test_torch_func_vmap_maps_the_input_and_grad_is_refused():
     with torch.no_grad(), pytest.raises(ValueError, match="maps over its input only"):
         torch.func.vmap(torch.ops.pyw8a8.linear, in_dims=(0, 0, None, None, None, None, None))(
             x, torch.stack([weights[0]] * 4), *weights[1:], layers[0].bias, "")
-
-
-def test_a_cuda_tensor_is_refused_before_any_work():
-    from pyw8a8.torch._ops import check_input
-
-    class FakeCuda:  # no CUDA here: the check reads the device alone
-        device = torch.device("cuda", 0)
-    fake = torch.empty(0)
-    with pytest.raises(ValueError, match="x is on cuda:0"):
-        check_input(type("T", (torch.Tensor,), {"device": FakeCuda.device})(fake), 64)
 
 
 def test_non_finite_inputs_name_the_row():

@@ -37,10 +37,9 @@ COMPILE_MODES = {
 
 
 def native_calls():
-    """Calls the native operator ran (C++, no Python), or None where it is off."""
+    """The products the native operator ran."""
     from pyw8a8.torch import _native
-    native = _native.NATIVE
-    return None if native is None else native.counters()["native_calls"]
+    return _native.NATIVE.calls()
 
 
 class OpsCalled(torch.utils._python_dispatch.TorchDispatchMode):

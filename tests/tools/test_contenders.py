@@ -97,9 +97,8 @@ def test_the_inductor_kernel_is_read_from_the_generated_code():
         assert peers.inductor_int8_kernel(code) == kernel, code
 
 
-def test_torch_layer_times_the_layer_eager_compiled_and_on_the_python_operator():
-    """bench --torch-layer: each contender in its own process (the Python operator's needs
-    PYW8A8_TORCH_NATIVE=0 before pyw8a8.torch is imported), one row per shape."""
+def test_torch_layer_times_the_layer_eager_and_compiled():
+    """bench --torch-layer: each contender in its own process, one row per shape."""
     pytest.importorskip("torch", reason="needs PyTorch (pip install '.[torch]')")
     from pyw8a8.tools import torch_layer_bench
     lines = torch_layer_bench.run([(1, 64, 32)], rounds=1, min_time=0.01, nthreads=1)
@@ -110,7 +109,7 @@ def test_torch_layer_times_the_layer_eager_compiled_and_on_the_python_operator()
     assert cells[:3] == ["1", "64", "32"]
     assert all(float(c.rstrip("x")) for c in cells[3:])
     kernels = next(line for line in lines if line.startswith("Kernels: "))
-    assert "pyw8a8.torch python op: " in kernels and "via Python" in kernels
+    assert "pyw8a8.torch: " in kernels
 
 
 def test_torch_layer_derives_a_call_inside_a_compiled_graph_and_the_target():
@@ -118,10 +117,9 @@ def test_torch_layer_derives_a_call_inside_a_compiled_graph_and_the_target():
     calls it adds (Dynamo's entry counted once); the target is 1.25 x matmul + 3 us."""
     from pyw8a8.tools import torch_layer_bench as tlb
     c = contenders
-    names = [c.MATMUL, c.EAGER, c.COMPILED, c.COMPILED_GRAPH, c.PYTHON_OPERATOR, c.TORCHAO,
-             c.TORCHAO_GRAPH]
+    names = [c.MATMUL, c.EAGER, c.COMPILED, c.COMPILED_GRAPH, c.TORCHAO, c.TORCHAO_GRAPH]
     us = {c.MATMUL: 8.0, c.EAGER: 12.5, c.COMPILED: 30.0, c.COMPILED_GRAPH: 110.0,
-          c.PYTHON_OPERATOR: 20.0, c.TORCHAO: 32.0, c.TORCHAO_GRAPH: 128.0}
+          c.TORCHAO: 32.0, c.TORCHAO_GRAPH: 128.0}
     lines = tlb.format_table([((1, 64, 32), {k: v * 1e-6 for k, v in us.items()})], names, {})
     header = [c.strip() for c in lines[0].strip("|").split("|")]
     row = dict(zip(header, (c.strip() for c in lines[2].strip("|").split("|"))))
@@ -131,5 +129,5 @@ def test_torch_layer_derives_a_call_inside_a_compiled_graph_and_the_target():
     assert row["target: 1.25 x matmul + 3 us"] == "13.0"
     assert row["in a graph, pyw8a8.torch vs torchao"] == "1.20x"
     without_torchao = tlb.format_table([((1, 64, 32), {k: v * 1e-6 for k, v in us.items()})],
-                                       names[:5], {})
+                                       names[:4], {})
     assert "torchao" not in without_torchao[0]

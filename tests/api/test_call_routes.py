@@ -1,10 +1,9 @@
-"""matmul and matmul_pair run a settled call from C (``_kernels.settled_product``) and
-every other call through the checked route in Python; both read one rule per argument
-(``_kernels.activation_code``, ``pair_fault``, ``bias_fault``, ``out_fault``). For edge
-inputs of each argument: the compiled call declines every input the checked route
-rejects, gives the checked route's bits for every input in the form it reads as it is,
-and declines an acceptable input it would first have to convert (the checked route
-converts it)."""
+"""matmul and matmul_pair hand their arguments to the compiled call (``_kernels.call``)
+as they are, and only where it declines them (an argument it would first have to
+convert) normalize them in Python and call it again.  For edge inputs of each argument:
+what the normalizing route rejects, the compiled call declines or rejects with the same
+error; an input in the form it reads as it is gives the normalizing route's bits; an
+acceptable input it would have to convert, it declines."""
 import sys
 
 import numpy as np
@@ -39,39 +38,43 @@ def _readonly(a):
 
 @pytest.fixture
 def routes(monkeypatch):
-    """(the compiled call, a function running a call through the checked route only)."""
-    compiled = _kernels.settled_product
+    """(the compiled call, a function running a call through the normalizing route)."""
+    compiled = _kernels.call
     route = sys.modules["pyw8a8.matmul"]
 
     def checked(call):
-        monkeypatch.setattr(route._kernels, "settled_product", lambda *args: None)
+        declined = []
+
+        def decline_first(*args, **kwargs):  # the first call gets the raw arguments
+            if not declined:
+                declined.append(True)
+                return None
+            return compiled(*args, **kwargs)
+        monkeypatch.setattr(route._kernels, "call", decline_first)
         try:
             return call()
         finally:
-            monkeypatch.setattr(route._kernels, "settled_product", compiled)
+            monkeypatch.setattr(route._kernels, "call", compiled)
     return compiled, checked
 
 
-def _settle(call, compiled_call, calls=400):
-    for _ in range(calls):
-        call()
-        if compiled_call() is not None:
-            return
-    pytest.fail(f"no blocking settled in {calls} calls")
-
-
 def _agree(compiled_call, checked_call, form):
-    """The compiled call against the checked route for an input of `form`: 'error' (the
-    checked route raises, the compiled call declines), 'ready' (both answer, the same
-    bits) or 'converted' (the compiled call declines, the checked route answers)."""
+    """The compiled call against the normalizing route for an input of `form`: 'error'
+    (the normalizing route raises; the compiled call declines, or raises the same error),
+    'ready' (both answer, the same bits) or 'converted' (the compiled call declines, the
+    normalizing route answers)."""
     try:
         want = checked_call()
-    except (TypeError, ValueError):
-        want = None
-        assert form == "error", "the checked route rejects it"
+    except (TypeError, ValueError) as exc:
+        want = exc
+        assert form == "error", f"the normalizing route rejects it: {exc}"
     else:
-        assert form != "error", "the checked route accepts it"
-    got = compiled_call()
+        assert form != "error", "the normalizing route accepts it"
+    try:
+        got = compiled_call()
+    except (TypeError, ValueError) as exc:
+        assert form == "error" and type(exc) is type(want) and str(exc) == str(want)
+        return
     if form != "ready":
         assert got is None, "the compiled call accepts it"
         return
@@ -92,15 +95,14 @@ def test_bias_and_activation(routes):
     x = rng.standard_normal((M, K)).astype(np.float32)
     packed = _weights(rng)
     bias = rng.standard_normal(N).astype(np.float32)
-    scratch = _kernels.Scratch()
+    packed.plan()
 
     def fast(b=None, act=None):
-        return lambda: compiled(x, packed._plan, None, b, None, act, False, False, scratch)
+        return lambda: compiled(x, packed._plan, None, b, None, act, _kernels.CALL_ONE)
 
     def slow(b=None, act=None):
         return lambda: checked(lambda: pyw8a8.matmul(x, packed, bias=b, activation=act))
 
-    _settle(lambda: pyw8a8.matmul(x, packed), fast())
     nan, inf = bias.copy(), bias.copy()
     nan[3], inf[5] = np.nan, -np.inf
     huge = bias.astype(np.float64)
@@ -130,11 +132,10 @@ def test_pair_weights(routes):
     rng = np.random.default_rng(1)
     x = rng.standard_normal((M, K)).astype(np.float32)
     gate, up = _weights(rng), _weights(rng)
-    scratch = _kernels.Scratch()
 
     def fast(w1, w2, glu):
-        return lambda: compiled(x, w1.plan(), w2.plan(), None, None, glu, True,
-                                glu is not None, scratch)
+        kind = _kernels.CALL_PAIR if glu is None else _kernels.CALL_GLU
+        return lambda: compiled(x, w1.plan(), w2.plan(), None, None, glu, kind)
 
     def slow(w1, w2, glu):
         return lambda: checked(lambda: pyw8a8.matmul_pair(x, w1, w2, glu=glu))
@@ -143,7 +144,6 @@ def test_pair_weights(routes):
     plain, plain_other = _weights(rng, rotate=False), _weights(rng, rotate=False, seed=9)
     for w1, w2, glu in [(gate, up, None), (gate, up, "silu"), (gate, narrow, None),
                         (plain, plain_other, "relu")]:
-        _settle(lambda: pyw8a8.matmul_pair(x, w1, w2, glu=glu), fast(w1, w2, glu))
         _agree(fast(w1, w2, glu), slow(w1, w2, glu), "ready")
     for w2, glu in [(_weights(rng, k=K // 2), None),             # another K
                     (_weights(rng, k=K // 2), "silu"),
@@ -163,11 +163,11 @@ def test_out(routes):
     buf = rng.standard_normal(M * K + M * N).astype(np.float32)
     x = buf[:M * K].reshape(M, K)
     packed = _weights(rng)
-    scratch = _kernels.Scratch()
+    packed.plan()
 
     def fast(make):
-        return lambda: compiled(x, packed._plan, None, None, None, None, False, False,
-                                scratch, make())
+        return lambda: compiled(x, packed._plan, None, None, None, None, _kernels.CALL_ONE,
+                                make())
 
     def slow(make):
         return lambda: checked(lambda: pyw8a8.matmul(x, packed, out=make()))
@@ -175,7 +175,6 @@ def test_out(routes):
     def fresh(dtype=np.float32, shape=(M, N)):
         return lambda: np.full(shape, 7, dtype)
 
-    _settle(lambda: pyw8a8.matmul(x, packed), fast(fresh()))
     outs = {
         "error": [lambda: [[0.0] * N] * M, fresh(shape=(M, N + 1)), fresh(shape=(N, M)),
                   fresh(shape=(1, M, N)), fresh(shape=(M * N,)), fresh(np.float64),

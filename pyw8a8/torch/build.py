@@ -1,0 +1,8 @@
+"""``python -m pyw8a8.torch.build``: build pyw8a8.torch's C++ operator for the installed torch
+now, so that no later ``import pyw8a8.torch`` waits for it (importing it builds the
+operator where none is built for this torch yet)."""
+from . import _native
+
+if __name__ == "__main__":
+    print(f"pyw8a8.torch: the C++ operator for torch {_native.torch.__version__} is "
+          f"{_native.NATIVE.__file__}")
