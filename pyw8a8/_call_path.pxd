@@ -109,5 +109,4 @@ cdef extern from "_simd/call_path.h" nogil:
                        int64_t n, int64_t kp, int nthreads, int streams,
                        w8_tune_choice *choice)
     void w8_tune_record(w8_tune_entry *e, int index, double seconds)
-    int64_t w8_tune_unsettled(const w8_tuner *t)
     void w8_tune_clear(w8_tuner *t)

@@ -2,13 +2,11 @@
 """The compiled call of every product: numpy's face of the call object in C
 (``_simd/call_path.h``), and its table for the torch operator (``CALL_API``).
 
-A weight's plan (``WeightPlan``: its arrays, rotation and settled blockings) is C's; a call
-(``call``, ``int8_call``, the attention's page products) hands C the plans, the rows, the
-outputs, the ISA and the thread count (from ``_dispatch``) and C checks, tunes, lays out
-the thread's scratch and runs, with the GIL released.  What C refuses comes back as one
-fault, raised here with C's message and error class: the torch operator raises the same
-ones.  Callers normalize their arguments first (``matmul.py``); ``call`` declines (returns
-None) anything not in the normal form, so the common call runs no Python code.
+A call (``call``, ``int8_call``, the attention's page products) hands C the plans
+(``WeightPlan``), rows, outputs, ISA and thread count (``_dispatch``); C checks, tunes,
+lays out the thread's scratch and runs, the GIL released.  A fault C returns is raised
+here with C's message and error class, as the torch operator raises it.  ``call``
+declines (returns None) an argument not in its normal form, for matmul to convert.
 """
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t
 from libc.stdlib cimport free
@@ -27,7 +25,7 @@ from pyw8a8._call_path cimport (
     w8_call_path_init, w8_call_run, w8_call_unsettled, w8_candidates, w8_fault,
     w8_fault_names, w8_fault_text, w8_fit_blocking, w8_isa_id_of, w8_kc_for, w8_m_bucket,
     w8_plan, w8_plan_free, w8_plan_new, w8_plan_outputs, w8_settled_blocking,
-    w8_tune_choice, w8_tune_choose, w8_tune_clear, w8_tune_record, w8_tune_unsettled,
+    w8_tune_choice, w8_tune_choose, w8_tune_clear, w8_tune_record,
     w8_tuned_cache_bytes, w8_tuner, w8_weight_arrays, w8_weight_header)
 from pyw8a8._outputs cimport ARG_READY, _empty_output, out_fault, output_give, output_take
 from pyw8a8._dispatch cimport IsaOps, call_ops, call_place, threads_for
@@ -181,6 +179,14 @@ cdef cnp.ndarray _output_of(cnp.ndarray x, int64_t n):
     return _empty_output(nd, dims)
 
 
+cdef const int64_t *_blocking_of(tuple blocking, int64_t *b) except? NULL:
+    """`blocking` (kc, mc, nc, m_step, n_step) in b, or NULL for the tuner's."""
+    if blocking is None:
+        return NULL
+    b[0], b[1], b[2], b[3], b[4] = blocking
+    return b
+
+
 cdef int _run(w8_call *c, tuple names, object shape, object activation=None) except -1:
     """Runs `c`, the GIL released: on the calling thread's ISA and thread count unless
     `c` names them."""
@@ -249,14 +255,11 @@ def call(object x, object plan1, object plan2, object bias1, object bias2,
         y1 = out
     else:
         y1 = _output_of(arr, w1.N)
+    c.out[0], c.ldo[0], c.out_size = cnp.PyArray_DATA(y1), w1.N, 4
     if kind == W8_CALL_PAIR:
         y2 = _output_of(arr, w2.N)
-    c.out[0], c.ldo[0], c.out_size = cnp.PyArray_DATA(y1), w1.N, 4
-    if y2 is not None:
         c.out[1], c.ldo[1] = cnp.PyArray_DATA(y2), w2.N
-    if blocking is not None:
-        b[0], b[1], b[2], b[3], b[4] = blocking
-        c.blocking = b
+    c.blocking = _blocking_of(blocking, b)
     _run(&c, names, (<object>arr).shape, activation)
     return (y1, y2) if kind == W8_CALL_PAIR else y1
 
@@ -272,9 +275,7 @@ def int8_call(cnp.ndarray qa, WeightPlan plan, cnp.ndarray out, tuple blocking=N
     c.x, c.int8_input, c.M, c.K = cnp.PyArray_DATA(qa), 1, qa.shape[0], qa.shape[1]
     c.kind, c.plan[0] = W8_CALL_ONE, plan.plan
     c.out[0], c.ldo[0], c.out_size = cnp.PyArray_DATA(out), out.shape[1], out.itemsize
-    if blocking is not None:
-        b[0], b[1], b[2], b[3], b[4] = blocking
-        c.blocking = b
+    c.blocking = _blocking_of(blocking, b)
     _run(&c, _NAMES_ONE, None)
 
 
@@ -332,36 +333,24 @@ def page_row_sums(IsaOps isa, cnp.ndarray x, list weights, cnp.ndarray out, int 
     weights, (N, K_j), K_j <= 1024): the columns ``x[:, at_j:at_j + K_j]`` times weight j,
     summed over j into out (R, N), C-contiguous, int32 where sum K_j <= 131072 (127 * 127
     * K below 2**31), else int64 (a query block's probabilities times a cache's values, a
-    page a weight).  work: a C-contiguous buffer of at least ``page_row_sums_work(R, N,
-    max K_j)`` bytes, reused from call to call (fresh memory for it, faulted in on every
-    call, took longer than the products)."""
+    page a weight).  work: a C-contiguous buffer of ``page_row_sums_work(R, N, max K_j)``
+    bytes or more, reused from call to call (fresh memory, faulted in on every call, took
+    longer than the products)."""
     cdef int64_t R = x.shape[0], T = x.shape[1], N = out.shape[1], at = 0, i, r
-    cdef int64_t ldx = x.strides[0], held = 0, kmax = 0
+    cdef int64_t ldx = x.strides[0], held = 0
     cdef bint wide = cnp.PyArray_TYPE(out) == cnp.NPY_INT64
     cdef w8_call c
     cdef int64_t b[5]
     cdef const w8_plan *w
     cdef const int8_t *xs = <const int8_t *>cnp.PyArray_DATA(x)
     cdef int64_t *o = <int64_t *>cnp.PyArray_DATA(out)
-    cdef int8_t *cols
-    cdef int32_t *part
-    cdef int32_t *acc
-    if not wide and (cnp.PyArray_TYPE(out) != cnp.NPY_INT32 or T > _PAGE_K_SUM):
-        raise ValueError(f"out must be int64, or int32 for at most {_PAGE_K_SUM} columns")
-    for plan in weights:
-        w = (<WeightPlan?>plan).plan
-        if w.N != N or w.rotate or w.K > _PAGE_K:
-            raise ValueError(f"every weight must have out's N, K <= {_PAGE_K} and no "
-                             "rotation")
-        kmax = max(kmax, w.K)
-    if cnp.PyArray_NBYTES(work) < page_row_sums_work(R, N, kmax):
-        raise ValueError("work is too small")
+    _check_row_pages(weights, out, T, work, R)
     # The running sum over the pages so far, in int32 up to _PAGE_K_SUM of K: out itself,
     # or in work (then added to out, and restarted); then in work, a page's product and
     # its columns of x, as the rows of that product.
-    acc = <int32_t *>cnp.PyArray_DATA(out if not wide else work)
-    part = <int32_t *>cnp.PyArray_DATA(work) + (R * N if wide else 0)
-    cols = <int8_t *>(part + R * N)
+    cdef int32_t *acc = <int32_t *>cnp.PyArray_DATA(out if not wide else work)
+    cdef int32_t *part = <int32_t *>cnp.PyArray_DATA(work) + (R * N if wide else 0)
+    cdef int8_t *cols = <int8_t *>(part + R * N)
     if wide:
         memset(o, 0, R * N * sizeof(int64_t))
     for plan in weights:
@@ -389,6 +378,25 @@ def page_row_sums(IsaOps isa, cnp.ndarray x, list weights, cnp.ndarray out, int 
     if wide and held:
         for i in range(R * N):
             o[i] += acc[i]
+
+
+cdef int _check_row_pages(list weights, cnp.ndarray out, int64_t T, cnp.ndarray work,
+                          int64_t R) except -1:
+    """page_row_sums's checks of its weights, out and work."""
+    cdef int64_t N = out.shape[1], kmax = 0
+    cdef const w8_plan *w
+    if cnp.PyArray_TYPE(out) != cnp.NPY_INT64 and (cnp.PyArray_TYPE(out) != cnp.NPY_INT32
+                                                    or T > _PAGE_K_SUM):
+        raise ValueError(f"out must be int64, or int32 for at most {_PAGE_K_SUM} columns")
+    for plan in weights:
+        w = (<WeightPlan?>plan).plan
+        if w.N != N or w.rotate or w.K > _PAGE_K:
+            raise ValueError(f"every weight must have out's N, K <= {_PAGE_K} and no "
+                             "rotation")
+        kmax = max(kmax, w.K)
+    if cnp.PyArray_NBYTES(work) < page_row_sums_work(R, N, kmax):
+        raise ValueError("work is too small")
+    return 0
 
 
 cpdef int64_t page_row_sums_work(int64_t rows, int64_t n, int64_t k):
@@ -471,10 +479,6 @@ cdef class Tuner:
         """The time of a call of candidate `index` of `entry`."""
         if index is not None and 0 <= entry < self.tuner.count:
             w8_tune_record(self.tuner.entries[entry], index, seconds)
-
-    def unsettled(self):
-        """How many shapes are still being tuned."""
-        return w8_tune_unsettled(&self.tuner)
 
 
 # ---- the table for code built apart (call.h): the torch operator ----

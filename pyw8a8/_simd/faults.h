@@ -104,12 +104,57 @@ static void w8_put_setting(w8_text *t, const w8_fault *f)
     }
 }
 
+/* A weight's fault (W8_FAULT_FORMAT to W8_FAULT_SCALES): its message. */
+static void w8_put_weight_fault(w8_text *t, const w8_fault *f)
+{
+    switch (f->code) {
+    case W8_FAULT_FORMAT:
+        w8_put(t, "packed weight format %lld is not supported (this pyw8a8 reads 1, 2)",
+               (long long)f->a);
+        break;
+    case W8_FAULT_SETTING:
+        w8_put_setting(t, f);
+        break;
+    case W8_FAULT_LAYOUT:
+        w8_put(t, "packed weight array '%s' has %lld elements; its header implies %lld",
+               w8_array_names[f->a >= 0 && f->a < 3 ? f->a : 0], (long long)f->b,
+               (long long)f->c);
+        break;
+    case W8_FAULT_CONTENTS:
+        if (f->a == 0) w8_put(t, "packed weight array 'panels' holds -128");
+        else w8_put(t, "packed weight arrays 'panels'/'psum' are inconsistent (non-zero "
+                       "padding or wrong compensation sums)");
+        break;
+    default:
+        w8_put(t, "packed weight array 'scales' holds negative or non-finite values");
+    }
+}
+
+/* A pair's fault (W8_FAULT_OTHER_*): its message. */
+static void w8_put_pair_fault(w8_text *t, const w8_fault *f, const w8_fault_names *names)
+{
+    const char *w1 = names->name[W8_ARG_W1], *w2 = names->name[W8_ARG_W2];
+    if (f->code == W8_FAULT_OTHER_K) {
+        w8_put(t, "%s and %s differ in K: %lld vs %lld", w1, w2, (long long)f->a,
+               (long long)f->b);
+    } else if (f->code == W8_FAULT_OTHER_N) {
+        w8_put(t, "%s=%s needs %s (the gate) and %s (the up projection) of one N: %lld vs "
+                  "%lld", names->activation_arg, names->activation_given, w1, w2,
+               (long long)f->a, (long long)f->b);
+    } else {
+        w8_put(t, "%s and %s use different rotations (rotate, block, seed): ", w1, w2);
+        w8_put_rotation(t, f->rotation[0]);
+        w8_put(t, " vs ");
+        w8_put_rotation(t, f->rotation[1]);
+    }
+}
+
 /* The message of fault f into buf (n bytes), naming the caller's arguments; returns its
  * error class (W8_ERROR_*). */
 static int w8_fault_text(const w8_fault *f, const w8_fault_names *names, char *buf, size_t n)
 {
     w8_text t = {buf, n};
-    const char *const *name = names->name, *arg = name[f->arg < W8_ARG_COUNT ? f->arg : 0];
+    const char *arg = names->name[f->arg >= 0 && f->arg < W8_ARG_COUNT ? f->arg : 0];
     if (n) buf[0] = '\0';
     switch (f->code) {
     case W8_FAULT_FEATURES:
@@ -133,48 +178,15 @@ static int w8_fault_text(const w8_fault *f, const w8_fault_names *names, char *b
         w8_put(&t, "%s must be None or one of " W8_ACTIVATION_NAMES ", got %s",
                names->activation_arg, names->activation_given);
         break;
-    case W8_FAULT_OTHER_K:
-        w8_put(&t, "%s and %s differ in K: %lld vs %lld", name[W8_ARG_W1], name[W8_ARG_W2],
-               (long long)f->a, (long long)f->b);
-        break;
-    case W8_FAULT_OTHER_N:
-        w8_put(&t, "%s=%s needs %s (the gate) and %s (the up projection) of one N: %lld vs "
-                   "%lld", names->activation_arg, names->activation_given, name[W8_ARG_W1],
-               name[W8_ARG_W2], (long long)f->a, (long long)f->b);
-        break;
-    case W8_FAULT_OTHER_ROTATION:
-        w8_put(&t, "%s and %s use different rotations (rotate, block, seed): ",
-               name[W8_ARG_W1], name[W8_ARG_W2]);
-        w8_put_rotation(&t, f->rotation[0]);
-        w8_put(&t, " vs ");
-        w8_put_rotation(&t, f->rotation[1]);
-        break;
-    case W8_FAULT_FORMAT:
-        w8_put(&t, "packed weight format %lld is not supported (this pyw8a8 reads 1, 2)",
-               (long long)f->a);
-        break;
-    case W8_FAULT_SETTING:
-        w8_put_setting(&t, f);
-        break;
-    case W8_FAULT_LAYOUT:
-        w8_put(&t, "packed weight array '%s' has %lld elements; its header implies %lld",
-               w8_array_names[f->a >= 0 && f->a < 3 ? f->a : 0], (long long)f->b,
-               (long long)f->c);
-        break;
-    case W8_FAULT_CONTENTS:
-        if (f->a == 0) w8_put(&t, "packed weight array 'panels' holds -128");
-        else w8_put(&t, "packed weight arrays 'panels'/'psum' are inconsistent (non-zero "
-                        "padding or wrong compensation sums)");
-        break;
-    case W8_FAULT_SCALES:
-        w8_put(&t, "packed weight array 'scales' holds negative or non-finite values");
-        break;
     case W8_FAULT_NO_MEMORY:
         if (f->a > 0) w8_put(&t, "no memory for %lld bytes", (long long)f->a);
         else w8_put(&t, "out of memory");
         return W8_ERROR_MEMORY;
     default:
-        w8_put(&t, "unknown fault %d", f->code);
+        if (f->code >= W8_FAULT_OTHER_K && f->code <= W8_FAULT_OTHER_ROTATION)
+            w8_put_pair_fault(&t, f, names);
+        else
+            w8_put_weight_fault(&t, f);
     }
     return W8_ERROR_VALUE;
 }

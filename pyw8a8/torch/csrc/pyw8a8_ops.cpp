@@ -251,50 +251,64 @@ at::Tensor output_tensor(const std::vector<int64_t> &shape, const at::TensorOpti
                          options);
 }
 
-at::Tensor product(int kind, const at::Tensor &x, const WeightTensors *weights,
-                   const c10::optional<at::Tensor> *biases, c10::string_view activation) {
+// What a call of the operators takes, checked: its plans, biases and activation.
+struct Operands {
+    const char *const *names;  // the arguments' names in messages, W8_ARG_* order
+    std::string activation, activation_arg;
+    std::shared_ptr<Plan> plans[2];
+    at::Tensor bias[2];
+    w8_call call{};
+};
+
+void set_operands(Operands &o, int kind, const at::Tensor &x, const WeightTensors *weights,
+                  const c10::optional<at::Tensor> *biases) {
     static const char *const kOne[W8_ARG_COUNT] = {"x", "weight", "up", "bias", "bias2"};
     static const char *const kPair[W8_ARG_COUNT] = {"x", "gate", "up", "bias1", "bias2"};
-    const char *const *names = kind == W8_CALL_ONE ? kOne : kPair;
-    const int nw = kind == W8_CALL_ONE ? 1 : 2;
     TORCH_CHECK(g_api != nullptr, "pyw8a8's core is not bound (import pyw8a8.torch)");
-    std::shared_ptr<Plan> plans[2];
-    for (int j = 0; j < nw; j++) plans[j] = plan_of(weights[j], names[W8_ARG_W1 + j]);
+    o.names = kind == W8_CALL_ONE ? kOne : kPair;
+    o.activation_arg = kind == W8_CALL_ONE ? "activation" : "glu";
+    const int nw = kind == W8_CALL_ONE ? 1 : 2;
+    for (int j = 0; j < nw; j++) o.plans[j] = plan_of(weights[j], o.names[W8_ARG_W1 + j]);
     check_input(x, weights[0].header.data_ptr<int64_t>()[2]);
-    const std::string act_name(activation);
-    const std::string act_arg = kind == W8_CALL_ONE ? "activation" : "glu";
-    w8_call call{};
-    call.kind = kind;
-    call.act = g_api->activation_code(act_name.c_str());
-    if (call.act < 0 || (kind == W8_CALL_GLU && call.act == 0)) {
+    o.call.kind = kind;
+    o.call.act = g_api->activation_code(o.activation.c_str());
+    if (o.call.act < 0 || (kind == W8_CALL_GLU && o.call.act == 0)) {
         w8_fault fault{};
         fault.code = W8_FAULT_ACTIVATION;
-        raise_fault(fault, names, &x, act_arg, act_name);
+        raise_fault(fault, o.names, &x, o.activation_arg, o.activation);
     }
-    at::Tensor bias[2];
     for (int j = 0; j < nw; j++) {
-        call.plan[j] = plans[j]->plan;
-        bias[j] = bias_values(biases[j], g_api->plan_outputs(plans[j]->plan),
-                              names[W8_ARG_B1 + j]);
-        call.bias[j] = bias[j].defined() ? bias[j].data_ptr<float>() : nullptr;
+        o.call.plan[j] = o.plans[j]->plan;
+        o.bias[j] = bias_values(biases[j], g_api->plan_outputs(o.plans[j]->plan),
+                                o.names[W8_ARG_B1 + j]);
+        o.call.bias[j] = o.bias[j].defined() ? o.bias[j].data_ptr<float>() : nullptr;
     }
+}
+
+at::Tensor product(int kind, const at::Tensor &x, const WeightTensors *weights,
+                   const c10::optional<at::Tensor> *biases, c10::string_view activation) {
+    Operands o;
+    o.activation = std::string(activation);
+    set_operands(o, kind, x, weights, biases);
     // float32 rows in C order, as numpy would hand them to matmul (bfloat16 widened
     // exactly, a negative view's values read, any strides copied).
     at::Tensor rows = x.scalar_type() == at::kFloat ? x : x.to(at::kFloat);
     rows = rows.resolve_neg().contiguous();
-    const int64_t N = g_api->plan_outputs(plans[0]->plan);
+    const int64_t N = g_api->plan_outputs(o.plans[0]->plan);
     std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
     shape.back() = N;
     int64_t M = 1;
     for (size_t i = 0; i + 1 < shape.size(); i++) M *= shape[i];
     at::Tensor out = output_tensor(shape, x.options().dtype(at::kFloat));
+    w8_call &call = o.call;
     call.x = rows.data_ptr<float>();
     call.M = M;
     call.K = x.size(-1);
     call.out[0] = out.data_ptr<float>();
     call.ldo[0] = N;
     call.out_size = sizeof(float);
-    g_api->place(M, M * call.K * N * nw, at::get_num_threads(), &call.isa, &call.nthreads);
+    const int64_t work = M * call.K * N * (kind == W8_CALL_ONE ? 1 : 2);
+    g_api->place(M, work, at::get_num_threads(), &call.isa, &call.nthreads);
     w8_fault fault{};
     int code;
     {
@@ -305,7 +319,7 @@ at::Tensor product(int kind, const at::Tensor &x, const WeightTensors *weights,
             release = std::make_unique<py::gil_scoped_release>();
         code = g_api->run(&call, &fault);
     }
-    if (code != W8_FAULT_NONE) raise_fault(fault, names, &x, act_arg, act_name);
+    if (code != W8_FAULT_NONE) raise_fault(fault, o.names, &x, o.activation_arg, o.activation);
     g_calls.fetch_add(1, std::memory_order_relaxed);
     return x.scalar_type() == at::kFloat ? out : out.to(x.scalar_type());
 }
