@@ -15,7 +15,7 @@ cimport numpy as cnp
 
 import numpy as np
 
-from pyw8a8._core cimport (w8_fwht_fn, w8_join_team, w8_master_here, w8_master_place,
+from pyw8a8._core cimport (w8_fwht_fn, w8_isa_ops, w8_join_team, w8_master_here, w8_master_place,
                            w8_quantize_row, w8_quantize_row_rotated, w8_rotate_row,
                            w8_sign_bit, w8_sign_scale_fn, w8_sign_table, w8_tile_finish,
                            w8_unrotate_row)
@@ -169,7 +169,6 @@ def quantize_rows(IsaOps isa, int enc, const float[:, ::1] x, uint8_t[:, ::1] q,
     cdef int want_psum = psum.shape[0] > 0
     cdef int64_t bad = -1
     cdef uint8_t flip = isa.ops.a_flip[enc]
-    cdef float *scratch = NULL
     cdef float *signs = NULL
     cdef uint8_t *st
     if M == 0:
@@ -191,19 +190,9 @@ def quantize_rows(IsaOps isa, int enc, const float[:, ::1] x, uint8_t[:, ::1] q,
             free(st)
             raise MemoryError(f"no memory for the sign table of {K} features")
         w8_sign_table(isa.ops.sign_scale, signs, K, block, seed)
-        # One scratch row per thread: the rotated row is quantized from it, so the
-        # activation matrix is never copied whole.
-        with nogil, parallel(num_threads=nthreads):
-            w8_join_team(master)
-            scratch = <float *>malloc(Kp * sizeof(float))  # Kp >= K padded to block
-            for i in prange(M, schedule="static"):
-                if scratch == NULL:
-                    st[i] = 2
-                else:
-                    st[i] = w8_quantize_row_rotated(
-                        isa.ops, &x[i, 0], K, Kp, flip, &q[i, 0], &scale[i],
-                        &psum[i, 0] if want_psum else NULL, block, signs, scratch)
-            free(scratch)
+        with nogil:
+            _quantize_rotated(isa.ops, x, q, scale, psum, flip, block, signs, st, nthreads,
+                              master)
         free(signs)
     for i in range(M):
         if st[i] != 0:
@@ -213,6 +202,28 @@ def quantize_rows(IsaOps isa, int enc, const float[:, ::1] x, uint8_t[:, ::1] q,
     if bad == -2:
         raise MemoryError(f"no memory for a scratch row of {K} floats")
     return bad
+
+
+cdef void _quantize_rotated(const w8_isa_ops *ops, const float[:, ::1] x, uint8_t[:, ::1] q,
+                            float[::1] scale, int32_t[:, ::1] psum, uint8_t flip,
+                            int64_t block, const float *signs, uint8_t *st, int nthreads,
+                            w8_master_place master) noexcept nogil:
+    """quantize_rows's rotated rows, each from a scratch row of its thread's, so the
+    activation matrix is never copied whole; st[i] 2 where no scratch could be had."""
+    cdef int64_t i, K = x.shape[1], Kp = q.shape[1]
+    cdef float *scratch = NULL
+    cdef int want_psum = psum.shape[0] > 0
+    with parallel(num_threads=nthreads):
+        w8_join_team(master)
+        scratch = <float *>malloc(Kp * sizeof(float))  # Kp >= K padded to block
+        for i in prange(x.shape[0], schedule="static"):
+            if scratch == NULL:
+                st[i] = 2
+            else:
+                st[i] = w8_quantize_row_rotated(
+                    ops, &x[i, 0], K, Kp, flip, &q[i, 0], &scale[i],
+                    &psum[i, 0] if want_psum else NULL, block, signs, scratch)
+        free(scratch)
 
 
 def activate(IsaOps isa, float[:, ::1] x, int act):
@@ -356,8 +367,7 @@ def float_attention(const float[:, :, :, :] q, const float[:, :, :, :] k,
     A row that sees no key gets zeros.  Tasks (one batch row and query head each) run in
     OpenMP ``prange`` on `nthreads` threads."""
     cdef int64_t B = q.shape[0], Hq = q.shape[1], Lq = q.shape[2], D = q.shape[3]
-    cdef int64_t Hkv = k.shape[1], Lk = k.shape[2], t, i
-    cdef int64_t[4] mshape
+    cdef int64_t Hkv = k.shape[1], Lk = k.shape[2], i
     cdef bint fits = k.shape[0] == B and k.shape[3] == D and Hkv >= 1 and Hq % Hkv == 0
     for i in range(4):
         fits = fits and v.shape[i] == k.shape[i] and out.shape[i] == q.shape[i]
@@ -367,25 +377,9 @@ def float_attention(const float[:, :, :, :] q, const float[:, :, :, :] k,
     if not fits:
         raise ValueError("float_attention needs q and out (B, Hq, Lq, D), k and v "
                          "(B, Hkv, Lk, D), Hkv dividing Hq, each with a unit stride along D")
-    if mask_bool is not None and mask_add is not None:
-        raise ValueError("float_attention takes one mask, bool or additive")
     cdef w8_float_attention a
     memset(&a, 0, sizeof(a))
-    if mask_bool is not None or mask_add is not None:
-        for i in range(4):
-            mshape[i] = mask_bool.shape[i] if mask_bool is not None else mask_add.shape[i]
-        if (mshape[0] != B or mshape[1] != Hq or mshape[2] != Lq or mshape[3] != Lk or
-                (Lk > 1 and (mask_bool.strides[3] != 1 if mask_bool is not None
-                             else mask_add.strides[3] != 4))):
-            raise ValueError("the mask must be (B, Hq, Lq, Lk) with a unit key stride "
-                             "(0 strides where broadcast)")
-        for i in range(3):
-            a.ms[i] = (mask_bool.strides[i] if mask_bool is not None
-                       else mask_add.strides[i] // 4)
-        if mask_bool is not None and B and Hq and Lq and Lk:
-            a.mask_bool = &mask_bool[0, 0, 0, 0]
-        elif mask_add is not None and B and Hq and Lq and Lk:
-            a.mask_add = &mask_add[0, 0, 0, 0]
+    _set_mask(&a, mask_bool, mask_add, B, Hq, Lq, Lk)
     if B == 0 or Hq == 0 or Lq == 0 or D == 0:
         return
     a.q, a.out = &q[0, 0, 0, 0], &out[0, 0, 0, 0]
@@ -396,8 +390,40 @@ def float_attention(const float[:, :, :, :] q, const float[:, :, :, :] k,
         a.vs[i], a.os[i] = v.strides[i] // 4, out.strides[i] // 4
     a.causal = causal
     a.B, a.Hq, a.Hkv, a.Lq, a.Lk, a.D, a.scale = B, Hq, Hkv, Lq, Lk, D, scale
-    cdef int64_t tasks = B * Hq, per_thread = w8_fa_scratch_floats(&a)
-    cdef int64_t heads = w8_fa_span_heads(&a), rows = B * heads
+    _attend(&a, nthreads)
+
+
+cdef int _set_mask(w8_float_attention *a, const uint8_t[:, :, :, :] mask_bool,
+                   const float[:, :, :, :] mask_add, int64_t B, int64_t Hq, int64_t Lq,
+                   int64_t Lk) except -1:
+    """float_attention's mask (at most one), checked, into `a`."""
+    cdef int64_t[4] mshape
+    cdef int i
+    if mask_bool is not None and mask_add is not None:
+        raise ValueError("float_attention takes one mask, bool or additive")
+    if mask_bool is None and mask_add is None:
+        return 0
+    for i in range(4):
+        mshape[i] = mask_bool.shape[i] if mask_bool is not None else mask_add.shape[i]
+    if (mshape[0] != B or mshape[1] != Hq or mshape[2] != Lq or mshape[3] != Lk or
+            (Lk > 1 and (mask_bool.strides[3] != 1 if mask_bool is not None
+                         else mask_add.strides[3] != 4))):
+        raise ValueError("the mask must be (B, Hq, Lq, Lk) with a unit key stride "
+                         "(0 strides where broadcast)")
+    for i in range(3):
+        a.ms[i] = (mask_bool.strides[i] if mask_bool is not None
+                   else mask_add.strides[i] // 4)
+    if mask_bool is not None and B and Hq and Lq and Lk:
+        a.mask_bool = &mask_bool[0, 0, 0, 0]
+    elif mask_add is not None and B and Hq and Lq and Lk:
+        a.mask_add = &mask_add[0, 0, 0, 0]
+    return 0
+
+
+cdef int _attend(w8_float_attention *a, int nthreads) except -1:
+    """float_attention's tasks (a batch row and query head each), on up to `nthreads`."""
+    cdef int64_t t, tasks = a.B * a.Hq, per_thread = w8_fa_scratch_floats(a)
+    cdef int64_t heads = w8_fa_span_heads(a), rows = a.B * heads, Lq = a.Lq
     cdef int threads = <int>max(1, min(nthreads, tasks))
     cdef float *scratch = <float *>malloc(per_thread * threads * sizeof(float))
     cdef w8_fa_span *spans = <w8_fa_span *>malloc(rows * Lq * sizeof(w8_fa_span))
@@ -410,16 +436,17 @@ def float_attention(const float[:, :, :, :] q, const float[:, :, :, :] k,
     if threads == 1:
         with nogil:
             for t in range(rows):
-                w8_fa_spans(&a, t // heads, t % heads, spans + t * Lq)
+                w8_fa_spans(a, t // heads, t % heads, spans + t * Lq)
             for t in range(tasks):
-                w8_float_attention_task(&a, t, spans, scratch)
+                w8_float_attention_task(a, t, spans, scratch)
     else:
         master = w8_master_here()
         with nogil, parallel(num_threads=threads):
             w8_join_team(master)
             for t in prange(rows, schedule="static"):
-                w8_fa_spans(&a, t // heads, t % heads, spans + t * Lq)
+                w8_fa_spans(a, t // heads, t % heads, spans + t * Lq)
             for t in prange(tasks, schedule="dynamic"):
-                w8_float_attention_task(&a, t, spans, scratch + threadid() * per_thread)
+                w8_float_attention_task(a, t, spans, scratch + threadid() * per_thread)
     free(scratch)
     free(spans)
+    return 0

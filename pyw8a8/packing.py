@@ -141,20 +141,14 @@ class PackedWeight:
         """The per-weight half of a product (a ``_kernels.WeightPlan``), built and checked
         once; rebuilt (and checked again) only if an attribute has been replaced since.
         Panels that do not start on a 64-byte boundary are replaced by an aligned copy."""
-        plan = self._plan
-        if plan is None:
-            plan = self._plan = self._new_plan(check_contents=False)
-        return plan
+        if self._plan is None:
+            self._plan = self._new_plan(check_contents=False)
+        return self._plan
 
     def check_contents(self) -> None:
-        """Raise ValueError unless the arrays hold what :func:`pack_weight` makes of int8
-        weights: values in [-127, 127], zero padding, matching compensation sums, finite
-        non-negative scales (O(N K); every file read is checked so).
-
-        Raises
-        ------
-        ValueError
-            Naming the array and what is wrong with it.
+        """Raise ValueError, naming the array, unless the arrays hold what
+        :func:`pack_weight` makes of int8 weights: values in [-127, 127], zero padding,
+        matching compensation sums, finite non-negative scales (O(N K); files are read so).
         """
         self._plan = self._new_plan(check_contents=True)
 
@@ -310,12 +304,8 @@ class PackedWeight:
 
 
 def _unpickle(version, shape, encoding, rotate, block, seed, panels, psum, scales):
-    """Rebuild a pickled PackedWeight, checking its format, settings and layout.
-
-    The contents are not re-validated (unlike :meth:`PackedWeight.from_dict`, which reads
-    files): a pickle is trusted code anyway, and unpickling stays O(1) beyond the copy of
-    the bytes. The encoding is kept: every ISA runs both encodings exactly.
-    """
+    """Rebuild a pickled PackedWeight: its format, settings and layout checked, not its
+    contents (a pickle is trusted code; unpickling stays O(1) beyond the bytes' copy)."""
     if isinstance(panels, np.ndarray) and panels.nbytes >= HUGE_PAGE_FROM_BYTES:
         # numpy's memory holds the unpickled bytes: a large weight moves to one of its own,
         # eligible for huge pages (_layout.py says why).
