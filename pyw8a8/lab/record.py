@@ -217,6 +217,14 @@ def captured_stdout():
         yield tee.copy
 
 
+def markdown_table(columns, rows, align=None):
+    """A markdown table's lines: the header of `columns`, its rule (``--:`` for each "r"
+    of `align`), then one line per row of cells."""
+    rule = "".join("--:|" if a == "r" else "---|" for a in align or "l" * len(columns))
+    return [f"| {' | '.join(columns)} |", "|" + rule,
+            *(f"| {' | '.join(map(str, cells))} |" for cells in rows)]
+
+
 def markdown_output(text):
     """What the bench printed, as markdown: its table lines (``|`` first) as tables, the
     other lines verbatim in ``text`` blocks."""

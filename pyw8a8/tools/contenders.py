@@ -1,19 +1,7 @@
-"""The lab's one contender registry: every contender of the bench's tables and of
-``bench --torch``, by table and name, built where it is timed (a process of its own:
-:class:`~pyw8a8.lab.turns.Isolated`, or the model-level table's
-:class:`~pyw8a8.tools.torch_contenders.Contender`).
-
-* ``product`` (``bench``'s table): numpy float32, a pyw8a8 ISA, rotated or not, and the
-  int8 peers, each a function of no arguments that runs one product;
-* ``ffn`` (``bench --ffn``): the gated FFN block ``gelu_tanh(x @ Wg.T) * (x @ Wu.T)`` in
-  numpy, pyw8a8 unfused and fused, XNNPACK and torch int8;
-* ``torch layer`` (``bench --torch-layer``): one ``nn.Linear`` as a PyTorch user runs it;
-* ``torch model`` (``bench --torch``'s model-level table): a model as loaded, quantized
-  by torchao or pyw8a8, eager or compiled.
-
-:func:`build_contender` builds any of them; each table's names come from its own function
-(:func:`contender_names`, :func:`ffn_names`, :func:`torch_layer_names`, MODEL_CONTENDERS).
-"""
+"""The lab's one contender registry: every contender of the bench's tables, by table and
+name, built where it is timed (:func:`build_contender`): ``product`` (``bench``'s table),
+``ffn`` (``bench --ffn``), ``torch layer`` (``bench --torch-layer``) and ``torch model``
+(``bench --torch``'s model-level table).  Each table's names come from its own function."""
 import math
 
 import numpy as np
@@ -23,11 +11,8 @@ from ..matmul import matmul, matmul_pair
 from ..packing import pack_weight
 from . import peers
 
-#: torchao's int8 Linear compiled by Inductor (peers.torchao_matmul).
 TORCHAO = "torchao inductor"
-#: The suffix of the table's rotated pyw8a8 contender (block 128, the default).
-ROTATED = " rotated"
-#: The XNNPACK contender (LiteRT's interpreter), where ai-edge-litert is installed.
+ROTATED = " rotated"  # the suffix of the rotated pyw8a8 contender (block 128)
 XNNPACK = "xnnpack int8"
 # bench --torch-layer's contenders; the layer in a compiled graph of GRAPH_CALLS calls
 MATMUL = "pyw8a8.matmul"
@@ -44,8 +29,7 @@ _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 
 
 def shape_data(m, k, n):
-    """The float32 activations (M, K) and weight (N, K) of one shape: the same in every
-    process (an isolated contender builds its own), whatever shapes came before."""
+    """Float32 activations (M, K) and weight (N, K) of a shape, the same in every process."""
     rng = np.random.default_rng((m, k, n))
     x = rng.standard_normal((m, k), dtype=np.float32)
     w = rng.standard_normal((n, k), dtype=np.float32)
@@ -64,14 +48,7 @@ def ffn_data(m, k, n):
 
 
 def gelu_tanh_times(g, u):
-    """``gelu_tanh(g) * u`` in float32 numpy, as a user writes it (in place, into `g`):
-    ``0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) u``, eight passes over the arrays.
-
-    Returns
-    -------
-    ndarray
-        `g`, overwritten.
-    """
+    """``gelu_tanh(g) * u`` in float32 numpy as a user writes it, in place into `g` (returned)."""
     t = g * g
     t *= 0.044715
     t += 1
@@ -86,10 +63,8 @@ def gelu_tanh_times(g, u):
 
 
 def contender_names(isas, with_peers=True, rotated=True):
-    """The ``product`` table's contenders: numpy float32, each pyw8a8 ISA of `isas`,
-    (`rotated`) the first of them with rotation on, then (`with_peers`) ONNX Runtime,
-    XNNPACK (LiteRT), torchao compiled by Inductor and each of torch's engines where they
-    are installed."""
+    """The ``product`` table's contenders: numpy, each ISA of `isas`, (`rotated`) the first
+    rotated, then (`with_peers`) each int8 peer installed."""
     names = ["numpy f32"] + [f"pyw8a8 {isa}" for isa in isas]
     names += [f"pyw8a8 {isas[0]}{ROTATED}"] if rotated else []
     if with_peers:
@@ -101,9 +76,8 @@ def contender_names(isas, with_peers=True, rotated=True):
 
 
 def ffn_names(with_peers=True):
-    """The ``ffn`` table's contenders: numpy float32, pyw8a8 unfused and fused, then
-    (`with_peers`) XNNPACK where LiteRT is installed and torch int8 on each of its engines
-    where torch is."""
+    """The ``ffn`` table's contenders: numpy, pyw8a8 unfused and fused, (`with_peers`) XNNPACK
+    and torch's engines where installed."""
     names = ["numpy f32", "pyw8a8 unfused", "pyw8a8 fused"]
     if not with_peers:
         return names
@@ -117,10 +91,19 @@ def torch_layer_names():
     return names + [TORCHAO, TORCHAO_GRAPH] * peers.torchao_available()
 
 
+def fastest_torch(values, best=max):
+    """(engine, value) of the best "torch <engine>" entry of `values` by `best` (max of
+    GOPS, min of seconds); (None, None) where there is none."""
+    engines = {h[len("torch "):]: v for h, v in values.items() if h.startswith("torch ")}
+    if not engines:
+        return None, None
+    name = best(engines, key=engines.get)
+    return name, engines[name]
+
+
 def pyw8a8_product(x, w, isa, rotate=False):
-    """matmul of x with w packed, on ISA `isa`: called as a user calls it where `isa` is
-    the process's ISA; another ISA runs in a use_ops body built once (use_isa would
-    check the name and build its IsaOps on every call)."""
+    """matmul of x by w packed on ISA `isa` (another than the process's: in a use_ops body
+    built once, as use_isa would rebuild its IsaOps on every call)."""
     packed = pack_weight(w, rotate=rotate)
     if isa == _cpu.isa():
         return lambda: matmul(x, packed)
@@ -174,8 +157,7 @@ def _torch_linear(w):
     import torch
 
     import pyw8a8.torch as pt
-    # A user's inference: no gradient recorded, set once.
-    torch.set_grad_enabled(False)
+    torch.set_grad_enabled(False)  # a user's inference
     return pt.Linear.from_packed(pack_weight(w, rotate=False))
 
 
@@ -201,8 +183,7 @@ def _torch_layer(name, m, k, n):
 
 
 def _torch_model(key, model):
-    """`model` quantized in place by `key`'s quantizer and compiled for its mode
-    ("compiled": Inductor's defaults; "max": as torchao's users compile), static shapes."""
+    """`model` quantized in place by `key`'s quantizer and compiled for its mode."""
     quantizer, _, mode = key.partition("-")
     if quantizer == "torchao":
         from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
@@ -217,15 +198,13 @@ def _torch_model(key, model):
     return model
 
 
-#: :func:`build_contender` as :class:`~pyw8a8.lab.turns.Isolated` names it.
 BUILD = f"{__name__}:build_contender"
 _TABLES = {"product": _product, "ffn": _ffn_block, "torch layer": _torch_layer,
            "torch model": _torch_model}
 
 
 def build_contender(table, name, *args):
-    """Contender `name` of `table` ("product", "ffn", "torch layer": at shape ``M, K, N``,
-    the function of no arguments that runs it, its ``kernel`` attribute naming what runs
-    where the table reports it; "torch model": the model `args` holds, quantized and
-    compiled as the key `name` says)."""
+    """Contender `name` of `table`: for a shape ``M, K, N``, the function of no arguments that
+    runs it (its ``kernel`` attribute, where set, names what runs); for "torch model", the
+    model `args` holds, quantized and compiled."""
     return _TABLES[table](name, *args)

@@ -1,17 +1,14 @@
 """``python -m pyw8a8 bench --dask``: the product of a large M on local dask clusters of 1
-and 2 worker processes (1 thread each) against the in-process call.
-
-Every contender does the same work per chunk of rows: draw the float32 activations
-(standard normal), multiply them by the packed weight, and sum each output row (so only M
-floats come back, not the M x N product). Throughput is 2*M*N*K / wall time; the scaling
-efficiency of w workers is T(1 worker) / (w * T(w workers)).
-"""
+and 2 worker processes (1 thread each) against the in-process call.  Each chunk of rows
+is drawn (standard normal), multiplied by the packed weight and its rows summed (only M
+floats come back); efficiency of w workers = T(1 worker) / (w * T(w workers))."""
 import statistics
 import time
 
 import numpy as np
 
 from .. import _threads
+from ..lab.record import markdown_table
 from ..matmul import matmul
 from ..packing import pack_weight
 
@@ -51,8 +48,8 @@ def _median_time(fn, rounds):
 
 
 def run(m, k, n, chunk, rounds, workers=(1, 2), seed=0, out=print):
-    """Time the in-process product and local clusters of `workers` processes; returns the
-    rows of the table as dicts (name, workers, threads, seconds, gops, rows_per_s)."""
+    """The in-process product and local clusters of `workers` processes timed: a row
+    (name, workers, threads, seconds, gops, rows_per_s) per run."""
     try:
         import distributed
     except ImportError:
@@ -98,16 +95,14 @@ def run(m, k, n, chunk, rounds, workers=(1, 2), seed=0, out=print):
 
 
 def format_rows(rows):
-    """The markdown table of :func:`run`'s rows ("vs in-process": against the first row,
-    the in-process call with the default thread count)."""
+    """The markdown table of :func:`run`'s rows ("vs in-process": against the first row)."""
     base = rows[0]["seconds"]
     one = next((r["seconds"] for r in rows if r["workers"] == 1), None)
-    lines = ["| run | processes x threads | time (s) | rows/s | GOPS | vs in-process | "
-             "scaling efficiency |", "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        procs = f"1 x {r['threads']}" if r["workers"] == 0 else f"{r['workers']} x 1"
-        eff = ("" if r["workers"] == 0 or one is None else
-               f"{100 * one / (r['workers'] * r['seconds']):.0f}%")
-        lines.append(f"| {r['name']} | {procs} | {r['seconds']:.2f} | {r['rows_per_s']:,.0f} | "
-                     f"{r['gops']:.0f} | {base / r['seconds']:.2f}x | {eff} |")
-    return lines
+    return markdown_table(
+        ["run", "processes x threads", "time (s)", "rows/s", "GOPS", "vs in-process",
+         "scaling efficiency"],
+        [[r["name"], f"1 x {r['threads']}" if r["workers"] == 0 else f"{r['workers']} x 1",
+          f"{r['seconds']:.2f}", f"{r['rows_per_s']:,.0f}", f"{r['gops']:.0f}",
+          f"{base / r['seconds']:.2f}x",
+          "" if r["workers"] == 0 or one is None else
+          f"{100 * one / (r['workers'] * r['seconds']):.0f}%"] for r in rows])

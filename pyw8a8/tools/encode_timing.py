@@ -1,10 +1,6 @@
-"""Loading, timing and scoring the sentence encoder of ``bench --torch``, with no import of
-pyw8a8.
-
-Loaded alone in a process of its own, its :func:`torch_alone` is the "torch alone"
-process of :mod:`pyw8a8.tools.torch_sharing`: the float model timed in a process where
-pyw8a8 is never imported.
-"""
+"""Loading, timing and scoring ``bench --torch``'s sentence encoder, with no import of
+pyw8a8: loaded alone, its :func:`torch_alone` is :mod:`~pyw8a8.tools.torch_sharing`'s
+"torch alone" process."""
 import os
 import statistics
 import sys
@@ -27,9 +23,8 @@ def load_encoder():
 
 
 def timed_encodes(model, texts, layer_type, rounds):
-    """Median encode time (seconds), median time inside `layer_type` modules (forward
-    hooks), and the products one encode made there: (rows, in_features, out_features,
-    the layer's index among the model's `layer_type` modules)."""
+    """Median encode seconds, median seconds inside `layer_type` modules, and the products one
+    encode made there: (rows, in_features, out_features, the layer's index)."""
     import torch
     inside = [0.0]
     calls = []
@@ -75,8 +70,7 @@ def fidelity(embeddings, reference) -> dict[str, float]:
 
 
 def torch_alone(texts, rounds):
-    """bench --torch's "torch alone" process: the float model's encode time outside its
-    linear layers, in a process where pyw8a8 is never imported (this file loaded alone)."""
+    """The float model's encode time outside its linear layers, pyw8a8 never imported."""
     import torch
     total, linear, _ = timed_encodes(load_encoder(), texts, torch.nn.Linear, rounds)
     assert not any(name.startswith("pyw8a8") for name in sys.modules)

@@ -1,42 +1,13 @@
 """``bench --torch``'s model-level table: each contender in a process of its own.
 
-A contender is a quantizer and a way to run the model:
-
-* quantizers: ``float`` (the model as loaded, float32), ``torchao``
-  (``torchao.quantization.quantize_`` with ``Int8DynamicActivationInt8WeightConfig()``:
-  per-token int8 activations, per-channel int8 weights, the scheme of pyw8a8 without its
-  rotation) and ``pyw8a8`` (:func:`pyw8a8.torch.quantize`, rotated, block 128);
-* modes: eager; ``compiled``, ``model.compile(dynamic=False)`` with Inductor's defaults;
-  ``max``, the same with ``torch._inductor.config.freezing = True``, ``max_autotune = True``
-  and ``max_autotune_gemm_backends = "CPP,ATEN"``: the settings a PyTorch user picks for
-  torchao, under which Inductor writes its int8 GEMMs as C++ templates with AMX or
-  AVX-512 VNNI micro-kernels.
-
-Compiled contenders use static shapes (``dynamic=False``): the encoder meets a shape per
-batch (a few), the LM two (its prompt and one token, through a ``StaticCache``).
-
-Each contender runs in a fresh interpreter (:class:`Contender`): a user's process holds
-one model, and Inductor's settings, which are global, must not reach the next contender.
-Its Inductor cache is a fresh folder, so the compile time is a first compile's, as a
-user meets it (and the user's own cache is left alone).  The contenders prepare one after
-another, then take turns round by round, each timing its own rounds while the others
-wait: on a shared host, a shift in load then reaches every contender alike.  The process
-reports:
-
-* the first call's wall time, compilation included (for an eager contender, its first
-  call: allocations and pyw8a8's tuning);
-* the speed, medians of rounds after warm-up (pyw8a8's tuner settled first);
-* what ran: the C++ GEMM templates Inductor wrote and the micro-kernel in each (AMX if it
-  holds AMX tile instructions, VNNI if AVX-512 VNNI ones, else another), ATen ``_int_mm``
-  calls, pyw8a8's product and attention operator calls in the compiled code, and
-  Inductor's counters
-  (``cpp_templated_kernel_counter``, ``cpp_micro_gemm_amx_counter``);
-* the outputs the fidelity is computed from.
-
-The float contender runs first: the others' speed is given as a ratio to it, and their
-fidelity against its outputs (the encoder's embeddings; the LM's next-token
-distributions, with every contender fed the float model's greedy tokens).
-"""
+A contender is a quantizer (``float``; ``torchao``, Int8DynamicActivationInt8WeightConfig:
+pyw8a8's scheme without the rotation; ``pyw8a8``, :func:`pyw8a8.torch.quantize`) in a
+mode: eager, ``compiled`` (Inductor's defaults) or ``max`` (freezing + max-autotune, as
+torchao's users compile), static shapes.  Each runs in a fresh interpreter with a fresh
+Inductor cache (a user's process holds one model; Inductor's settings are global; the
+compile time is a first compile's).  They prepare one after another, then take turns
+round by round, so a shift in a shared host's load reaches them alike.  Float runs
+first: the others' speed is a ratio to it, their fidelity against its outputs."""
 from __future__ import annotations
 
 import tempfile
@@ -63,8 +34,8 @@ def label(key: str) -> str:
 
 
 def comma_keys(text: str, known, what: str) -> list[str]:
-    """The comma-separated keys of `text`, each once, in the order given; ValueError
-    naming `what` where one is not in `known` or there is none."""
+    """The comma-separated keys of `text`, each once, in order; ValueError naming `what`
+    where one is not in `known` or there is none."""
     keys = [k.strip() for k in text.split(",") if k.strip()]
     unknown = [k for k in keys if k not in known]
     if unknown or not keys:
@@ -85,13 +56,9 @@ def parse_models(text: str) -> list[str]:
 
 
 class Contender:
-    """One contender in a fresh interpreter with a fresh Inductor cache, driven a phase at
-    a time (:class:`~pyw8a8.tools.torch_model_runs.ModelContender`), so that several take
-    turns round by round.  `spec`: model ("encoder" or "lm"), contender (a key of
-    MODEL_CONTENDERS), outdir (where outputs go), and the model's settings: texts
-    ({name: [str]}) for the encoder; tokens, prompt_tokens, prompts and layers (None: all)
-    for the LM.  A failure anywhere leaves :attr:`error` (the last lines of its traceback
-    or stderr) and no further phase runs."""
+    """One contender in a fresh interpreter with a fresh Inductor cache, driven a phase at a
+    time (:class:`~pyw8a8.tools.torch_model_runs.ModelContender`, whose `spec` it takes).
+    A failure leaves :attr:`error` (the last lines of its traceback) and stops its phases."""
 
     def __init__(self, spec: dict, timeout: float = 3600) -> None:
         self.error = None
@@ -128,8 +95,7 @@ class Contender:
 
 @dataclass
 class Settings:
-    """What --torch-models, --torch-contenders, --texts, --tokens, --prompt-tokens,
-    --prompts, --lm-layers and --rounds ask of the model-level table."""
+    """The --torch options the model-level table and "kvcache" (``kv``) run with."""
 
     models: list
     contenders: list
@@ -157,9 +123,6 @@ def run(settings: Settings, texts: dict | None = None, progress=print) -> list[d
             else:
                 spec.update(tokens=settings.tokens, prompt_tokens=settings.prompt_tokens,
                             prompts=settings.prompts, layers=settings.layers)
-            # Each contender prepares alone (its first call times the compilation); then
-            # the rounds take turns, so that the host's load shifts reach all contenders
-            # alike; float finishes first (its outputs are the reference).
             running = {}
             for key in settings.contenders:
                 if key.startswith("torchao") and not torchao_available():
@@ -227,8 +190,7 @@ def _common(result: dict) -> dict:
 
 
 def kernels_text(row: dict) -> str:
-    """The table's "what ran" cell: templates by micro-kernel, ATen _int_mm calls, pyw8a8
-    product and attention operator calls, graphs and graph breaks, Inductor's counters."""
+    """The table's "what ran" cell of a row."""
     k = row.get("kernels")
     if not k:
         return "-"

@@ -1,17 +1,13 @@
 """``bench --torch-layer``: one ``nn.Linear`` as a PyTorch user runs it, at the bench's
-shapes.  pyw8a8's layer eagerly and under ``torch.compile``, against ``pyw8a8.matmul``
-itself and torchao's int8 Linear compiled by Inductor
-(:func:`~pyw8a8.tools.peers.torchao_matmul`).  The layers are unrotated, as the table's
-pyw8a8 columns; each contender runs in a process of its own:
-:mod:`~pyw8a8.tools.contenders`' ``torch layer`` table.
+shapes: pyw8a8's layer eager and compiled against ``pyw8a8.matmul`` and torchao's int8
+Linear compiled by Inductor, unrotated, each in a process of its own
+(:mod:`~pyw8a8.tools.contenders`' ``torch layer`` table).
 
-The layer's cost per call is its time beyond ``pyw8a8.matmul``'s at the same shape.  A
-compiled layer called alone also pays Dynamo's entry into the compiled code (its guards,
-tens of microseconds), which a model pays once a forward, not once a layer: so each
-compiled contender is also timed as one graph of :data:`GRAPH_CALLS` calls of the layer
-(:func:`~pyw8a8.tools.peers.repeated_calls`), and the difference, over the calls it adds,
-is the layer's time inside a compiled model.
-"""
+A compiled layer called alone also pays Dynamo's entry into the graph (tens of
+microseconds), which a model pays once a forward: so each compiled contender is also timed
+as one graph of :data:`GRAPH_CALLS` calls, and the difference over the calls it adds is
+the layer's time inside a compiled model."""
+from ..lab.record import markdown_table
 from ..lab.turns import isolated, measure
 from .contenders import (
     BUILD,
@@ -25,33 +21,32 @@ from .contenders import (
     torch_layer_names,
 )
 
-#: The per-call target of a layer at one row: this many times pyw8a8.matmul's time, plus
-#: PER_CALL_US microseconds.
+#: A layer call's target: PER_CALL_FACTOR x pyw8a8.matmul's time + PER_CALL_US.
 PER_CALL_FACTOR = 1.25
 PER_CALL_US = 3.0
 
 
 def in_graph(us, alone, graph):
-    """Microseconds a layer call costs inside a compiled graph: the graph of GRAPH_CALLS
-    calls (`us[graph]`) less the graph of one (`us[alone]`), over the calls it adds."""
+    """Microseconds of a layer call inside a compiled graph: (`us[graph]` - `us[alone]`) over
+    the calls the graph adds."""
     return (us[graph] - us[alone]) / (GRAPH_CALLS - 1)
 
 
 def format_table(rows, names, kernels) -> list[str]:
     """Markdown: microseconds per call of each contender, the layers' cost beyond
-    ``pyw8a8.matmul``, a call inside a compiled graph, the per-call target, and pyw8a8's
-    layer against torchao's inside a compiled graph."""
+    ``pyw8a8.matmul``, a call inside a compiled graph, the target, and pyw8a8's layer
+    against torchao's inside a graph."""
     torchao = TORCHAO in names
     cols = ["M", "K", "N"] + [f"{name} (us)" for name in names]
     cols += [f"{EAGER} - matmul (us)", f"{COMPILED}, in a graph (us)"]
     cols += [f"{TORCHAO}, in a graph (us)"] if torchao else []
     cols += [f"target: {PER_CALL_FACTOR:g} x matmul + {PER_CALL_US:g} us"]
     cols += ["in a graph, pyw8a8.torch vs torchao"] if torchao else []
-    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    table = []
     for (m, k, n), seconds in rows:
         us = {name: seconds[name] * 1e6 for name in names}
         ours = in_graph(us, COMPILED, COMPILED_GRAPH)
-        cells = [str(m), str(k), str(n)] + [f"{us[name]:.1f}" for name in names]
+        cells = [m, k, n] + [f"{us[name]:.1f}" for name in names]
         cells += [f"{us[EAGER] - us[MATMUL]:+.1f}", f"{ours:.1f}"]
         if torchao:
             theirs = in_graph(us, TORCHAO, TORCHAO_GRAPH)
@@ -59,8 +54,8 @@ def format_table(rows, names, kernels) -> list[str]:
         cells.append(f"{PER_CALL_FACTOR * us[MATMUL] + PER_CALL_US:.1f}")
         if torchao:
             cells.append(f"{theirs / ours:.2f}x")
-        out.append("| " + " | ".join(cells) + " |")
-    out.append("")
+        table.append(cells)
+    out = markdown_table(cols, table) + [""]
     out.append("Kernels: " + "; ".join(f"{name}: {kernels[name]}" for name in names
                                        if kernels.get(name)))
     out.append(f"A call in a graph: (the graph of {GRAPH_CALLS} calls - the graph of one) / "
@@ -70,8 +65,7 @@ def format_table(rows, names, kernels) -> list[str]:
 
 
 def run(shapes, rounds, min_time, nthreads) -> list[str]:
-    """The table's lines: each contender built and timed in its own process, at each
-    shape, in interleaved rounds."""
+    """The table's lines: each contender in its own process, at each shape, taking turns."""
     names = torch_layer_names()
     rows, kernels = [], {}
     with isolated(BUILD, names, nthreads) as workers:

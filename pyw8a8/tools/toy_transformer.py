@@ -1,11 +1,7 @@
-"""A small numpy transformer whose linear layers go through numpy or pyw8a8.
-
-It measures what a user sees when pyw8a8 is dropped into a numpy model with default
-settings: numpy's BLAS runs the attention, pyw8a8 (or numpy, for the float version) the
-linear layers, one after the other, so the two libraries' thread pools take turns on the
-cores.  Used by ``python -m pyw8a8 bench --mixed``, asv's ``MixedModel`` and the tests of the
-thread policy.
-"""
+"""A small numpy transformer whose linear layers go through numpy or pyw8a8, with default
+settings: numpy's BLAS runs the attention, pyw8a8 the linear layers, their thread pools
+taking turns on the cores.  ``bench --mixed``, asv's ``MixedModel`` and the thread
+policy's tests use it."""
 import time
 
 import numpy as np
@@ -58,8 +54,7 @@ def w8a8_linear(layers, **pack_kw):
 
 
 def best_times(rounds=7, seed=0, tokens=TOKENS):
-    """Best forward time (seconds) of the float and the W8A8 model, taking turns in one
-    process so a noisy machine slows both alike."""
+    """Best forward seconds of the float and the W8A8 model, taking turns in one process."""
     layers = build(seed)
     x = np.random.default_rng(seed + 1).standard_normal((tokens, D)).astype(np.float32)
     variants = {"float": float_linear, "w8a8": w8a8_linear(layers)}
@@ -75,8 +70,7 @@ def best_times(rounds=7, seed=0, tokens=TOKENS):
 
 
 def relative_error(seed=0, tokens=TOKENS):
-    """Max-abs difference of the W8A8 forward from the float one, over the float output's
-    RMS (the residual stream after every layer)."""
+    """Max-abs difference of the W8A8 forward from the float one, over the float output's RMS."""
     layers = build(seed)
     x = np.random.default_rng(seed + 1).standard_normal((tokens, D)).astype(np.float32)
     expected = forward(x, layers, float_linear)
