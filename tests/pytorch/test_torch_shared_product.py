@@ -89,7 +89,7 @@ def test_a_call_outside_the_order_runs_the_layers_own_product():
 def test_bad_input_is_refused_through_the_shared_product():
     _, shared, _ = _models()
     assert_refuses_bad_input(shared.q_proj, torch.randn(5, 64))
-    with torch.inference_mode(), pytest.raises(ValueError, match="64 features"):
+    with torch.inference_mode(), pytest.raises(ValueError, match="expects K=64"):
         shared(torch.randn(2, 63))
 
 

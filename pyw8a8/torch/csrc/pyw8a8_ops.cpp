@@ -102,8 +102,15 @@ void check_input(const at::Tensor &x, int64_t in_features) {
     TORCH_CHECK_TYPE(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16,
                      "x must be float32 or bfloat16, got ", dtype_name(x.scalar_type()),
                      " (convert it with .float())");
-    TORCH_CHECK_VALUE(x.dim() > 0 && x.size(-1) == in_features, "x must have ", in_features,
-                      " features in its last dimension, got shape ", shape_text(x));
+    TORCH_CHECK_VALUE(x.dim() > 0, "x must have at least one dimension, got a scalar");
+    if (x.size(-1) != in_features) {
+        w8_fault fault{};
+        fault.code = W8_FAULT_FEATURES;
+        fault.a = x.size(-1);
+        fault.b = in_features;
+        const char *names[W8_ARG_COUNT] = {"x", "weight", "up", "bias", "bias2"};
+        raise_fault(fault, names, &x, "activation", "");
+    }
     if (x.requires_grad() && c10::GradMode::is_enabled())
         TORCH_CHECK(false, "x", kInferenceOnly);
 }
