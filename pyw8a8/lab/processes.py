@@ -1,17 +1,11 @@
-"""The lab's one way to run something in a fresh Python process, so that nothing of
-another run's libraries, thread pools, caches or global settings (Inductor's) reaches it,
-and its wall time and peak memory are its own.
+"""The lab's one way to run something in a fresh Python process, so that nothing of another
+run's libraries, thread pools, caches or global settings reaches it, and its wall time
+and peak memory are its own.
 
-A :class:`Worker` is one such process, driven one request at a time over JSON lines:
-:meth:`Worker.call` runs a function there and returns its result, :meth:`Worker.open`
-keeps what a function returns as the process's session, whose methods :meth:`Worker.ask`
-then calls (a contender built once, then timed round by round).  :func:`run_once` is one
-call in a process that then ends.
-
-A function is named ``"module:name"``, or ``"path/to/file.py:name"`` for a file loaded
-alone: this module runs there as a file, not as part of the package, so such a process
-imports nothing of pyw8a8 (``bench --torch``'s "torch alone").
-"""
+A :class:`Worker` serves one request at a time over JSON lines: :meth:`~Worker.call` a
+function, or :meth:`~Worker.open` a session whose methods :meth:`~Worker.ask` calls.
+A function is named ``"module:name"`` or ``"file.py:name"`` (the file loaded alone: this
+module runs there as a file, so such a process imports nothing of pyw8a8)."""
 import importlib
 import importlib.util
 import json
@@ -23,16 +17,13 @@ import tempfile
 import traceback
 from pathlib import Path
 
-#: The folder that holds the package: first on the process's import path, so that it
-#: imports this very tree.
+#: First on the process's import path: it imports this very tree.
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
-#: The process's command: this file run as the main module, the package not imported.
 _START = "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__')"
 
 
 class WorkerError(RuntimeError):
-    """A call failed in its process (the message: its traceback), or the process ended or
-    fell silent (its stderr's last lines, where kept, or why)."""
+    """A call failed in its process (its traceback), or the process ended or fell silent."""
 
 
 def function(name):
@@ -48,17 +39,9 @@ def function(name):
 
 
 class Worker:
-    """A fresh Python process serving one request at a time (see the module's text).
-
-    Parameters
-    ----------
-    env : dict of str to str, optional
-        Variables set in the process's environment, on top of this one's.
-    timeout : float, optional
-        Seconds a request may take; past them the process is ended (WorkerError).
-    capture_stderr : bool
-        Keep the process's stderr (for the failure's message) rather than pass it on.
-    """
+    """A fresh Python process serving one request at a time, with `env` on top of this
+    process's environment, ended past `timeout` seconds a request (WorkerError), its stderr
+    kept for the failure's message where `capture_stderr`."""
 
     def __init__(self, env=None, timeout=None, capture_stderr=False):
         env = {**os.environ, **(env or {})}
@@ -109,7 +92,7 @@ class Worker:
         return why or f"the process ended with status {self._process.returncode}"
 
     def close(self):
-        """End the process: its loop stops at the end of its input."""
+        """End the process (its loop stops at the end of its input)."""
         if self._process.poll() is None:
             self._process.stdin.close()
             try:
@@ -136,8 +119,7 @@ def run_once(name, *args, **options):
 
 
 def serve():
-    """The process's side: each request's reply on the real stdout, one JSON line, while
-    what the functions print goes to stderr."""
+    """The process's side: each reply one JSON line on the real stdout; prints go to stderr."""
     replies = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     session = None

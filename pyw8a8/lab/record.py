@@ -1,12 +1,7 @@
-"""``bench --record DIR`` (and ``eval --long-context --record DIR``): a run of the bench
-kept as a dated record.
-
-Each run goes to ``DIR/YYYY-MM-DD-<cpu kind>.md`` (:func:`record_path`): what the bench
-printed (its tables as markdown, the rest as printed), the CPU's model and ISA features,
-the thread count, the versions of Python, numpy, pyw8a8 and each int8 peer found, the
-commit of the source tree and the command line. A second run on the same day and CPU kind
-is appended to that file as a further section.
-"""
+"""A run kept as a dated record (``bench --record DIR``, ``eval --record DIR``): each run
+goes to ``DIR/YYYY-MM-DD-<cpu kind>.md`` (:func:`record_path`), a later one of the same
+day and CPU kind appended: what it printed (tables as markdown), the CPU, its ISA
+features, the threads, the versions, the commit and the command line."""
 import contextlib
 import datetime
 import io
@@ -23,13 +18,12 @@ from .. import _cpu, _threads
 
 #: The distributions of the bench's int8 peers whose versions a record names, where found.
 PEERS = ("onnxruntime", "onnx", "torch", "torchao", "ai-edge-litert")
-#: Variables of the environment that change what the bench runs, named in a record when set:
-#: pyw8a8's and OpenMP's, and those that hold torch, its int8 engines, Inductor's code, MKL
-#: and OpenBLAS to an ISA (the AVX2 path measured on an AVX-512 CPU) or change Inductor.
+#: Variables that change what the bench runs (threads, an ISA held, Inductor), named in a
+#: record when set.
 _ENV_PREFIXES = ("PYW8A8_", "OMP_", "GOMP_", "KMP_", "ATEN_CPU_CAPABILITY",
                  "FBGEMM_ENABLE_INSTRUCTIONS", "ONEDNN_", "DNNL_", "MKL_ENABLE_INSTRUCTIONS",
                  "OPENBLAS_CORETYPE", "TORCHINDUCTOR_")
-#: ... but for those that torch sets itself once imported.
+#: ... but those torch sets itself.
 _ENV_SET_BY_TORCH = ("TORCHINDUCTOR_CACHE_DIR",)
 
 # AMD family 25 (0x19), Zen 3 and Zen 4 by model ranges; family 26 (0x1a) is Zen 5.
@@ -38,8 +32,8 @@ _ZEN3_MODELS = (range(0x00, 0x10), range(0x20, 0x60))
 
 
 def cpuinfo_fields(text=None):
-    """The first processor's fields of /proc/cpuinfo (`text`: its contents; read when
-    None), as {name: value}; {} where there is no such file."""
+    """{name: value} of the first processor of /proc/cpuinfo (`text`, read when None); {}
+    where there is none."""
     if text is None:
         try:
             text = Path("/proc/cpuinfo").read_text(errors="replace")
@@ -76,9 +70,9 @@ def _slug(text):
 
 
 def cpu_kind(fields, features, isa):
-    """A short name for the CPU kind: ``zen3``, ``zen4``, ``zen5`` (AMD families 25 and
-    26), ``xeon-amx`` (Intel with AMX-INT8), else the model name's slug and the CPU's best
-    ISA (``isa``), e.g. ``intel-xeon-platinum-8259cl-avx512vnni``.
+    """A short name for the CPU kind: ``zen3``, ``zen4``, ``zen5``, ``xeon-amx``, else the model
+    name's slug and `isa` (the best ISA of pyw8a8 it runs), e.g.
+    ``intel-xeon-platinum-8259cl-avx512vnni``.
 
     Parameters
     ----------
@@ -87,13 +81,11 @@ def cpu_kind(fields, features, isa):
     features : dict of str to bool
         :func:`pyw8a8.cpu_features`.
     isa : str
-        The best ISA of pyw8a8 this CPU runs.
 
     Returns
     -------
     str
-        Lower-case letters, digits and hyphens.
-    """
+        Lower-case letters, digits and hyphens."""
     vendor = fields.get("vendor_id", "")
     family, model = _number(fields.get("cpu family")), _number(fields.get("model"))
     if vendor == "AuthenticAMD" and model is not None:
@@ -123,10 +115,9 @@ def record_path(directory, day, kind):
 
 
 def source_commit(package_dir=None):
-    """The commit of the git checkout pyw8a8 runs from, with ``-dirty`` where its tracked
-    files have uncommitted changes; ``unknown`` where pyw8a8 is not a checkout's tracked
-    files (an installed wheel, even one inside a checkout's virtual environment) or git is
-    missing."""
+    """The commit of the git checkout pyw8a8 runs from (``-dirty`` with uncommitted changes to
+    tracked files); ``unknown`` where pyw8a8 is not tracked there (an installed wheel) or git
+    is missing."""
     package_dir = Path(package_dir or Path(__file__).resolve().parents[1])
 
     def git(*args):
@@ -148,8 +139,7 @@ def versions():
     """(name, version) of Python, numpy, pyw8a8 and each peer of PEERS installed."""
     import numpy
 
-    # The package is loaded before any of its modules: its version read from it, not
-    # imported back from its __init__.
+    # the package is loaded: its version read, not imported back from its __init__
     found = [("python", platform.python_version()), ("numpy", numpy.__version__),
              ("pyw8a8", sys.modules[__name__.split(".")[0]].__version__)]
     for name in PEERS:
@@ -161,8 +151,8 @@ def versions():
 
 
 def command_line(command, argv):
-    """The command line of this run: the interpreter's own where it ran ``python -m pyw8a8
-    <command> <argv>``, else that command rebuilt (a call of ``main`` from Python)."""
+    """This run's command line: the interpreter's own where it ran ``python -m pyw8a8
+    <command> <argv>``, else that command rebuilt."""
     tail = [command, *argv]
     orig = list(getattr(sys, "orig_argv", []))
     if len(orig) > len(tail) and orig[-len(tail):] == tail and "pyw8a8" in orig[:-len(tail)]:
@@ -171,13 +161,7 @@ def command_line(command, argv):
 
 
 def checked_directory(path):
-    """`path` as a directory the record can be written to, made where missing.
-
-    Raises
-    ------
-    ValueError
-        If it is not a directory or cannot be made or written (the message names it).
-    """
+    """`path` as a writable directory, made where missing; else a ValueError naming it."""
     directory = Path(path)
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -226,8 +210,8 @@ def markdown_table(columns, rows, align=None):
 
 
 def markdown_output(text):
-    """What the bench printed, as markdown: its table lines (``|`` first) as tables, the
-    other lines verbatim in ``text`` blocks."""
+    """What the bench printed as markdown: its ``|`` lines as tables, the others in ``text``
+    blocks."""
     out, block = [], []
 
     def close_block():
@@ -252,15 +236,14 @@ def markdown_output(text):
 
 
 def write(directory, output, command, now=None):
-    """Add a run to its record: ``directory/YYYY-MM-DD-<cpu kind>.md``, made with a title
-    where new, appended to otherwise.
+    """Add a run to ``directory/YYYY-MM-DD-<cpu kind>.md``, made with a title where new.
 
     Parameters
     ----------
     directory : str or Path
         The record's directory (:func:`checked_directory`).
     output : str
-        What the bench printed.
+        What the run printed.
     command : str
         The command line (:func:`command_line`).
     now : datetime.datetime, optional
@@ -269,8 +252,7 @@ def write(directory, output, command, now=None):
     Returns
     -------
     Path
-        The file written.
-    """
+        The file written."""
     now = (now or datetime.datetime.now()).astimezone()
     fields = cpuinfo_fields()
     features = _cpu.cpu_features()

@@ -1,12 +1,7 @@
-"""Contenders taking turns: each timed in its turn of every round (A, B, C, A, B, C, ...),
-so that a noisy shared machine slows them alike; the medians are what the lab reports.
-
-:func:`take_turns` is the one loop, for the bench's tables, ``bench --torch`` and the
-evaluation's side-by-side checks.  :func:`measure` times functions of no arguments in it,
-each warmed up first and timed in blocks of calls: a function called in this process, or
-an :class:`Isolated` one, built and timed in a process of its own
-(``bench --check-isolation`` compares the two).
-"""
+"""Contenders taking turns, round by round (A, B, C, A, B, C, ...), so that a noisy shared
+machine slows them alike: :func:`take_turns` is the one loop; :func:`measure` times
+functions of no arguments in it, warmed up, in blocks of calls, in this process or in
+one of their own (:class:`Isolated`)."""
 import contextlib
 import statistics
 import sys
@@ -14,37 +9,31 @@ import time
 
 from .processes import Worker, function
 
-#: Pause before each turn: thread pools spin for a while after a call (ONNX Runtime's for
-#: about 0.1 s on 2 vCPUs, OpenBLAS's for up to ~0.1 s without pyw8a8's thread policy),
-#: which on a machine with few cores steals the next contender's cores.  So every turn
-#: starts from pools that have gone to sleep: pyw8a8's tuner, among others, would
-#: otherwise judge its candidates on calls slowed by another pool.
+#: Pause before each turn: thread pools spin after a call (ONNX Runtime's and OpenBLAS's
+#: for about 0.1 s), which on few cores steals the next contender's (and pyw8a8's tuner
+#: would judge its candidates on calls so slowed).
 SETTLE_SECONDS = 0.2
-# Calls of a contender before it is timed: first-call costs, caches, and pyw8a8's blocking
-# tuner, which tries its candidates on the first calls of a shape (3 rounds of up to 23):
-# where the tuner is still trying them, the warm-up goes on, up to MAX_WARM_CALLS.
+# Warm-up calls: first-call costs, and the tuner's candidates (3 rounds of up to 23 per
+# shape), on up to MAX_WARM_CALLS while it is still trying them.
 WARM_CALLS = 40
 MAX_WARM_CALLS = 120
-# Untimed calls that open each block: after the pause before it (SETTLE_SECONDS), the
-# cores have clocked down, and the first calls of a block took up to 4x the steady time
-# (64 x 1152 x 6912 on the Xeon, pyw8a8 and ONNX Runtime alike): a block measures the
-# library, not the idle state the pause left.
+# Untimed calls opening each block: after the pause, the first calls took up to 4x the
+# steady time (cores clocked down; 64 x 1152 x 6912 on the Xeon).
 REWARM_SECONDS = 0.01
 
 
 def take_turns(turns, rounds, settle=SETTLE_SECONDS, rotate=False):
-    """What each contender's turn gives, round by round.
+    """What each contender's turn gives, round by round: {name: [turn(i) of each round i]}.
 
     Parameters
     ----------
     turns : dict of str to callable
-        ``turn(i)`` is a contender's turn in round i; it returns what is kept of it.
+        ``turn(i)``, a contender's turn in round i.
     rounds : int
     settle : float
-        Seconds of pause before each turn (SETTLE_SECONDS).
+        Seconds of pause before each turn.
     rotate : bool
-        Round i starts with the i-th contender (the order rotating), rather than the first.
-    """
+        Round i starts with the i-th contender rather than the first."""
     names = list(turns)
     samples = {name: [] for name in names}
     for i in range(rounds):
@@ -62,22 +51,14 @@ def spread(values):
 
 
 def _tuner_settling():
-    """Whether pyw8a8's blocking tuner, where this process uses it, is still trying
-    candidates: calls timed then would time them, not the blocking it settles on."""
+    """Whether pyw8a8's blocking tuner, where this process uses it, still tries candidates."""
     tuning = sys.modules.get("pyw8a8.tuning")
     return tuning is not None and tuning.unsettled() > 0
 
 
 def warm_up(fn, min_time):
-    """Call `fn` WARM_CALLS times and for at least `min_time` seconds, and on until pyw8a8's
-    tuner has settled (at most MAX_WARM_CALLS calls).
-
-    Returns
-    -------
-    float
-        The median seconds per call of the second half of those calls (the first ones
-        carry the first-call costs).
-    """
+    """Call `fn` WARM_CALLS times, for at least `min_time` seconds, and on while pyw8a8's
+    tuner settles (at most MAX_WARM_CALLS); the median seconds per call of the second half."""
     times = []
     start = time.perf_counter()
     while (len(times) < WARM_CALLS or time.perf_counter() - start < min_time or
@@ -89,8 +70,7 @@ def warm_up(fn, min_time):
 
 
 def time_block(fn, reps):
-    """Seconds per call of `reps` consecutive calls of `fn`, after REWARM_SECONDS of
-    untimed calls."""
+    """Seconds per call of `reps` calls of `fn`, after REWARM_SECONDS of untimed calls."""
     end = time.perf_counter() + REWARM_SECONDS
     while time.perf_counter() < end:
         fn()
@@ -101,9 +81,8 @@ def time_block(fn, reps):
 
 
 class TimedCalls:
-    """A function of no arguments warmed up and timed in blocks: in this process, or, as
-    the session of an :class:`Isolated` contender's process, built there (:meth:`build`)
-    on `nthreads` of pyw8a8's threads."""
+    """A function of no arguments warmed up and timed in blocks: in this process, or as an
+    :class:`Isolated` contender's session, built there on `nthreads` threads."""
 
     def __init__(self, nthreads=None, fn=None):
         if nthreads is not None:
@@ -112,9 +91,7 @@ class TimedCalls:
         self.fn = fn
 
     def build(self, make, *args):
-        """Build the function ``make(*args)`` (`make` named as
-        :func:`~pyw8a8.lab.processes.function` reads it); its ``kernel`` attribute, where
-        it names the kernel it runs, or None."""
+        """Build ``make(*args)`` (`make`: ``"module:name"``); its ``kernel`` attribute or None."""
         self.fn = function(make)(*args)
         return getattr(self.fn, "kernel", None)
 
@@ -126,21 +103,15 @@ class TimedCalls:
 
 
 class Isolated:
-    """A contender built and timed in a fresh process of its own (nothing of this
-    process's libraries, thread pools or caches is shared), on `nthreads` threads, with
-    the functions ``make(*args)`` returns (`make`: ``"module:name"``, called there).
-
-    Use :meth:`build` for each new set of arguments, then pass it to :func:`measure`;
-    :meth:`close` ends the process (or use it as a context manager).
-    """
+    """A contender built (``make(*args)``, see :meth:`build`) and timed in a fresh process of
+    its own on `nthreads` threads; pass it to :func:`measure`, close it when done."""
 
     def __init__(self, make, nthreads):
         self.make = make
         self._worker = Worker().open(f"{__name__}:TimedCalls", nthreads)
 
     def build(self, *args):
-        """Build the contender ``make(*args)`` in the other process; returns self, its
-        ``kernel`` the contender's (see :meth:`TimedCalls.build`)."""
+        """Build the contender ``make(*args)`` there; self, its ``kernel`` the contender's."""
         self.kernel = self._worker.ask("build", self.make, *args)
         return self
 
@@ -162,27 +133,15 @@ class Isolated:
 
 @contextlib.contextmanager
 def isolated(make, names, nthreads):
-    """One :class:`Isolated` contender per name of `names`, each in a process of its own
-    that builds contenders with `make`; all closed on exit.
-
-    Yields
-    ------
-    dict of str to Isolated
-    """
+    """{name: :class:`Isolated`} for `names`, each building with `make`; all closed on exit."""
     with contextlib.ExitStack() as stack:
         yield {name: stack.enter_context(Isolated(make, nthreads)) for name in names}
 
 
 def measure_rounds(contenders, rounds, min_time):
-    """Seconds per call of each contender (a function of no arguments, or an
-    :class:`Isolated` one) in each of `rounds` rounds of turns, a block of calls of at
-    least `min_time` seconds each (its call count from the warm-up): round i of every
-    contender ran back to back, so their ratios round by round cancel the machine's drift.
-
-    Returns
-    -------
-    dict of str to list of float
-    """
+    """Seconds per call of each contender (a function of no arguments or an
+    :class:`Isolated`) in each of `rounds` rounds, a block of at least `min_time` seconds
+    each: {name: [seconds]}, round i of all run back to back."""
     timers = {name: c if isinstance(c, Isolated) else TimedCalls(fn=c)
               for name, c in contenders.items()}
     reps = {}
@@ -194,7 +153,6 @@ def measure_rounds(contenders, rounds, min_time):
 
 
 def measure(contenders, rounds, min_time):
-    """Median seconds per call of each contender ({name: float}; the arguments as
-    :func:`measure_rounds`')."""
+    """Median seconds per call of each contender, as :func:`measure_rounds` times them."""
     return {name: statistics.median(s)
             for name, s in measure_rounds(contenders, rounds, min_time).items()}

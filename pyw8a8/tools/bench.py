@@ -1,10 +1,6 @@
-"""Side-by-side speed of pyw8a8 against numpy float32 and the int8 peers.
-
-Every contender runs on the same float32 activations and pre-packed weights, each in a
-process of its own, in interleaved rounds (A, B, C, A, B, C, ...) so a noisy shared
-machine slows them alike; the table reports medians. Effective GOPS = 2 * M * N * K /
-time.
-"""
+"""Side-by-side speed of pyw8a8 against numpy float32 and the int8 peers: every contender
+on the same activations and pre-packed weights, each in a process of its own, in
+interleaved rounds (A, B, C, A, B, C, ...); medians of GOPS = 2 * M * N * K / time."""
 import os
 import platform
 import sys
@@ -12,6 +8,7 @@ import sys
 from .. import _cpu, _threads
 from .._thread_policy import thread_policy
 from ..lab import record
+from ..lab.record import markdown_table
 from ..lab.turns import isolated, measure
 from . import (
     dask_bench,
@@ -51,9 +48,9 @@ def _machine_info():
 
 
 def _time_shape(shape, workers, beside, rounds, min_time, kernels):
-    """GOPS at one shape of each contender in `workers` ({name: Isolated}), built and timed
-    in its own process, and (`beside`) of each also built in this one, as "<name> beside",
-    all in the same interleaved rounds; the kernel each names goes to kernels[name]."""
+    """GOPS at `shape` of each contender of `workers` ({name: Isolated}) and (`beside`) of each
+    built in this process too, as "<name> beside", in the same rounds; the kernel each
+    names goes to kernels[name]."""
     m, k, n = shape
     contenders = {name: worker.build("product", name, m, k, n)
                   for name, worker in workers.items()}
@@ -68,22 +65,13 @@ def _time_shape(shape, workers, beside, rounds, min_time, kernels):
 
 
 def run_table(shapes, names, rounds, min_time, beside=False, kernels=None):
-    """GOPS of each contender (:func:`contender_names`) at each shape, each one built and
-    timed in a process of its own, in interleaved rounds (:func:`measure`).
+    """GOPS of each contender at each shape, each in a process of its own, taking turns:
+    [((M, K, N), {name: GOPS})].
 
-    In one process the contenders disturb each other: torch (2.13's CPU build) takes the
-    OpenMP runtime pyw8a8 loaded, its spin policy included, and its dynamic Linear ran at
-    about half its speed alone beside pyw8a8 (1 x 1152 x 6912, 2 Xeon vCPUs).  A user who
-    runs one of them gets what it measures alone.
-    With `beside`, each contender is also timed in this process beside the others, in the
-    same rounds, under the name "<name> beside" (``bench --check-isolation``).  `kernels`,
-    where given, receives {name: {shape: kernel}} of the contenders that name the kernel
-    they run (torchao's: the GEMM Inductor chose).
-
-    Returns
-    -------
-    list of ((M, K, N), dict of str to float)
-    """
+    In one process they disturb each other: torch's dynamic Linear, on the OpenMP runtime
+    pyw8a8 loaded, ran at about half its speed alone (1 x 1152 x 6912, 2 Xeon vCPUs).  With
+    `beside`, each is also timed in this process (``bench --check-isolation``); `kernels`
+    receives {name: {shape: kernel}} of the contenders that name their kernel."""
     kernels = {} if kernels is None else kernels
     with isolated(BUILD, names, _threads.get_num_threads()) as workers:
         return [(shape, _time_shape(shape, workers, beside, rounds, min_time, kernels))
@@ -91,9 +79,8 @@ def run_table(shapes, names, rounds, min_time, beside=False, kernels=None):
 
 
 def main(argv=None, quick=False):
-    """``python -m pyw8a8 bench`` (`quick`: ``info``, the short table); returns the exit
-    status. Every option is checked before any measurement: a bad one exits with status 2
-    (argparse's usage and one error line)."""
+    """``python -m pyw8a8 bench`` (`quick`: ``info``, the short table); the exit status.  A bad
+    option exits with status 2 before any measurement."""
     args, isas = parse_args(argv, quick)
     if quick:
         return _table_main(args, isas, QUICK_SHAPES, with_peers=False, rotated=False)
@@ -117,13 +104,12 @@ def _run(args, isas):
         return torch_bench.main(args.torch_settings, _machine_info())
     if args.torch_layer:
         _print_machine(True)
-        for line in torch_layer_bench.run(args.shapes or SHAPES, args.rounds, args.min_time,
-                                          _threads.get_num_threads()):
-            print(line)
+        print("\n".join(torch_layer_bench.run(args.shapes or SHAPES, args.rounds,
+                                              args.min_time, _threads.get_num_threads())))
         return 0
     if args.mca or args.overhead or args.crossover:
-        return proxies.main(["--mca"] * args.mca + ["--overhead"] * args.overhead,
-                            args.rounds, args.min_time, args.shapes, args.crossover)
+        return proxies.main(args.mca, args.overhead, args.rounds, args.min_time,
+                            args.shapes, args.crossover)
     with_peers = not args.no_peers
     if args.ffn:
         _print_machine(with_peers)
@@ -134,21 +120,18 @@ def _run(args, isas):
 
 
 def _default_isas():
-    """The table's ISAs unless --isa names some: every SIMD ISA this CPU runs (a small-M
-    fallback in the column of the ISA it serves)."""
+    """Every SIMD ISA this CPU runs (a small-M fallback in the column of the ISA it serves)."""
     return [i for i in _cpu.available_isas()
             if not i.startswith("scalar")] or ["scalar"]
 
 
-def _print_machine(with_peers):
+def _print_machine(with_peers=False):
     """The machine's lines, and (`with_peers`) a line for each peer that is missing."""
-    for line in _machine_info() + (peers.missing() if with_peers else []):
-        print(line)
+    print("\n".join(_machine_info() + (peers.missing() if with_peers else [])))
 
 
 def _table_main(args, isas, shapes, with_peers, rotated=True):
-    """The table (``bench``, and ``info`` without peers or rotation): the machine, the
-    peaks, then GOPS of every contender at every shape, then the rotation's cost."""
+    """The machine, the peaks, the table of every contender at every shape, the rotation."""
     _print_machine(with_peers)
     isas = isas or _default_isas()
     names = contender_names(isas, with_peers, rotated)
@@ -167,8 +150,8 @@ def _table_main(args, isas, shapes, with_peers, rotated=True):
     kernels = {}
     rows = run_table(shapes, names, args.rounds, args.min_time, kernels=kernels)
     print(f"\n{GOPS_NOTE}; {nthreads} threads")
-    for line in format_table(table_header(names), rows, isas, peaks, bandwidth, fp32_peak):
-        print(line)
+    print("\n".join(format_table(table_header(names), rows, isas, peaks, bandwidth,
+                                 fp32_peak)))
     for name, by_shape in kernels.items():
         ran = sorted(set(by_shape.values()))
         print(f"{name}: Inductor's int8 GEMM was {' or '.join(ran)}"
@@ -182,20 +165,16 @@ def _table_main(args, isas, shapes, with_peers, rotated=True):
     return 0
 
 
-
 def _isolation_main(shapes, isas, args):
     _print_machine(not args.no_peers)
     isas = isas or _default_isas()
     names = contender_names(isas, not args.no_peers)
-    nthreads = _threads.get_num_threads()
     rows = run_table(shapes, names, args.rounds, args.min_time, beside=True)
-    print(f"\n{GOPS_NOTE}; {nthreads} threads")
-    for line in format_table(table_header(names), rows, isas):
-        print(line)
+    print(f"\n{GOPS_NOTE}; {_threads.get_num_threads()} threads")
+    print("\n".join(format_table(table_header(names), rows, isas)))
     print("\nThe same contenders beside each other in one process, timed in the same "
           "interleaved rounds (GOPS)")
-    for line in format_isolation(rows, names):
-        print(line)
+    print("\n".join(format_isolation(rows, names)))
     return 0
 
 
@@ -203,27 +182,22 @@ def _dask_main(args):
     m, k, n = args.dask_shape
     if args.dask_large:
         m = 2**20
-    for line in _machine_info():
-        print(line)
+    _print_machine()
     rows = dask_bench.run(m, k, n, args.dask_chunk, rounds=1 if args.dask_large else 3)
     print("\nGOPS = 2*M*N*K / median time (activation draw, rotation, quantization and "
           "row sums included); efficiency = T(1 worker) / (workers * T)")
-    for line in dask_bench.format_rows(rows):
-        print(line)
+    print("\n".join(dask_bench.format_rows(rows)))
     return 0
 
 
 def _mixed_main(rounds):
-    for line in _machine_info():
-        print(line)
+    _print_machine()
     print(f"thread policy: {thread_policy()}")
     best = toy_transformer.best_times(rounds=rounds)
     t = toy_transformer
     print(f"\nSmall numpy transformer ({t.LAYERS} layers, D={t.D}, F={t.F}, {t.TOKENS} "
           f"tokens; numpy attention), best of {rounds} forwards each, taking turns:")
-    print("| linear layers | forward ms | speedup |")
-    print("|---|---|---|")
-    for name in ("float", "w8a8"):
-        print(f"| {'numpy float32' if name == 'float' else 'pyw8a8.matmul'} | "
-              f"{best[name] * 1e3:.1f} | {best['float'] / best[name]:.2f}x |")
+    print("\n".join(markdown_table(["linear layers", "forward ms", "speedup"], [
+        [label, f"{best[name] * 1e3:.1f}", f"{best['float'] / best[name]:.2f}x"]
+        for name, label in (("float", "numpy float32"), ("w8a8", "pyw8a8.matmul"))])))
     return 0

@@ -8,16 +8,10 @@ from ..lab import record
 
 
 def parse_shape(text):
-    """One ``M,K,N`` of the command line: (M, K, N), each >= 1.
-
-    Raises
-    ------
-    ValueError
-        If `text` is not three comma-separated integers >= 1 (the message quotes it).
-    """
+    """One ``M,K,N``: (M, K, N), each >= 1; else a ValueError quoting `text`."""
     try:
         shape = tuple(int(v) for v in text.split(","))
-    except ValueError:  # not integers: the message below says what is expected
+    except ValueError:
         shape = ()
     if len(shape) != 3 or min(shape) < 1:
         raise ValueError(f"expected M,K,N (three integers >= 1), got {text!r}")
@@ -25,27 +19,15 @@ def parse_shape(text):
 
 
 def parse_shapes(text):
-    """The ``M,K,N;M,K,N;...`` of ``--shapes``: a list of :func:`parse_shape`'s.
-
-    Raises
-    ------
-    ValueError
-        If an item is not three integers >= 1 (an empty item included).
-    """
+    """``--shapes``' ``M,K,N;M,K,N;...``: a list of :func:`parse_shape`'s."""
     return [parse_shape(item) for item in text.split(";")]
 
 
 def parse_count(text):
-    """A count of the command line (``--rounds``, ``--dask-chunk``): an integer >= 1.
-
-    Raises
-    ------
-    ValueError
-        If `text` is not an integer >= 1.
-    """
+    """A count (``--rounds``, ``--dask-chunk``): an integer >= 1, else a ValueError."""
     try:
         value = int(text)
-    except ValueError:  # reported below with what is expected
+    except ValueError:
         value = 0
     if value < 1:
         raise ValueError(f"expected an integer >= 1, got {text!r}")
@@ -53,16 +35,10 @@ def parse_count(text):
 
 
 def parse_seconds(text):
-    """A duration of the command line (``--min-time``): a finite number of seconds > 0.
-
-    Raises
-    ------
-    ValueError
-        If `text` is not a finite number > 0 (nan, inf and 0 included).
-    """
+    """A duration (``--min-time``): a finite number of seconds > 0, else a ValueError."""
     try:
         value = float(text)
-    except ValueError:  # reported below with what is expected
+    except ValueError:
         value = math.nan
     if not 0 < value < math.inf:
         raise ValueError(f"expected a finite number of seconds > 0, got {text!r}")
@@ -70,8 +46,7 @@ def parse_seconds(text):
 
 
 def option_type(parse):
-    """`parse` as an argparse type: its ValueError message becomes the option's error
-    (argparse would report a ValueError as just "invalid <name> value")."""
+    """`parse` as an argparse type whose ValueError message is the option's error."""
     def convert(text):
         try:
             return parse(text)
@@ -81,8 +56,7 @@ def option_type(parse):
 
 
 def checked_isas(parser, names, option):
-    """The ISAs `names` given to `option`, or a usage error for one that is unknown or
-    that this CPU lacks (it would die on an illegal instruction)."""
+    """The ISAs `names` of `option`, or a usage error for one unknown or that this CPU lacks."""
     try:
         return [_cpu.checked_ops(name, option).name for name in names]
     except (ValueError, RuntimeError) as exc:
@@ -115,10 +89,9 @@ MODE_FLAGS = (
 
 
 def parse_args(argv, quick):
-    """``bench``'s options (`quick`: ``info``'s), every one checked before any measurement:
-    (args, the checked --isa); a bad one exits with status 2 (argparse's usage and one
-    error line).  Without `quick`, ``args.torch_settings`` holds the --torch options
-    (torch_contenders.Settings, or None without --torch)."""
+    """``bench``'s options (`quick`: ``info``'s), every one checked: (args, the checked
+    --isa); a bad one exits with status 2.  ``args.torch_settings`` holds the --torch
+    options (torch_contenders.Settings, or None without --torch)."""
     parser = argparse.ArgumentParser(
         prog="python -m pyw8a8 " + ("info" if quick else "bench"),
         description=("A quick table: GOPS (2*M*N*K/s) of pyw8a8's ISAs and numpy float32 "
@@ -222,8 +195,7 @@ def _add_torch_options(parser):
 
 
 def _torch_settings(parser, args):
-    """The --torch options as torch_contenders.Settings; a usage error (status 2) for a
-    value out of range."""
+    """The --torch options as torch_contenders.Settings; a usage error for one out of range."""
     from .torch_contenders import Settings
     from .torch_kv_bench import KVSettings
     checks = [(args.texts >= 1, "--texts must be at least 1"),

@@ -1,9 +1,8 @@
-"""The int8 libraries the bench times pyw8a8 against, where they are installed: ONNX
-Runtime (``pip install ".[bench]"``), PyTorch's dynamic int8 Linear, torchao's int8 Linear
-compiled by Inductor, and XNNPACK's dynamically quantized fully connected layer through
-LiteRT (none a dependency: the bench says how to get them).
-"""
+"""The int8 libraries the bench times pyw8a8 against, where installed (none a dependency):
+ONNX Runtime, PyTorch's dynamic int8 Linear, torchao's int8 Linear compiled by Inductor,
+and XNNPACK's dynamically quantized fully connected layer through LiteRT."""
 import functools
+import importlib
 import warnings
 
 import numpy as np
@@ -18,34 +17,28 @@ XNNPACK_INSTALL = "pip install ai-edge-litert"
 TORCHAO_INSTALL = 'pip install ".[torchao]"'
 
 
-def onnxruntime_available():
-    """Whether ONNX Runtime and onnx (to build its graph) are installed."""
+def _importable(*modules):
     try:
-        import onnx  # noqa: F401  (only whether it is installed)
-        import onnxruntime  # noqa: F401
+        for module in modules:
+            importlib.import_module(module)
     except ImportError:
         return False
     return True
+
+
+def onnxruntime_available():
+    """Whether ONNX Runtime and onnx (to build its graph) are installed."""
+    return _importable("onnx", "onnxruntime")
 
 
 def xnnpack_available():
     """Whether LiteRT (``ai-edge-litert``, which runs XNNPACK) is installed."""
-    try:
-        import ai_edge_litert.interpreter  # noqa: F401  (only whether it is installed)
-    except ImportError:
-        return False
-    return True
+    return _importable("ai_edge_litert.interpreter")
 
 
 def torchao_available():
     """Whether torchao and torch are installed."""
-    if torch_engines() is None:
-        return False
-    try:
-        import torchao.quantization  # noqa: F401  (only whether it is installed)
-    except ImportError:
-        return False
-    return True
+    return torch_engines() is not None and _importable("torchao.quantization")
 
 
 def torch_engines():
@@ -73,9 +66,8 @@ def missing():
 
 
 def onnxruntime_matmul(x, w):
-    """ONNX Runtime's ``x @ w.T``: DynamicQuantizeLinear + MatMulInteger with int8 weights
-    quantized beforehand (per tensor), on pyw8a8's thread count; returns the function of no
-    arguments that runs it."""
+    """ONNX Runtime's ``x @ w.T`` (DynamicQuantizeLinear + MatMulInteger, weights int8 per
+    tensor) on pyw8a8's thread count, as a function of no arguments."""
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
     scale = np.abs(w).max() / 127
@@ -106,13 +98,11 @@ def onnxruntime_matmul(x, w):
 
 
 def torch_linears(engine, *weights):
-    """PyTorch dynamic int8 Linears without bias (``quantize_dynamic``: qint8 weights,
-    activations quantized per tensor on each call), one per float32 weight (N, K),
-    prepacked by quantized `engine`, on pyw8a8's thread count."""
+    """PyTorch dynamic int8 Linears without bias, one per float32 weight (N, K), prepacked by
+    quantized `engine` (later calls run that kernel whatever the engine setting), on
+    pyw8a8's thread count."""
     import torch
     torch.set_num_threads(_threads.get_num_threads())
-    # The engine prepacks the weights; later calls run the prepacked kernel whatever the
-    # engine setting is then.
     torch.backends.quantized.engine = engine
     model = torch.nn.Sequential(*(torch.nn.Linear(w.shape[1], w.shape[0], bias=False)
                                   for w in weights))
@@ -126,8 +116,7 @@ def torch_linears(engine, *weights):
 
 
 def torch_matmul(x, w, engine):
-    """torch's dynamic int8 ``x @ w.T`` (:func:`torch_linears`); returns the function of
-    no arguments that runs it."""
+    """torch's dynamic int8 ``x @ w.T`` on `engine`, as a function of no arguments."""
     import torch
     (qlin,) = torch_linears(engine, w)
     tx = torch.from_numpy(x)
@@ -139,8 +128,7 @@ def torch_matmul(x, w, engine):
 
 
 def use_max_autotune():
-    """Inductor's settings (global) as a torchao user sets them for speed: frozen weights,
-    max-autotune over its C++ GEMM templates and ATen."""
+    """Inductor's global settings as a torchao user sets them for speed."""
     import torch._inductor.config as inductor
     inductor.freezing = True
     inductor.max_autotune = True
@@ -148,18 +136,15 @@ def use_max_autotune():
 
 
 def forget_compiled_code():
-    """Drop what Dynamo compiled before in this process, so that the next shape compiles
-    anew: Dynamo's cache is per code object, so the shapes before would count against its
-    recompile limit (8), past which it runs the model eagerly behind a failing guard."""
+    """Drop what Dynamo compiled in this process: its cache is per code object, so earlier
+    shapes would count against its recompile limit (8), past which it runs eagerly."""
     import torch
     torch._dynamo.reset()
 
 
 def inductor_int8_kernel(code):
-    """Which int8 GEMM Inductor's generated `code` (its sources, one string) runs: its AMX
-    or AVX-512 VNNI micro-kernel, oneDNN's ``qlinear_pointwise`` (which max-autotune may
-    time faster than the template, as on an AMX Xeon at 8 x 128 x 64), or ATen's
-    ``_int_mm``."""
+    """Which int8 GEMM Inductor's generated `code` runs: its AMX or AVX-512 VNNI micro-kernel,
+    oneDNN's ``qlinear_pointwise`` (which max-autotune may pick), or ATen's ``_int_mm``."""
     if "_tile_loadd" in code or "_tile_dp" in code:
         return "amx"
     if "_mm512_dpbusd" in code or "avx512vnni" in code.lower():
@@ -172,12 +157,10 @@ def inductor_int8_kernel(code):
 
 
 def torchao_matmul(x, w, calls=1):
-    """torchao's int8 Linear, ``Int8DynamicActivationInt8WeightConfig`` (activations per
-    token, weights per channel: pyw8a8's scheme without the rotation), compiled
-    (:func:`use_max_autotune`, static shapes) on pyw8a8's thread count; returns the function of
-    no arguments that runs it, its attribute ``kernel`` naming the GEMM Inductor chose.
-    With `calls` > 1, one compiled graph runs the layer that many times
-    (:func:`repeated_calls`)."""
+    """torchao's int8 Linear (Int8DynamicActivationInt8WeightConfig: pyw8a8's scheme without
+    the rotation) compiled with :func:`use_max_autotune` and static shapes, on pyw8a8's
+    thread count, as a function of no arguments whose ``kernel`` names the GEMM Inductor
+    chose; with `calls` > 1, one graph of that many calls (:func:`repeated_calls`)."""
     import torch
     from torch._inductor.utils import run_and_get_code
     from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
@@ -220,25 +203,21 @@ def _repeated_calls_class():
 
 
 def repeated_calls(layer, calls):
-    """A module that calls `layer` `calls` times, call i on ``x[i]`` of its input (as
-    :func:`repeated_inputs` makes it), returning the outputs as a tuple.  Compiled, it is
-    one graph of that many calls: its time less a one-call graph's is what the layer costs
-    inside a compiled model, where Dynamo's entry into the graph is paid once a forward."""
+    """A module calling `layer` `calls` times, call i on ``x[i]``, its outputs a tuple: one
+    compiled graph, whose time less a one-call graph's is the layer's inside a model."""
     return _repeated_calls_class()(layer, calls)
 
 
 def repeated_inputs(x, calls):
-    """The tensor that the module of :func:`repeated_calls` takes: `calls` copies of the
-    array `x` stacked, so that no call's input is another's and no call can be merged with
-    another; `x` itself, as a tensor, where `calls` is 1."""
+    """The input of :func:`repeated_calls`'s module: `calls` stacked copies of `x` (no call's
+    input another's), or `x` as a tensor where `calls` is 1."""
     import torch
     tx = torch.from_numpy(x)
     return tx if calls == 1 else tx.expand(calls, *tx.shape).contiguous()
 
 
 class _LiteRTGraph:
-    """A LiteRT graph of one float32 (m, ...) input built operator by operator, every
-    operator's output float32 (m, n); :meth:`flatbuffer` is the model's bytes."""
+    """A LiteRT graph of one float32 (m, ...) input, every operator's output float32 (m, n)."""
 
     def __init__(self, m):
         from ai_edge_litert import schema_py_generated as schema
@@ -268,8 +247,7 @@ class _LiteRTGraph:
         return op.outputs[0]
 
     def fully_connected(self, x, qw, scales):
-        """x (m, K) by int8 weights qw (N, K) of per-row `scales`, x quantized on every
-        call (``asymmetric_quantize_inputs``)."""
+        """x (m, K) by int8 weights qw (N, K) of per-row `scales`, x quantized on every call."""
         schema, n = self.schema, qw.shape[0]
         per_channel = schema.QuantizationParametersT()
         per_channel.scale = scales.astype(np.float32).tolist()
@@ -303,10 +281,8 @@ class _LiteRTGraph:
 
 
 def _litert_model(m, k, weights, gelu_tanh_times=False):
-    """A LiteRT model of FULLY_CONNECTED layers of one float32 (m, K) input by int8 weights
-    `weights` [(qw (N, K), per-output-channel scales)], float32 outputs; with
-    `gelu_tanh_times`, two weights (gate, up) and their outputs joined as GELU(tanh
-    form)(gate) * up.  Its flatbuffer bytes."""
+    """The flatbuffer of a LiteRT model of FULLY_CONNECTED layers of one float32 (m, K) input
+    by `weights` [(qw, scales)]; with `gelu_tanh_times`, gelu_tanh(gate) * up of two."""
     graph = _LiteRTGraph(m)
     schema = graph.schema
     x = graph.tensor((m, k), schema.TensorType.FLOAT32, "x")
@@ -329,16 +305,14 @@ def _int8_per_channel(w):
 
 
 def _xnnpack(x, weights, expected, tolerance, gelu_tanh_times=False):
-    """The function of no arguments that runs _litert_model on x through XNNPACK, checked
-    as xnnpack_matmul says against the float result `expected`: its max-abs error within
-    `tolerance` of the result's RMS."""
+    """_litert_model on x through XNNPACK as a function of no arguments, its max-abs error
+    checked within `tolerance` of `expected`'s RMS."""
     from ai_edge_litert.interpreter import Interpreter
     model = _litert_model(x.shape[0], x.shape[1], [_int8_per_channel(w) for w in weights],
                           gelu_tanh_times)
     interpreter = Interpreter(model_content=model, num_threads=_threads.get_num_threads())
     interpreter.allocate_tensors()
-    # The node list keeps the graph's operators and adds a DELEGATE node for what XNNPACK
-    # took; without one, LiteRT's own kernels would be timed.
+    # without a DELEGATE node, LiteRT's own kernels would be timed
     if "DELEGATE" not in [op["op_name"] for op in interpreter._get_ops_details()]:
         raise RuntimeError("XNNPACK did not take the fully connected layers")
     x_index = interpreter.get_input_details()[0]["index"]
@@ -357,24 +331,18 @@ def _xnnpack(x, weights, expected, tolerance, gelu_tanh_times=False):
 
 
 def xnnpack_matmul(x, w):
-    """XNNPACK's dynamically quantized ``x @ w.T`` (its qd8-f32-qc8w fully connected layer:
-    int8 weights, one scale per output channel; activations quantized per row, asymmetric,
-    on every call), through LiteRT's interpreter on pyw8a8's thread count; returns the
-    function of no arguments that runs it.
+    """XNNPACK's dynamically quantized ``x @ w.T`` (qd8-f32-qc8w: int8 weights per output
+    channel, activations per row, asymmetric) through LiteRT on pyw8a8's thread count, as a
+    function of no arguments.
 
     Raises
     ------
     RuntimeError
-        If XNNPACK did not take the layer (LiteRT's own kernel would be timed), or its
-        result is not close to the float product.
-    """
+        If XNNPACK did not take the layer, or its result is not close to the float product."""
     return _xnnpack(x, [w], x @ w.T, tolerance=0.1)
 
 
 def xnnpack_ffn(x, wg, wu, expected):
-    """The gated FFN block GELU(tanh form)(x @ wg.T) * (x @ wu.T) as one LiteRT graph (two
-    FULLY_CONNECTED layers as xnnpack_matmul's, GELU, MUL) through XNNPACK, checked against
-    the float block `expected` (within 0.3 of its RMS: the product of two quantized
-    products; pyw8a8's fused block is 0.19 off at 64 x 640 -> 2048); the function of no
-    arguments that runs it."""
+    """The gated FFN block as one LiteRT graph through XNNPACK, checked against the float block
+    `expected` (within 0.3 of its RMS; pyw8a8's fused block is 0.19 off at 64 x 640 -> 2048)."""
     return _xnnpack(x, [wg, wu], expected, tolerance=0.3, gelu_tanh_times=True)

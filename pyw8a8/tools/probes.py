@@ -8,16 +8,16 @@ import numpy as np
 
 from .. import _cpu, _probes, _threads
 from .._layout import empty_aligned
+from ..lab.record import markdown_table
 from ..lab.turns import measure_rounds
 from ..rotation import fwht
 from .contenders import pyw8a8_product
 
 
 def _gops_of(run, seconds, blocks=5):
-    """GOPS (1 MAC = 2 ops) of a peak loop `run(iters)` that returns its MACs: the fastest
-    of `blocks` timed blocks, `seconds` in all.  A peak is an upper bound that another
-    tenant's load on a shared host can only lower, for a whole block: timed once, a
-    2-thread probe on Zen 5 once read half its peak (1034 against 2100 GOPS)."""
+    """GOPS of a peak loop `run(iters)` returning its MACs: the fastest of `blocks` blocks,
+    `seconds` in all (a shared host's load only lowers a peak: timed once, a 2-thread probe
+    on Zen 5 read 1034 of its 2100 GOPS)."""
     iters = 100_000
     while True:
         t0 = time.perf_counter()
@@ -35,15 +35,14 @@ def _gops_of(run, seconds, blocks=5):
 
 
 def int8_peak_gops(isa, nthreads, seconds=0.3):
-    """Instruction peak of ISA `isa` (which this CPU must run): its microkernel's inner
-    instruction sequence in independent register chains on every thread (GOPS)."""
+    """Instruction peak (GOPS) of ISA `isa`: its microkernel's inner instructions in
+    independent register chains on every thread."""
     ops = _cpu.checked_ops(isa, "isa")
     return _gops_of(lambda iters: _probes.peak_macs(ops, iters, nthreads), seconds)
 
 
 def fp32_peak_gops(nthreads, seconds=0.3):
-    """The float32 FMA peak (the instruction numpy's BLAS multiplies with) in GOPS, with
-    the loop's vector width; None off x86."""
+    """(GOPS, vector width) of the float32 FMA peak (numpy's BLAS's instruction); None off x86."""
     features = _cpu.cpu_features()
     if not (features.get("avx2") and features.get("fma")):
         return None, None
@@ -52,8 +51,8 @@ def fp32_peak_gops(nthreads, seconds=0.3):
     return gops, "avx512" if zmm else "avx2"
 
 
-# Weights up to this size are read from the last-level cache in the bench's repeated calls
-# (the CPUs measured have 32 MiB or more of L3); larger ones from DRAM.
+# Weights up to this size stay in the last-level cache over the bench's repeated calls
+# (the CPUs measured have 32 MiB of L3 or more).
 CACHE_RESIDENT_BYTES = 16 << 20
 
 
@@ -75,19 +74,10 @@ ROTATION_SHAPES = [(1, 2048, 2048), (8, 2048, 2048), (64, 2048, 2048), (256, 204
 
 
 def fwht_vs_copy(rounds, calls=16, block=128, k=2048):
-    """Throughput of the in-place FWHT of 128-blocks against np.copyto of the same array.
-
-    Each round times `calls` consecutive in-place transforms, then as many copies, of an
-    L2-resident (M, 2048) float32 array, restarting from small values so that repeated
-    transforms (each scales the norm by sqrt(128)) never overflow to Inf. Both arrays of
-    the copy start on a cache line: when source and destination sit at different offsets
-    within a line, glibc's copy (rep movsb) can run ten times slower on some CPUs (AMD
-    Zen 3 under KVM here), which would flatter the transform.
-
-    Returns
-    -------
-    list of (kib, fwht GB/s, copy GB/s), the medians over rounds.
-    """
+    """Throughput of the in-place FWHT of 128-blocks against np.copyto of an L2-resident
+    (M, 2048) float32 array: [(KiB, fwht GB/s, copy GB/s)], medians over rounds.  Both
+    arrays start on a cache line: at different offsets, glibc's copy ran ten times slower
+    on Zen 3 under KVM, which would flatter the transform."""
     rng = np.random.default_rng(0)
     out = []
     for kib in FWHT_KIB:
@@ -112,13 +102,8 @@ def fwht_vs_copy(rounds, calls=16, block=128, k=2048):
 
 
 def rotated_matmul_cost(isa, rounds, min_time):
-    """matmul against a weight packed with and without rotation (block 128), interleaved.
-
-    Returns
-    -------
-    list of ((M, K, N), the rotated product's extra time in each round, sorted): the
-    ratio of the two products' times within a round, less 1
-    """
+    """Per shape: ((M, K, N), the rotated product's extra time in each round, sorted), against
+    the plain one's in the same round."""
     rng = np.random.default_rng(1)
     rows = []
     for m, k, n in ROTATION_SHAPES:
@@ -135,15 +120,14 @@ def rotated_matmul_cost(isa, rounds, min_time):
 def print_rotation(isa, rounds, min_time):
     print(f"\nRotation (ISA {isa}, {_threads.get_num_threads()} threads, medians of "
           f"interleaved rounds)")
-    print("| in-place fwht of 128-blocks | fwht GB/s | np.copyto GB/s | fwht / copy |")
-    print("|---|---|---|---|")
-    for kib, f, c in fwht_vs_copy(max(rounds, 15)):
-        print(f"| ({kib * 256 // 2048}, 2048) float32, {kib} KiB | {f:.1f} | {c:.1f} | "
-              f"{100 * f / c:.0f}% |")
-    print("\n| M | K | N | time of the rotated product over the plain one (block 128; "
-          "+: the rotation costs), median of the rounds | lowest to highest round |")
-    print("|---|---|---|---|---|")
-    for (m, k, n), extra in rotated_matmul_cost(isa, rounds, min_time):
-        print(f"| {m} | {k} | {n} | {100 * statistics.median(extra):+.1f}% | "
-              f"{100 * extra[0]:+.1f}% to {100 * extra[-1]:+.1f}% |")
+    print("\n".join(markdown_table(
+        ["in-place fwht of 128-blocks", "fwht GB/s", "np.copyto GB/s", "fwht / copy"],
+        [[f"({kib * 256 // 2048}, 2048) float32, {kib} KiB", f"{f:.1f}", f"{c:.1f}",
+          f"{100 * f / c:.0f}%"] for kib, f, c in fwht_vs_copy(max(rounds, 15))])))
+    print("\n" + "\n".join(markdown_table(
+        ["M", "K", "N", "time of the rotated product over the plain one (block 128; +: the "
+         "rotation costs), median of the rounds", "lowest to highest round"],
+        [[m, k, n, f"{100 * statistics.median(extra):+.1f}%",
+          f"{100 * extra[0]:+.1f}% to {100 * extra[-1]:+.1f}%"]
+         for (m, k, n), extra in rotated_matmul_cost(isa, rounds, min_time)])))
     print("(each round times both products back to back; the spread is the machine's noise)")

@@ -1,20 +1,13 @@
-"""Speed proxies that any machine can measure, for the ISAs it may not have.
+"""Speed proxies any machine can measure, for the ISAs it may not have (``bench --mca``,
+``--overhead``, ``--crossover``; speed is never asserted):
 
-* ``mca_report``: llvm-mca's predicted cycles per iteration of each x86 microkernel's inner
-  loop, as compiled here with setup.py's flags, against the bound of its dot-product
-  instruction (the same tool on as many of the ISA's dot steps in independent registers,
-  nothing else).  A ratio near 1 means the loop issues its dot instructions at the port
-  bound: no spills, no copies, loads and broadcasts hidden.
-* ``crossover``: the smallest M from which a wide ISA (amx) beats a narrower one
-  (avx512vnni), for the small-M fallback of ``_cpu``.
-* ``overhead_report``: the time of ``matmul`` with the microkernel replaced by one that
-  does no arithmetic, i.e. everything around the kernels (the Python call, quantization,
-  rotation, the epilogue, threading), against the time the product itself would take at a
-  given kernel speed.
-
-Both run from ``python -m pyw8a8 bench --mca`` and ``--overhead``; neither is a test, as
-speed is never asserted.
-"""
+* ``mca_report``: llvm-mca's cycles per iteration of each x86 microkernel's inner loop,
+  compiled with setup.py's flags, against the bound of as many of its dot instructions
+  alone: near 1, the loop issues at the port bound (no spills, loads hidden);
+* ``crossover``: the smallest M from which a wide ISA (amx) beats a narrower one, for
+  ``_cpu``'s small-M fallback;
+* ``overhead_report``: ``matmul``'s time with a microkernel that does no arithmetic
+  (everything around the kernels) against the product's time at given kernel speeds."""
 import json
 import os
 import re
@@ -27,6 +20,7 @@ import tempfile
 import numpy as np
 
 from .. import _cpu, _dispatch, _threads
+from ..lab.record import markdown_table
 from ..lab.turns import measure
 from ..matmul import matmul
 from ..packing import pack_weight
@@ -42,11 +36,9 @@ _DOT_STEPS = {
                        f"vpaddd %ymm{8 + i % 4}, %ymm{i % 8}, %ymm{i % 8}"],
 }
 
-# ISAs whose inner loops llvm-mca can model: (registry name, C prefix, dot mnemonic,
-# llvm-mca CPU).  icelake-server models zmm vpdpbusd as measured on Sapphire Rapids (2 per
-# cycle); it has no AVX-VNNI, whose VEX form alderlake models.  The AVX2 ISA runs on CPUs
-# without VNNI: Zen 3 (znver3) and Skylake.  AMX tile instructions are not modelled by
-# llvm-mca at all (see docs/guide/performance.md for their arithmetic).
+# (ISA, C prefix, dot mnemonic, llvm-mca CPU): icelake-server models zmm vpdpbusd as
+# measured on Sapphire Rapids (2 a cycle), alderlake the VEX form; AVX2 runs on CPUs
+# without VNNI (Zen 3, Skylake).  llvm-mca does not model AMX.
 MCA_ISAS = [("avx512vnni", "w8_avx512", "vpdpbusd", "icelake-server"),
              ("avxvnni", "w8_avxvnni", "vpdpbusd", "alderlake"),
              ("avx2", "w8_avx2", "vpmaddubsw", "znver3"),
@@ -90,8 +82,8 @@ def function_lines(asm, name):
 
 
 def innermost_loops(lines):
-    """Straight-line loops: a label, then instructions up to a jump back to that label,
-    with no other label in between.  Returns the lists of instruction lines."""
+    """The instruction lines of each straight-line loop: a label, then instructions up to a
+    jump back to it, no other label between."""
     loops, label, body = [], None, []
     for line in lines:
         m = re.match(r"^(\.L\w+):", line)
@@ -114,8 +106,7 @@ def count_mnemonic(body, mnemonic):
 
 
 def dot_loop(asm, function, mnemonic):
-    """The innermost loop of `function` with the most dot instructions (a microkernel holds
-    one loop per tile shape; the largest is the full register tile)."""
+    """The innermost loop of `function` with the most dot instructions (the full tile's)."""
     loops = innermost_loops(function_lines(asm, function))
     if not loops:
         raise ValueError(f"no loop in {function}")
@@ -143,8 +134,8 @@ def find_llvm_mca():
 
 
 def mca_report(cc="cc"):
-    """Per x86 microkernel: (ISA, mcpu, dots per iteration, predicted cycles per
-    iteration, the dot bound in cycles for as many dots, ratio)."""
+    """Per x86 microkernel: (ISA, mcpu, dots per iteration, cycles per iteration, the dot bound
+    in cycles, ratio)."""
     llvm_mca = find_llvm_mca()
     if llvm_mca is None:
         raise RuntimeError("llvm-mca not found (Debian: apt-get install llvm)")
@@ -163,10 +154,10 @@ def mca_report(cc="cc"):
 def print_mca(cc="cc"):
     print("llvm-mca: predicted cycles per iteration of each microkernel's inner loop "
           "(the full register tile), against its dot instruction's bound")
-    print("| ISA | -mcpu | dots / iteration | cycles / iteration | dot bound | ratio |")
-    print("|---|---|---|---|---|---|")
-    for isa, mcpu, dots, cycles, bound, ratio in mca_report(cc):
-        print(f"| {isa} | {mcpu} | {dots} | {cycles:.2f} | {bound:.2f} | {ratio:.2f} |")
+    print("\n".join(markdown_table(
+        ["ISA", "-mcpu", "dots / iteration", "cycles / iteration", "dot bound", "ratio"],
+        [[isa, mcpu, dots, f"{cycles:.2f}", f"{bound:.2f}", f"{ratio:.2f}"]
+         for isa, mcpu, dots, cycles, bound, ratio in mca_report(cc)])))
 
 
 # Per-core kernel speeds the overhead is weighed against: the AVX-512 VNNI instruction peak
@@ -178,7 +169,7 @@ OVERHEAD_SHAPES = [(64, 1152, 6912), (256, 1152, 6912), (1024, 2048, 640),
 
 def overhead_report(shapes, rounds, min_time, rotate=False, tile_of=None):
     """Per shape: (shape, real seconds, no-op-kernel seconds) on the active ISA, the no-op
-    kernel with the register tile of ISA `tile_of` (default: the active ISA's)."""
+    kernel with ISA `tile_of`'s register tile (default: the active ISA's)."""
     rng = np.random.default_rng(0)
     noop = _dispatch.IsaOps(_cpu.isa(), noop_kernel=True, tile_of=tile_of)
     rows = []
@@ -198,9 +189,7 @@ def overhead_report(shapes, rounds, min_time, rotate=False, tile_of=None):
 def print_overhead(shapes, rounds, min_time):
     nthreads = _threads.get_num_threads()
     isa = _cpu.isa()
-    # The tiles of the VNNI and AMX ISAs too, when this CPU runs a narrower one: their
-    # loop nest then runs as often as it would there (with this CPU's quantizer and
-    # epilogue, which are no faster than theirs).
+    # the VNNI and AMX tiles too: their loop nest runs as often as it would there
     tiles = [isa] + [t for t in ("avx512vnni", "amx")
                       if t in _cpu.compiled_isas() and t != isa]
     print(f"\nOverhead around the kernels (ISA {isa}, {nthreads} threads): matmul with a "
@@ -209,8 +198,7 @@ def print_overhead(shapes, rounds, min_time):
           "'tile' is the register tile the loop nest runs with")
     cols = ["M", "K", "N", "rotation", "tile", "overhead us", "% of this run's matmul"]
     cols += [f"% of {name} time" for name, _, _ in BUDGETS]
-    print("| " + " | ".join(cols) + " |")
-    print("|" + "---|" * len(cols))
+    print("\n".join(markdown_table(cols, [])))
     for tile in tiles:
         for rotate in (False, True):
             for (m, k, n), real, noop in overhead_report(shapes, rounds, min_time, rotate,
@@ -227,9 +215,8 @@ CROSSOVER_ROWS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 
 
 def crossover(wide, narrow, k, n, rounds, min_time, rows=CROSSOVER_ROWS):
-    """Per M: (M, seconds on ISA `wide`, seconds on ISA `narrow`), both ISAs forced
-    (no small-M fallback), taking turns; and the smallest M from which `wide` is faster
-    at every larger M measured (None if it never is)."""
+    """Per M: (M, seconds on ISA `wide`, on `narrow`), both forced, taking turns; and the
+    smallest M from which `wide` is faster at every larger M (None if never)."""
     ops = {name: _cpu.checked_ops(name, "--crossover") for name in (wide, narrow)}
     rng = np.random.default_rng(0)
     packed = pack_weight(rng.standard_normal((n, k)).astype(np.float32), rotate=False)
@@ -256,10 +243,10 @@ def print_crossover(wide, narrow, rounds, min_time, k=2048, n=2048):
     rows, start = crossover(wide, narrow, k, n, rounds, min_time)
     print(f"{wide} against {narrow} at K = {k}, N = {n} ({_threads.get_num_threads()} "
           "threads), medians of interleaved rounds:")
-    print(f"| M | {wide} us | {narrow} us | {wide} / {narrow} |")
-    print("|---|---|---|---|")
-    for m, t_wide, t_narrow in rows:
-        print(f"| {m} | {t_wide * 1e6:.1f} | {t_narrow * 1e6:.1f} | {t_narrow / t_wide:.2f}x |")
+    print("\n".join(markdown_table(
+        ["M", f"{wide} us", f"{narrow} us", f"{wide} / {narrow}"],
+        [[m, f"{t_wide * 1e6:.1f}", f"{t_narrow * 1e6:.1f}", f"{t_narrow / t_wide:.2f}x"]
+         for m, t_wide, t_narrow in rows])))
     print(f"{wide} is faster from M = {start} on" if start is not None else
           f"{wide} is never faster at every larger M")
     variables = {(w, n): v for w, n, v, _ in _cpu.SMALL_M_FALLBACKS}
@@ -268,36 +255,18 @@ def print_crossover(wide, narrow, rounds, min_time, k=2048, n=2048):
     return start
 
 
-def main(argv, rounds, min_time, shapes=None, crossover_isas=None):
-    """Entry of ``bench --mca`` / ``--overhead`` / ``--crossover``, on options the bench's
-    parser has checked.
-
-    Parameters
-    ----------
-    argv : list of str
-        The flags given: ``--mca``, ``--overhead``.
-    rounds : int
-        Interleaved rounds (>= 1).
-    min_time : float
-        Seconds of calls per contender per round (> 0).
-    shapes : list of (int, int, int), optional
-        (M, K, N) of ``--overhead`` (default: ``OVERHEAD_SHAPES``).
-    crossover_isas : (str, str), optional
-        The WIDE and NARROW ISAs of ``--crossover``, both supported by this CPU.
-
-    Returns
-    -------
-    int
-        The exit status: 1 where llvm-mca or the compiler failed, else 0.
-    """
-    if "--mca" in argv:
+def main(mca, overhead, rounds, min_time, shapes=None, crossover_isas=None):
+    """``bench --mca`` / ``--overhead`` / ``--crossover`` (`crossover_isas`: WIDE, NARROW) on
+    options the bench's parser has checked; the exit status, 1 where llvm-mca or the
+    compiler failed."""
+    if mca:
         cc = os.environ.get("CC") or sysconfig.get_config_var("CC").split()[0] or "cc"
         try:
             print_mca(cc)
         except (RuntimeError, subprocess.CalledProcessError, ValueError) as exc:
             print(f"pyw8a8 bench --mca: {exc}", file=sys.stderr)
             return 1
-    if "--overhead" in argv:
+    if overhead:
         print_overhead(shapes or OVERHEAD_SHAPES, rounds, min_time)
     if crossover_isas:
         print_crossover(*crossover_isas, rounds, min_time)

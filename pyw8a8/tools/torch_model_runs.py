@@ -1,8 +1,7 @@
-"""``bench --torch``'s model-level contender in its own process (the session of a
-:class:`~pyw8a8.lab.processes.Worker` that :class:`~pyw8a8.tools.torch_contenders.Contender`
-drives): the model loaded, quantized and compiled (:mod:`~pyw8a8.tools.contenders`'
-``torch model`` table), its first call and warm-up, then its timed rounds, then its
-medians, what ran and the outputs the fidelity is computed from."""
+"""``bench --torch``'s model-level contender in its own process (the session that
+:class:`~pyw8a8.tools.torch_contenders.Contender` drives): the model loaded, quantized
+and compiled, its first call and warm-up, its timed rounds, then its medians, what ran
+and the outputs its fidelity is computed from."""
 from __future__ import annotations
 
 import contextlib
@@ -46,13 +45,9 @@ TEMPLATE_KINDS = {"amx": "AMX", "vnni": "AVX-512 VNNI", "ref": "reference loop",
 
 def kernel_report(codes: list[str], counters=None) -> dict:
     """What the compiled graphs in `codes` (Inductor's wrapper code) run for their products:
-    C++ GEMM templates by micro-kernel (a template kernel's source holds "micro_gemm"; AMX
-    where it holds AMX tile products, VNNI where AVX-512 VNNI dot products, the reference
-    loop where no intrinsics at all), ATen
-    ``_int_mm`` and oneDNN ``qlinear_pointwise`` calls, pyw8a8's product operator calls
-    (``pyw8a8_ops``) and attention calls (``pyw8a8_attention``), the graph count and graph
-    breaks, and Inductor's C++ template and qlinear counters (`counters`:
-    torch._dynamo's, by default)."""
+    C++ GEMM templates by micro-kernel (TEMPLATE_KINDS), ATen ``_int_mm`` and oneDNN
+    ``qlinear_pointwise`` calls, pyw8a8's product and attention operator calls, graphs,
+    graph breaks and Inductor's C++ and qlinear `counters` (torch._dynamo's by default)."""
     report = {"graphs": len(codes), **{f"template_{kind}": 0 for kind in TEMPLATE_KINDS},
               "int_mm": 0, "onednn_qlinear": 0, "pyw8a8_ops": 0, "pyw8a8_attention": 0}
     for code in codes:
@@ -86,13 +81,22 @@ def kernel_report(codes: list[str], counters=None) -> dict:
     return report
 
 
-def _settle(call) -> int:
-    """Warm-up calls: pyw8a8's tuner settled (torch_sharing.settle_tuning), else one."""
-    if "pyw8a8.torch" in sys.modules:
-        from .torch_sharing import settle_tuning
-        return settle_tuning(call)
-    call()
-    return 1
+def _prepare(first, again) -> dict:
+    """The first call's seconds (`first()`: compilation included), the warm-up's calls
+    (`again()` until pyw8a8's tuner settles, else once) and what ran."""
+    out = {}
+    with _compiled_code() as codes:
+        t0 = time.perf_counter()
+        first()
+        out["first_call_s"] = time.perf_counter() - t0
+        if "pyw8a8.torch" in sys.modules:
+            from .torch_sharing import settle_tuning
+            out["warm_calls"] = settle_tuning(again)
+        else:
+            again()
+            out["warm_calls"] = 1
+    out["kernels"] = kernel_report(codes)
+    return out
 
 
 class _EncoderRun:
@@ -111,15 +115,9 @@ class _EncoderRun:
         return {name: self._encode(texts) for name, texts in self.sets.items()}
 
     def prepare(self) -> dict:
-        """The first call (compilation included), the warm-up and what ran."""
-        out = {}
-        with _compiled_code() as codes:
-            t0 = time.perf_counter()
+        def first():
             self.embeddings = self._encode_all()
-            out["first_call_s"] = time.perf_counter() - t0
-            out["warm_calls"] = _settle(self._encode_all)
-        out["kernels"] = kernel_report(codes)
-        return out
+        return _prepare(first, self._encode_all)
 
     def round(self) -> dict:
         """Seconds of one encode of each set."""
@@ -154,17 +152,10 @@ class _LMRun:
         self.decoder = torch_lm.Decoder(model, spec["prompt_tokens"] + spec["tokens"])
 
     def prepare(self) -> dict:
-        tokens, out = self.spec["tokens"], {}
-        with _compiled_code() as codes:
-            t0 = time.perf_counter()
-            self.decoder.generate(self.prompts[0], tokens)
-            out["first_call_s"] = time.perf_counter() - t0
-            turn = iter(range(1 << 30))
-            out["warm_calls"] = _settle(
-                lambda: self.decoder.generate(self.prompts[next(turn) % len(self.prompts)],
-                                              tokens))
-        out["kernels"] = kernel_report(codes)
-        return out
+        tokens, turn = self.spec["tokens"], iter(range(1 << 30))
+        return _prepare(lambda: self.decoder.generate(self.prompts[0], tokens),
+                        lambda: self.decoder.generate(
+                            self.prompts[next(turn) % len(self.prompts)], tokens))
 
     def round(self) -> dict:
         """Decode and prefill seconds of one generation of each prompt, its tokens."""
@@ -174,8 +165,8 @@ class _LMRun:
                 "tokens": [r.tokens for r in runs]}
 
     def finish(self, rounds: list[dict]) -> dict:
-        """Medians of the rounds, the profiled split of a step, and the next-token
-        distributions fed float's tokens: saved by float, scored by the others."""
+        """Medians of the rounds, the profiled split of a step, and the KL to float's next-token
+        distributions, fed float's tokens (float saves them)."""
         import numpy as np
 
         from . import torch_lm
@@ -209,9 +200,10 @@ class _LMRun:
 
 
 class ModelContender:
-    """One contender (`spec`: see :class:`~pyw8a8.tools.torch_contenders.Contender`) in
-    this process: loaded, quantized, compiled, its first call and warm-up made here; then
-    a timed round at each :meth:`round`, and :meth:`finish`'s result."""
+    """One contender in this process, `spec`: model ("encoder" or "lm"), contender (a key of
+    MODEL_CONTENDERS), outdir (where outputs go), rounds, and texts ({name: [str]}) for the
+    encoder, tokens, prompt_tokens, prompts and layers for the LM.  Built, first called and
+    warmed up here; then a timed round per :meth:`round`, and :meth:`finish`'s result."""
 
     def __init__(self, spec: dict) -> None:
         key, model_name = spec["contender"], spec["model"]
@@ -236,7 +228,6 @@ class ModelContender:
         self.rounds.append(self.run.round())
 
     def finish(self) -> dict:
-        """The medians of the rounds (of one more, where none ran), the fidelity and the
-        rest."""
+        """The medians of the rounds (of one more, where none ran), the fidelity and the rest."""
         self.out.update(self.run.finish(self.rounds or [self.run.round()]))
         return self.out

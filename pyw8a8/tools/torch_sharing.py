@@ -1,31 +1,12 @@
 """``bench --torch``'s second table: torch and pyw8a8 in one process, each against itself
-alone.
-
-The encoder of :mod:`pyw8a8.tools.torch_bench` with its linear layers on pyw8a8 (activations
-left unfused, so torch computes the same operations as in the float model) is torch
-attention, LayerNorm and GELU between pyw8a8 products.  Three fresh processes, each timing
-``encode`` in rounds:
-
-* **torch alone** (:func:`~pyw8a8.tools.encode_timing.torch_alone`, its file loaded
-  alone): the float model, pyw8a8 never imported; torch's share is the encode time less
-  the time inside its ``nn.Linear`` layers (forward hooks);
-* **both**: the pyw8a8 model; torch's share is the encode time less the time inside the
-  pyw8a8 layers, pyw8a8's share that time;
-* **pyw8a8 alone**: the very products the pyw8a8 layers made (their row counts and shapes,
-  recorded in the second process, a weight per layer and an input per call), replayed
-  with :func:`pyw8a8.matmul`, torch never imported: back to back, and with the caches
-  swept before each product (the model's attention and LayerNorm between its layers move
-  their own data through the caches, so beside torch a product starts with its weight and
-  input evicted; back to back they stay hot).
-
-The three take turns, PASSES times, so that a slow stretch of a shared host falls on all
-three rather than on one.
-
-pyw8a8's tuner settles before either pyw8a8 process times (:func:`settle_tuning`).
-
-Each share beside the other over the same share alone is what each keeps of its speed.
-All three keep the memory they free (KEEP_FREED_MEMORY).
-"""
+alone.  Three fresh processes time the encoder's ``encode`` in rounds: **torch alone**
+(the float model, pyw8a8 never imported; torch's share is the time outside its
+``nn.Linear`` layers), **both** (the pyw8a8 model, activations unfused: torch's share
+outside the pyw8a8 layers, pyw8a8's inside), and **pyw8a8 alone** (the very products the
+"both" model made, replayed with :func:`pyw8a8.matmul`, torch never imported, back to
+back and with the caches swept before each product, as the model's other layers evict
+a product's weight and input).  The three take turns PASSES times, each keeping the
+memory it frees (KEEP_FREED_MEMORY)."""
 from __future__ import annotations
 
 import statistics
@@ -34,6 +15,7 @@ import time
 from pathlib import Path
 
 from ..lab.processes import run_once
+from ..lab.record import markdown_table
 from ..lab.turns import take_turns
 from . import encode_timing
 
@@ -44,12 +26,8 @@ SETTLE_ENCODES = 16
 
 def settle_tuning(encode) -> int:
     """Call `encode()` until pyw8a8's tuner has settled every shape it met, at most
-    SETTLE_ENCODES times; how many calls that took.  An encode makes each of its products'
-    shapes a few calls (six layers, two batches), and a shape tries each of its 10-19
-    blocking candidates up to three times before it settles: without this, the first rounds of
-    a timing would include candidates that were being tried (up to 1.13x the fastest's
-    time, measured at 672 x 384 x 1536 on a Zen 3), which is the tuning, not the speed a
-    model runs at afterwards."""
+    SETTLE_ENCODES times; how many calls that took.  Timed before, rounds would time the
+    candidates being tried (up to 1.13x the fastest's time, 672 x 384 x 1536 on a Zen 3)."""
     from .. import tuning
     calls = 0
     while calls < SETTLE_ENCODES and (calls == 0 or tuning.unsettled()):
@@ -70,17 +48,14 @@ def both(texts, rounds):
     return {"torch": total - linear, "pyw8a8": linear, "calls": calls}
 
 
-#: The least the swept replay reads before each product: past the last-level cache of the
-#: 2-vCPU machines measured here (32 MiB on the Zen 3 and Zen 4, up to 105 MiB on the AMX
-#: Xeons); sweep_bytes() reads twice a larger one (300 MiB on a 16-core Xeon).
+#: The least the swept replay reads: past the L3 of the 2-vCPU machines measured (32 MiB
+#: on Zen 3 and 4, up to 105 MiB on the AMX Xeons).
 SWEEP_BYTES = 128 << 20
 
 
 def sweep_bytes(cache_dir="/sys/devices/system/cpu/cpu0/cache"):
-    """Bytes read before each product of the swept replay, so that it starts with its weight
-    and input in memory, as in the model, where the layers between move their own
-    activations through the caches: twice the last-level cache that Linux reports under
-    `cache_dir`, at least SWEEP_BYTES (also where it reports none)."""
+    """Bytes read before each product of the swept replay: twice the last-level cache Linux
+    reports under `cache_dir`, at least SWEEP_BYTES."""
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     caches = []
     for index in Path(cache_dir).glob("index*"):
@@ -95,10 +70,8 @@ def sweep_bytes(cache_dir="/sys/devices/system/cpu/cpu0/cache"):
 
 
 def pyw8a8_alone(calls, rounds):
-    """The encode's products replayed: as in the model, each layer has a weight and a bias of
-    its own and each call an input of its own, so the replay moves as much memory through
-    the caches as the model's products.  Each round replays them back to back (hot), then
-    with the caches swept before each product (sweep_bytes() read, not timed)."""
+    """The encode's products replayed (a weight and bias per layer, an input per call, as in
+    the model), each round back to back, then with sweep_bytes() read before each product."""
     import numpy as np
 
     from .._probes import read_bytes
@@ -130,11 +103,9 @@ def pyw8a8_alone(calls, rounds):
     return {"pyw8a8": statistics.median(hot[1:]), "pyw8a8 swept": statistics.median(swept[1:])}
 
 
-# glibc returns freed memory above 2 x its mmap threshold (at most 64 MiB) to the system,
-# and a model's 18 MiB activations then come back as fresh pages, faulted and zeroed: 40%
-# of an encode of the first sentences on the Zen 5.
-# The replay alone reuses its few arrays and would pay none of that, so every process keeps
-# its freed memory: the table compares the libraries, not the allocator's luck.
+# glibc hands freed memory back, and a model's 18 MiB activations then come back as fresh
+# pages, faulted and zeroed (40% of an encode on the Zen 5), which the replay would never
+# pay: every process keeps what it frees.
 KEEP_FREED_MEMORY = {"MALLOC_TRIM_THRESHOLD_": str(4 << 30), "MALLOC_MMAP_THRESHOLD_": str(1 << 30)}
 
 
@@ -143,16 +114,15 @@ def _in_process(name, *args):
     return run_once(name, *args, env=KEEP_FREED_MEMORY, timeout=1800, capture_stderr=True)
 
 
-#: The three processes run in turn this many times: one pass puts each in its own stretch
-#: of the host's time, and what pyw8a8 kept of its speed beside torch then ranged from
+#: Turns of the three processes: with one, what pyw8a8 kept beside torch ranged from
 #: 0.82x to 0.99x between runs of one tree (Zen 4).
 PASSES = 3
 
 
 def run(texts: list[str], rounds: int) -> dict[str, float]:
-    """Each library's share of an encode beside the other and alone, in seconds: the
-    median over PASSES turns of the three processes of each process's median."""
-    made = []  # each pass's "both": the products its model made, which the replay repeats
+    """Each library's share of an encode beside the other and alone, in seconds: the median
+    over PASSES turns of the three processes."""
+    made = []  # each pass's "both" result: the products the replay repeats
 
     def both_pass(i):
         made.append(_in_process(f"{__name__}:both", texts, rounds))
@@ -172,14 +142,12 @@ def run(texts: list[str], rounds: int) -> dict[str, float]:
 
 
 def format_table(shares: dict[str, float]) -> list[str]:
-    lines = ["| share of an encode | alone ms | beside the other ms | kept of its speed |",
-             "|---|--:|--:|--:|"]
     rows = [("torch", "torch alone", "torch beside"), ("pyw8a8", "pyw8a8 alone", "pyw8a8 beside"),
             ("pyw8a8, caches swept alone", "pyw8a8 alone swept", "pyw8a8 beside")]
-    for label, alone_key, beside_key in rows:
-        alone, beside = shares[alone_key], shares[beside_key]
-        lines.append(f"| {label} | {alone * 1e3:.1f} | {beside * 1e3:.1f} | "
-                     f"{alone / beside:.2f}x |")
+    lines = markdown_table(
+        ["share of an encode", "alone ms", "beside the other ms", "kept of its speed"],
+        [[label, f"{shares[a] * 1e3:.1f}", f"{shares[b] * 1e3:.1f}",
+          f"{shares[a] / shares[b]:.2f}x"] for label, a, b in rows], "lrrr")
     lines.append("torch: attention, LayerNorm, GELU and the rest of the encode; pyw8a8: its "
                  "linear layers (replayed alone with pyw8a8.matmul, torch not imported); caches "
                  f"swept: {sweep_bytes() >> 20} MiB read before each product alone, as the "
