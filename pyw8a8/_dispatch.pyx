@@ -7,8 +7,8 @@ kernels; the other compiled modules reach them through an ``IsaOps`` handle. Its
 set by ``_cpu`` (set_isa, use_isa, PYW8A8_ISA, the small-M fallbacks) and ``_threads``
 (set_num_threads, fork), which validate the settings and read the environment; the rules
 every call applies to that state (``call_ops``, ``threads_for``, the fork fallback) are
-here, read from C by ``_kernels.settled_product`` so that a matmul's setup runs no Python
-code.
+here, read from C by ``_kernels.call`` and the torch operator (``call_place``), so that a
+call's setup runs no Python code.
 """
 from openmp cimport omp_get_max_threads, omp_set_num_threads
 from libc.stdint cimport int64_t

@@ -9,7 +9,7 @@ import numpy as np
 
 # Re-exported: the C core's constants (from _kernels) and the output rule (empty_output),
 # which lives with the memory of outputs (_outputs), allocated without running Python code
-# by the settled call (_kernels.settled_product).
+# by the compiled call (_kernels.call).
 from ._kernels import W8_A_ROW_PAD, W8_EXACT_K, W8_KPAD, W8_NR, data_address  # noqa: F401
 from ._outputs import (  # noqa: F401
     ALIGN_BYTES,
