@@ -1,10 +1,6 @@
-"""The noise floor: a float32 model whose weight matrices are rounded to bfloat16 once.
-
-Rounding every weight to bfloat16 (8 significant bits, the float32 exponent range) and
-back changes nothing but the weights' low bits, and the arithmetic stays float32.  Its
-answer changes against the float32 control count the questions whose options are so
-near a tie that rounding alone flips them: a floor for the W8A8 configurations' changes.
-"""
+"""The noise floor: float32 arithmetic on weight matrices rounded to bfloat16 once, whose
+answer changes against the control count the questions so near a tie that rounding
+alone flips them."""
 
 from __future__ import annotations
 
@@ -20,24 +16,21 @@ _CHUNK = 1 << 22
 
 
 def round_to_bfloat16(w) -> np.ndarray:
-    """Round float32 values to the nearest bfloat16 (ties to even), kept as float32.
+    """Float32 values rounded to the nearest bfloat16 (ties to even), kept as float32.
 
-    The same values as ``w.astype(ml_dtypes.bfloat16).astype(numpy.float32)``, computed
-    on the bits so that the evaluation needs no ml_dtypes: add half a bfloat16 unit (less
-    one, plus the kept part's lowest bit, which breaks ties to even) and clear the low 16
-    bits.  Finite values beyond the largest bfloat16 round to infinity; infinities stay;
-    NaNs stay NaN (quiet, sign kept).
+    The values of ``w.astype(ml_dtypes.bfloat16).astype(numpy.float32)``, computed on the
+    bits (no ml_dtypes): add half a unit less one plus the kept part's lowest bit, clear
+    the low 16 bits.  Overflow rounds to infinity; NaNs stay NaN (quiet, sign kept).
 
     Parameters
     ----------
     w : array_like
-        Values convertible to float32 (a read-only memory map is fine: it is only read).
+        Values convertible to float32 (only read).
 
     Returns
     -------
     numpy.ndarray
-        A new C-contiguous float32 array of `w`'s shape.
-    """
+        A new C-contiguous float32 array of `w`'s shape."""
     src = np.ascontiguousarray(w, dtype=np.float32)
     out = np.empty(src.shape, np.float32)
     bits_in = src.reshape(-1).view(np.uint32)
@@ -56,12 +49,5 @@ def round_to_bfloat16(w) -> np.ndarray:
 
 
 def bfloat16_linear(name, w):
-    """The ``linear(name, w)`` factory of the noise floor: float32 layers on bfloat16-rounded
-    weights (rounded once, here).
-
-    See Also
-    --------
-    pyw8a8.router.float_linear : the same factory, parameters and layers on the weights as
-        they are.
-    """
+    """The noise floor's ``linear(name, w)`` factory: `float_linear` on `w` rounded once."""
     return float_linear(name, round_to_bfloat16(w))

@@ -1,11 +1,6 @@
-"""Paired bootstrap confidence intervals (numpy only).
-
-The evaluation's figures are means over questions (accuracy, flips, answer changes) or
-over text windows (perplexity, KL); their intervals come from resampling those units with
-replacement.  Every array of one interval is resampled with the *same* indices (paired):
-a difference between a configuration and the control on the same questions then carries
-only the variation of the difference, not of each side alone.
-"""
+"""Paired bootstrap confidence intervals (numpy only): the units (questions, windows)
+resampled with replacement, every array of one interval with the same indices, so that a
+difference against the control carries only the variation of the difference."""
 
 from __future__ import annotations
 
@@ -28,32 +23,26 @@ def paired_bootstrap(statistic, samples, *, resamples=RESAMPLES, seed=SEED, conf
     Parameters
     ----------
     statistic : callable
-        ``statistic(*resampled) -> values``: receives one float64 array of shape
-        ``(batch, n)`` per sample (row ``b`` is resample ``b``) and returns the statistic
-        of every row, shape ``(batch,)``.
+        ``statistic(*resampled)``: one float64 array (batch, n) per sample, row b resample
+        b; returns the statistic of every row, shape (batch,).
     samples : sequence of array_like
-        One or more 1-D arrays of the same length ``n >= 1`` (the units: questions,
-        windows); resample ``b`` takes the same indices from each.
+        1-D arrays of one length n >= 1.
     resamples : int, optional
-        Number of bootstrap resamples (>= 1).
     seed : int, optional
-        Seed of ``numpy.random.default_rng``: the same seed and sizes give the same
-        interval.
+        Of ``numpy.random.default_rng``: the same seed and sizes, the same interval.
     confidence : float, optional
-        Coverage of the interval, in (0, 1).
+        In (0, 1).
 
     Returns
     -------
     (float, float)
-        The ``(1 - confidence) / 2`` and ``(1 + confidence) / 2`` percentiles (linear
-        interpolation) of the resampled statistic.
+        The ``(1 -+ confidence) / 2`` percentiles of the resampled statistic.
 
     Raises
     ------
     ValueError
-        If `samples` is empty, its arrays are not 1-D, are empty or differ in length, or
-        `resamples` or `confidence` is out of range.
-    """
+        If `samples` is empty, not 1-D, empty arrays or of different lengths, or
+        `resamples` or `confidence` is out of range."""
     arrays = [np.asarray(s, dtype=np.float64) for s in samples]
     if not arrays:
         raise ValueError("samples must hold at least one array")
@@ -81,17 +70,5 @@ def paired_bootstrap(statistic, samples, *, resamples=RESAMPLES, seed=SEED, conf
 
 
 def mean_interval(values, **kwargs):
-    """Bootstrap interval of the mean of `values` (a 1-D array over units).
-
-    Parameters
-    ----------
-    values : array_like
-        Shape ``(n,)``, e.g. 0/1 per question for a proportion.
-    **kwargs
-        ``resamples``, ``seed``, ``confidence`` as for `paired_bootstrap`.
-
-    Returns
-    -------
-    (float, float)
-    """
+    """Bootstrap interval of the mean of `values`, shape (n,); `kwargs` as `paired_bootstrap`'s."""
     return paired_bootstrap(lambda v: v.mean(axis=1), [values], **kwargs)

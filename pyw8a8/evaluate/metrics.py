@@ -1,13 +1,6 @@
-"""Baseline-relative evaluation metrics for quantized models.
-
-Accuracy alone hides how much a compressed model's behaviour moved: two
-models can score the same while many individual answers swap correctness.
-Following Dutta et al., "Accuracy is Not All You Need" (NeurIPS 2024), this
-module reports *flips* (answers whose correctness changed) and the KL
-divergence of the target model's next-token distribution from the control's.
-
-Everything here is plain numpy and independent of the kernels.
-"""
+"""Control-relative metrics of a quantized model (numpy only): accuracy hides answers that
+swap correctness, so, after Dutta et al., "Accuracy is Not All You Need" (NeurIPS 2024),
+*flips* and the KL of the target's next-token distribution from the control's."""
 
 from __future__ import annotations
 
@@ -15,36 +8,25 @@ import numpy as np
 
 from .bootstrap import mean_interval, paired_bootstrap
 
-__all__ = [
-    "log_softmax",
-    "kl_divergence",
-    "option_kl",
-    "compare_answers",
-    "answer_intervals",
-    "kl_summary",
-]
+__all__ = ["log_softmax", "kl_divergence", "option_kl", "compare_answers", "answer_intervals",
+           "kl_summary"]
 
 
 def log_softmax(logits):
-    """Numerically stable log-softmax over the last axis, in float64.
+    """Log-softmax over the last axis, in float64.
 
     Parameters
     ----------
-    logits : array_like
-        Unnormalized log-probabilities, shape ``(..., V)`` with ``V >= 1``.
+    logits : array_like, shape (..., V), V >= 1
 
     Returns
     -------
-    numpy.ndarray
-        float64 array of the same shape whose ``exp`` sums to 1 over the
-        last axis.
+    numpy.ndarray of float64, the input's shape
 
     Raises
     ------
     ValueError
-        If the input is a scalar, has an empty last axis or contains NaN or
-        +inf values.
-    """
+        For a scalar, an empty last axis, NaN or +inf, or a row all -inf."""
     x = np.asarray(logits, dtype=np.float64)
     if x.ndim == 0:
         raise ValueError("log_softmax needs at least one axis, got a scalar")
@@ -62,31 +44,21 @@ def log_softmax(logits):
 
 def _kl_from_logp(logp, logq):
     p = np.exp(logp)
-    # Terms with p == 0 contribute 0 (0 * log 0 = 0), even where q == 0 too.
-    diff = np.where(p > 0, logp - logq, 0.0)
-    kl = np.sum(p * diff, axis=-1)
-    # Tiny negative values are rounding noise; KL is non-negative.
-    return np.maximum(kl, 0.0)
+    diff = np.where(p > 0, logp - logq, 0.0)  # 0 log 0 = 0, even where q == 0
+    return np.maximum(np.sum(p * diff, axis=-1), 0.0)  # below 0: rounding
 
 
 def kl_divergence(p_logits, q_logits):
-    """KL(P || Q) in nats between the softmax distributions of two logit arrays.
-
-    ``P`` is the control (reference) model and ``Q`` the target (e.g. the
-    W8A8 model): ``sum_v p_v (log p_v - log q_v)`` over the full last axis.
+    """KL(P || Q) in nats of the softmax distributions of the control's logits (P) and the
+    target's (Q).
 
     Parameters
     ----------
-    p_logits : array_like
-        Control logits, shape ``(..., V)``.
-    q_logits : array_like
-        Target logits, same shape as `p_logits`.
+    p_logits, q_logits : array_like, shape (..., V)
 
     Returns
     -------
-    float or numpy.ndarray
-        A Python float for 1-D inputs, otherwise a float64 array of shape
-        ``(...)`` (one value per row).
+    float (1-D inputs) or numpy.ndarray of float64, shape (...)
 
     Raises
     ------
@@ -96,8 +68,7 @@ def kl_divergence(p_logits, q_logits):
     Examples
     --------
     >>> round(kl_divergence([0.0, 0.0], [0.0, np.log(3.0)]), 6)
-    0.143841
-    """
+    0.143841"""
     p = np.asarray(p_logits)
     q = np.asarray(q_logits)
     if p.shape != q.shape:
@@ -111,30 +82,24 @@ def kl_divergence(p_logits, q_logits):
 
 
 def option_kl(control_logits, target_logits, option_ids):
-    """KL(control || target) over the distribution restricted to answer options.
-
-    Both logit vectors are restricted to the given token ids (e.g. the ids of
-    " A", " B", " C", " D") and renormalized with a softmax before the KL is
-    taken, as in the answer-option KL of Dutta et al. (2024).
+    """KL(control || target) of the distributions restricted to the answer options' token ids
+    and renormalized (Dutta et al.'s answer-option KL).
 
     Parameters
     ----------
-    control_logits, target_logits : array_like
-        Logits over the full vocabulary, shape ``(..., V)``.
+    control_logits, target_logits : array_like, shape (..., V)
     option_ids : sequence of int
-        Distinct token ids of the options, each in ``[0, V)``.
+        Distinct token ids in ``[0, V)``.
 
     Returns
     -------
     float or numpy.ndarray
-        As for `kl_divergence`.
+        As `kl_divergence`.
 
     Raises
     ------
     ValueError
-        If the shapes differ, `option_ids` is empty, has duplicates or is out
-        of range.
-    """
+        If the shapes differ, or `option_ids` is empty, repeats an id or is out of range."""
     c = np.asarray(control_logits)
     t = np.asarray(target_logits)
     if c.shape != t.shape:
@@ -178,37 +143,26 @@ def _choice_arrays(labels, control_choice, target_choice):
 
 
 def compare_answers(labels, control_choice, target_choice):
-    """Compare a target model's multiple-choice answers with a control's.
+    """A target's multiple-choice answers against the control's.
 
     Parameters
     ----------
-    labels : sequence of int
-        Correct option index per question.
-    control_choice : sequence of int
-        Option chosen by the control (reference) model per question.
-    target_choice : sequence of int
-        Option chosen by the target model per question.
+    labels, control_choice, target_choice : sequence of int
+        Per question: the correct option, the control's and the target's choice.
 
     Returns
     -------
     dict
-        ``n``: number of questions; ``control_correct`` / ``target_correct``: number
-        answered correctly; ``control_accuracy`` / ``target_accuracy``: fraction correct;
-        ``correct_to_incorrect``: control right, target wrong; ``incorrect_to_correct``:
-        control wrong, target right; ``flips``: the sum of the previous two (the paper's
-        definition; wrong-to-wrong changes are *not* flips); ``flip_rate``: ``flips / n``;
-        ``wrong_to_wrong_changes``: both wrong but with different answers;
-        ``answer_changes``: questions whose chosen answer differs (all three kinds above);
-        ``net_correct``: ``target_correct - control_correct``; ``top1_agreement``:
-        fraction of questions with identical choices.  Fractions are ``nan`` when
-        ``n == 0``.
+        ``n``; ``control_correct``, ``target_correct`` and their ``_accuracy``;
+        ``correct_to_incorrect``, ``incorrect_to_correct`` and their sum ``flips`` (the
+        paper's: wrong-to-wrong changes are not flips), ``flip_rate``;
+        ``wrong_to_wrong_changes``; ``answer_changes`` (all three kinds); ``net_correct``;
+        ``top1_agreement``.  Fractions are nan for no questions.
 
     Raises
     ------
     ValueError
-        If the three sequences have different lengths or are not 1-D integer
-        sequences.
-    """
+        If the sequences differ in length or are not 1-D integer sequences."""
     y, c, t = _choice_arrays(labels, control_choice, target_choice)
     n = int(len(y))
     c_ok = c == y
@@ -240,29 +194,20 @@ def compare_answers(labels, control_choice, target_choice):
 
 
 def answer_intervals(labels, control_choice, target_choice, **kwargs):
-    """95% paired bootstrap intervals of `compare_answers`' rates, over questions.
-
-    Every interval resamples the questions with the same seed (`pyw8a8.evaluate.bootstrap`),
-    and the accuracy change resamples the control's and the target's correctness together.
+    """Paired bootstrap intervals of `compare_answers`' rates over questions.
 
     Parameters
     ----------
     labels, control_choice, target_choice : sequence of int
-        As for `compare_answers` (at least one question).
+        As `compare_answers` (at least one question).
     **kwargs
         ``resamples``, ``seed``, ``confidence`` of `~pyw8a8.evaluate.bootstrap.paired_bootstrap`.
 
     Returns
     -------
     dict
-        ``[low, high]`` lists of Python floats for ``target_accuracy``, ``accuracy_change``
-        (target minus control accuracy), ``flip_rate`` and ``answer_change_rate``.
-
-    Raises
-    ------
-    ValueError
-        As for `compare_answers`, or for no questions.
-    """
+        ``[low, high]`` of ``target_accuracy``, ``accuracy_change`` (the control's and the
+        target's correctness resampled together), ``flip_rate`` and ``answer_change_rate``."""
     y, c, t = _choice_arrays(labels, control_choice, target_choice)
     c_ok = (c == y).astype(np.float64)
     t_ok = (t == y).astype(np.float64)
@@ -276,24 +221,12 @@ def answer_intervals(labels, control_choice, target_choice, **kwargs):
 
 
 def kl_summary(values):
-    """Summary statistics of per-question KL values.
-
-    Parameters
-    ----------
-    values : array_like
-        1-D array of KL divergences (non-negative floats).
-
-    Returns
-    -------
-    dict
-        ``n``, ``mean``, ``median``, ``p95`` (``numpy.percentile`` with linear
-        interpolation) and ``max``, as Python floats.
+    """``n``, ``mean``, ``median``, ``p95`` and ``max`` (Python floats) of per-question KL.
 
     Raises
     ------
     ValueError
-        If `values` is empty, not 1-D, or contains NaN.
-    """
+        If `values` is empty, not 1-D, or holds NaN."""
     v = np.asarray(values, dtype=np.float64)
     if v.ndim != 1:
         raise ValueError(f"values must be 1-D, got shape {v.shape}")

@@ -1,14 +1,10 @@
-"""Perplexity and KL against the control over every position of a text (numpy only).
+"""Perplexity and KL against the control at every position of a text (numpy only).
 
-At each position of a window the control's next-token distribution ``P`` and a
-configuration's ``Q`` (softmax of full-vocabulary logits) give the negative log-likelihood
-``-log Q(next token)``, the KL divergence ``KL(P || Q)`` and whether both rank the same
-token first.  Full-vocabulary logits for every position would not fit in memory (262,144
-floats per position), so they are scored a chunk of positions at a time, the control's
-chunk against each configuration's, and only these per-position numbers are kept
-(`WindowScores`).  `summarize` turns them into perplexity, its change against the control
-and KL statistics, with bootstrap intervals over windows.
-"""
+Full-vocabulary logits of every position would not fit in memory (262,144 floats each),
+so a chunk of positions at a time, the control's distributions (`ControlDistribution`)
+score each configuration's: ``-log Q(next)``, ``KL(P || Q)`` and whether both rank the
+same token first, kept per position (`WindowScores`); `summarize` turns them into
+perplexity, its change and KL statistics, with bootstrap intervals over windows."""
 
 from __future__ import annotations
 
@@ -33,34 +29,28 @@ def _row_lse(row64, work):
 
 
 class ControlDistribution:
-    """The control's next-token distributions of a chunk of positions, scored against
-    targets.
+    """The control's next-token distributions of a chunk of positions, to score targets by.
 
-    Rows are handled one at a time in float64 (two scratch rows of 2 MiB that stay in
-    cache at 262,144 tokens): a whole chunk's float64 temporaries would be streamed
-    through memory a dozen times.  With ``c`` and ``t`` the control's and the target's
-    logits of a row, ``KL(P || Q) = sum_v p_v (c_v - t_v) + lse(t) - lse(c)``
-    (``lse``: log-sum-exp), which needs the control's probabilities (kept, float64) and
-    one log-sum-exp per target row.
+    A row at a time in float64 (two scratch rows stay in cache, where a chunk's float64
+    temporaries would stream through memory a dozen times), with
+    ``KL(P || Q) = sum_v p_v (c_v - t_v) + lse(t) - lse(c)`` for logits c and t.
 
     Parameters
     ----------
-    logits : array_like
-        The control's logits, shape ``(m, V)``, finite.
-    next_ids : array_like
-        The token that follows each position, shape ``(m,)``, ids in ``[0, V)``.
+    logits : array_like, shape (m, V)
+        The control's logits, finite.
+    next_ids : array_like, shape (m,)
+        The token following each position, in ``[0, V)``.
 
     Attributes
     ----------
-    nll : numpy.ndarray
-        float64, ``(m,)``: the control's ``-log P(next)``.
+    nll : numpy.ndarray of float64, shape (m,)
+        The control's ``-log P(next)``.
 
     Raises
     ------
     ValueError
-        If the shapes disagree, an id is outside the vocabulary or the logits are not
-        finite.
-    """
+        If the shapes disagree, an id is out of range or a logit is not finite."""
 
     def __init__(self, logits, next_ids):
         c = np.asarray(logits, dtype=np.float32)
@@ -83,19 +73,8 @@ class ControlDistribution:
         self.top1 = np.argmax(c, axis=1)
 
     def score(self, target_logits):
-        """(nll, kl, same_top1) of a target's logits at the same positions.
-
-        Parameters
-        ----------
-        target_logits : array_like
-            Shape ``(m, V)``, the control's shape, finite.
-
-        Returns
-        -------
-        (numpy.ndarray, numpy.ndarray, numpy.ndarray)
-            float64 ``-log Q(next)``, float64 ``KL(P || Q)`` in nats (clipped at 0: tiny
-            negative values are rounding) and bool "Q's top token is P's", each ``(m,)``.
-        """
+        """(nll, kl, same_top1) of a target's logits (the control's shape, finite): float64
+        ``-log Q(next)``, float64 ``KL(P || Q)`` (clipped at 0) and bool, each (m,)."""
         t = np.asarray(target_logits, dtype=np.float32)
         if t.shape != self.logits.shape:
             raise ValueError(f"target logits must have the control's shape "
@@ -114,23 +93,20 @@ class ControlDistribution:
 
 
 class WindowScores:
-    """One configuration's per-position scores, window by window.
-
-    `add` appends a chunk of positions to the current window; `end_window` closes it.
-    Windows must be closed before `summarize` reads them.
-    """
+    """One configuration's per-position scores: `add` chunks to the current window,
+    `end_window` closes it."""
 
     def __init__(self):
         self.nll, self.kl, self.same_top1 = [], [], []
         self._open = ([], [], [])
 
     def add(self, nll, kl, same_top1):
-        """Append a chunk's ``(m,)`` arrays (as `ControlDistribution.score` returns them)."""
+        """Append a chunk's (m,) arrays, as `ControlDistribution.score` returns them."""
         for part, values in zip(self._open, (nll, kl, same_top1)):
             part.append(np.asarray(values))
 
     def end_window(self):
-        """Close the current window (it must hold at least one position)."""
+        """Close the current window (it must hold a position)."""
         if not self._open[0]:
             raise ValueError("end_window: the window has no positions")
         for store, part in zip((self.nll, self.kl, self.same_top1), self._open):
@@ -158,28 +134,24 @@ def summarize(control: dict, target: dict, **bootstrap) -> dict:
     Parameters
     ----------
     control, target : dict
-        `WindowScores.as_dict` of the control and of the target on the same windows (all of
-        one length; for the control itself pass it twice).
+        `WindowScores.as_dict` of each on the same windows, all of one length.
     **bootstrap
         ``resamples``, ``seed``, ``confidence`` of
-        `~pyw8a8.evaluate.bootstrap.paired_bootstrap` (default 10,000, seed 0, 95%).
+        `~pyw8a8.evaluate.bootstrap.paired_bootstrap`.
 
     Returns
     -------
     dict
-        ``windows``, ``positions``; ``perplexity`` (``exp`` of the mean NLL over every
-        position) and the control's ``control_perplexity``; ``perplexity_change``
-        (target over control perplexity, minus 1) with ``perplexity_change_interval``;
-        ``kl_mean`` with ``kl_mean_interval``, ``kl_p50``, ``kl_p99``, ``kl_p99.9``,
-        ``kl_max``; ``same_top1`` (share of positions whose top token is the control's).
-        Intervals are ``[low, high]``, windows resampled (paired: the same windows for the
-        control's and the target's NLL).
+        ``windows``, ``positions``, ``perplexity``, ``control_perplexity``,
+        ``perplexity_change`` (target over control perplexity, minus 1) and its
+        ``_interval``, ``kl_mean`` and its ``_interval``, ``kl_p50``, ``kl_p99``,
+        ``kl_p99.9``, ``kl_max``, ``same_top1``; intervals ``[low, high]`` over windows,
+        paired.
 
     Raises
     ------
     ValueError
-        If the windows are missing or of different lengths or counts.
-    """
+        If the windows are missing or differ in length or count."""
     c_nll = _window_means(control["nll"], "control")
     t_nll = _window_means(target["nll"], "target")
     kl_windows = _window_means(target["kl"], "target KL")

@@ -26,23 +26,10 @@ def _context_entry(run):
 
 
 def build_perplexity(runs: dict, meta: dict) -> dict:
-    """The comparison of the perplexity runs (a pure function of their results).
-
-    Parameters
-    ----------
-    runs : dict
-        ``{context: result}`` of `~pyw8a8.evaluate.perplexity_run.run_perplexity` (with the
-        process's ``wall_time_s``), or ``{context: {"error": ...}}`` for a failed run.
-    meta : dict
-        What was run and where (``data``, ``tokens``, ``configs``, ``cpu`` ...).
-
-    Returns
-    -------
-    dict
-        ``meta`` and ``contexts``: per context its windows, times and, per configuration,
-        `~pyw8a8.evaluate.perplexity.summarize` with ``forward_s`` and
-        ``forward_s_per_1k_tokens``.
-    """
+    """The comparison of the perplexity runs ({context: result or {"error": ...}}): ``meta``
+    and ``contexts``, per context its windows, times and, per configuration,
+    `~pyw8a8.evaluate.perplexity.summarize` with ``forward_s`` and
+    ``forward_s_per_1k_tokens``."""
     return {"meta": meta,
             "contexts": {str(c): _context_entry(run) for c, run in runs.items()}}
 
@@ -84,17 +71,7 @@ def _context_lines(context, entry):
 
 
 def render_perplexity_markdown(comp: dict) -> str:
-    """The text of perplexity.md: the setup, then one table per context length.
-
-    Parameters
-    ----------
-    comp : dict
-        As `build_perplexity` returns it.
-
-    Returns
-    -------
-    str
-    """
+    """The text of perplexity.md: the setup, then a table per context length."""
     meta = comp["meta"]
     lines = [
         "# W8A8 perplexity and KL: Gemma 3 270M (numpy)",

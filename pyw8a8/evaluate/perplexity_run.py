@@ -1,4 +1,4 @@
-"""The perplexity worker: every configuration scores the same windows of one context length,
+"""The perplexity run: every configuration scores the same windows of one context length,
 in one process, against the control's distributions."""
 
 from __future__ import annotations
@@ -16,20 +16,18 @@ from .worker import peak_rss_mib, progress
 
 __all__ = ["LOGITS_CHUNK", "run_perplexity"]
 
-#: Positions whose full-vocabulary logits are held at once: 128 x 262144 float32 logits
-#: (128 MiB) and the float64 distributions scored from them (256 MiB each).
+#: Positions whose logits are held at once: 128 MiB of float32 logits, 256 MiB float64.
 LOGITS_CHUNK = 128
 
 
 def _score_window(models, window, scores, forward_s):
-    """Every configuration's scores of one window added to `scores`, a chunk of positions
-    at a time against the control's (the first model's) distributions; their forward
-    seconds added to `forward_s`; the scoring's seconds returned."""
+    """Every configuration's scores of one window added to `scores`, a chunk at a time against
+    the control's (the first model's); forward seconds to `forward_s`; the scoring's
+    seconds returned."""
     caches = {name: model.new_cache() for name, model in models.items()}
     score_s, context = 0.0, len(window)
     for s in range(0, context - 1, LOGITS_CHUNK):
-        # positions s .. e-1 predict tokens s+1 .. e; the window's last token is only
-        # predicted, so the last chunk stops one short of the window's end
+        # positions s .. e-1 predict tokens s+1 .. e (the last one only predicted)
         e = min(s + LOGITS_CHUNK, context - 1)
         control = None
         for name, model in models.items():
@@ -50,27 +48,22 @@ def _score_window(models, window, scores, forward_s):
 
 
 def run_perplexity(spec: dict) -> dict:
-    """Score every configuration on the windows of one context length.
-
-    For each window, a chunk of positions at a time: the control's forward pass (through
-    its KV cache) gives the reference distributions, then each other configuration's
-    forward pass on the same tokens is scored against them.  Only per-position numbers are
-    kept.  Each configuration's forward time is measured apart; its ``forward_s`` covers
-    the logits of the chunk, not the scoring.
+    """Score every configuration on the windows of one context length, a chunk of positions
+    at a time: the control's forward pass gives the distributions, each other's is scored
+    against them (``forward_s``: the logits alone, not the scoring).
 
     Parameters
     ----------
     spec : dict
-        ``configs`` (names, the control first), ``context`` (tokens per window, BOS
-        included), ``tokens`` (stream tokens to use) and optionally ``threads``.
+        ``configs`` (the control first), ``context`` (BOS included), ``tokens`` (of the
+        stream), optionally ``threads``.
 
     Returns
     -------
     dict
         ``context``, ``windows``, ``positions_per_window``, ``corpus``; per configuration
-        (``configs``) its `WindowScores.as_dict` and ``forward_s``; ``score_s`` (the
-        scoring), ``load_time_s``, ``peak_rss_mib``.
-    """
+        (``configs``) its `WindowScores.as_dict` and ``forward_s``; ``score_s``,
+        ``load_time_s``, ``peak_rss_mib``."""
     t0 = time.perf_counter()
     if spec.get("threads"):
         set_num_threads(int(spec["threads"]))

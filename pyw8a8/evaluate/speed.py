@@ -1,15 +1,7 @@
-"""The side-by-side speed check: every configuration timed in turn on the same few questions.
-
-Two measurements, both in one process with every configuration's model built once:
-
-* prefill: one forward pass of each chosen question (the answer position's logits only);
-* decode: greedy generation, a prefill of each chosen prompt and then one forward pass
-  per new token through the KV cache.
-
-Each forward pass also records the time spent inside the model's linear layers (their
-calls timed by `~pyw8a8.evaluate.timing.LinearTimer`), so the rest (attention, norms,
-elementwise work) is the difference.
-"""
+"""The side-by-side speed check, every configuration's model built once in one process and
+timed in turn: a prefill of each chosen question, and greedy decodes (a prefill, then
+one-token forward passes through the KV cache), each pass's time inside the linear
+layers recorded too (`~pyw8a8.evaluate.timing.LinearTimer`)."""
 
 from __future__ import annotations
 
@@ -45,29 +37,21 @@ def _routing(router):
 
 
 def run_speed(spec: dict) -> dict:
-    """Time every configuration on the same questions in one process, taking turns.
-
-    The per-configuration runs are serial, so on a shared machine their wall times drift
-    with the neighbours' load; here each question (prefill) or prompt (decode) is run by
-    every configuration in turn (:func:`~pyw8a8.lab.turns.take_turns`, the order rotating
-    from one to the next), so a slow spell slows them alike.  Every model runs with
-    default thread settings (numpy's BLAS as loaded, pyw8a8's thread policy: see
-    ``pyw8a8.thread_policy``).
+    """Time every configuration on the same questions and prompts in one process, each in turn
+    (:func:`~pyw8a8.lab.turns.take_turns`, the order rotating) so a slow spell of a shared
+    machine slows them alike, with default thread settings.
 
     Parameters
     ----------
     spec : dict
-        ``configs`` (names), ``samples`` (questions of the prefill check, may be empty),
-        ``decode_samples`` (prompts of the decode check, may be empty), ``decode_tokens``
-        (new tokens per prompt, >= 2) and optionally ``threads``.
+        ``configs``, ``samples`` (prefill questions), ``decode_samples`` (decode prompts),
+        ``decode_tokens`` (>= 2), optionally ``threads``.
 
     Returns
     -------
     dict
-        ``routing`` per configuration; for the prefill check ``ids``, ``n_tokens``,
-        ``times_s`` and ``linear_s`` (per configuration, per question); for the decode
-        check ``decode`` (see `_decode_check`).
-    """
+        ``routing`` per configuration; ``ids``, ``n_tokens``, ``times_s`` and ``linear_s``
+        of the prefills; ``decode`` (`_decode_check`)."""
     if spec.get("threads"):
         set_num_threads(int(spec["threads"]))
     weights, config, tok = gemma3.load_weights(), gemma3.load_config(), gemma3.load_tokenizer()
@@ -80,8 +64,7 @@ def run_speed(spec: dict) -> dict:
     del weights
     prompts = [tok.encode(s["prompt"]) for s in spec["samples"]]
     decode_prompts = [tok.encode(s["prompt"]) for s in spec.get("decode_samples", [])]
-    # Packing, first-call costs and the settling of each shape's blocking (a prefill and a
-    # decode step) stay out of the timings.
+    # packing, first calls and the tuner's settling stay out of the timings
     shortest = min(prompts + decode_prompts, key=len)
     for model in models.values():
         list(model.generate(shortest, 2))
@@ -132,13 +115,9 @@ def _decode(model, timer, prompts, new_tokens):
 
 
 def _decode_check(models, timers, prompts, new_tokens):
-    """Greedy generation of `new_tokens` after each prompt, every model in turn.
-
-    Returns, per configuration and per prompt: ``prefill_s`` and ``prefill_linear_s`` (up
-    to the first new token), ``decode_s``, ``decode_linear_s`` and ``decode_output_s``
-    (the ``new_tokens - 1`` forward passes of one token each; the output layer's share of
-    the linear time) and the generated ``tokens``.
-    """
+    """Greedy generation of `new_tokens` after each prompt, every model in turn: per
+    configuration and prompt, ``prefill_s`` and ``prefill_linear_s`` (to the first token),
+    ``decode_s``, ``decode_linear_s``, ``decode_output_s`` and ``tokens``."""
     runs = turns.take_turns({name: _decode(models[name], timers[name], prompts, new_tokens)
                              for name in models}, len(prompts),
                             turns.SETTLE_SECONDS, rotate=True)
@@ -192,23 +171,22 @@ def decode_summary(decode: dict) -> dict:
 
 
 def time_split(totals, linear, count, output=None) -> dict:
-    """Mean time per forward pass (or per token), inside the linear layers and the rest.
+    """Mean time per forward pass (or token) inside the linear layers and the rest.
 
     Parameters
     ----------
     totals, linear : sequence of float
-        Per measurement: the whole time and the part spent inside linear layers.
+        Per measurement, the whole time and the part inside linear layers.
     count : int
-        What the summed times are divided by: forward passes, or decoded tokens.
+        Passes or tokens the sums are divided by.
     output : sequence of float, optional
-        Per measurement: the output layer's part of `linear`.
+        Per measurement, the output layer's part of `linear`.
 
     Returns
     -------
     dict
-        ``total_s``, ``linear_s``, ``rest_s`` (per pass or token), ``linear_share`` and,
-        with `output`, ``output_s``.
-    """
+        ``total_s``, ``linear_s``, ``rest_s``, ``linear_share`` and, with `output`,
+        ``output_s``."""
     total = float(np.sum(totals)) / count
     lin = float(np.sum(linear)) / count
     out = {"total_s": total, "linear_s": lin, "rest_s": total - lin,

@@ -1,14 +1,8 @@
-"""The evaluation's three studies, one protocol: configurations, then runs (each in a
-fresh process, `runs`), then a report; ``cli.run_study`` drives them.
-
-A study has a ``stem`` (its report: ``<stem>.md``, ``<stem>.json``), ``runs(results)``
-(each run's spec and what to say of it, in turn; a later run may read the results so
-far), ``done(result)``, ``meta(results)`` (the report's header), ``report(results,
-meta)`` (the JSON content and the markdown) and ``finish(content, report, out)`` (what
-else it writes or prints: lines to say, files' names).  :class:`Questions` (the MMLU
-questions, then the side-by-side speed check), :class:`Perplexity` (``--ppl``) and
-:class:`LongContext` (``--long-context``).
-"""
+"""The evaluation's three studies on one protocol, which ``cli.run_study`` drives: a
+``stem`` (``<stem>.md``, ``<stem>.json``), ``runs(results)`` (each run's spec and what to
+say of it, a later one may read the results so far), ``done(result)``, ``meta(results)``,
+``report(results, meta)`` (JSON content, markdown) and ``finish(content, report, out)``
+(lines to say, other files written)."""
 
 from __future__ import annotations
 
@@ -44,9 +38,8 @@ def _machine(configs, threads):
 
 
 class Questions:
-    """The MMLU questions: each configuration in its own process, the control first (the
-    others compare against the logits it leaves in `out`), then every configuration side
-    by side on a few questions and prompts."""
+    """The MMLU questions, each configuration in its own process, the control first (the
+    others compare with the logits it leaves), then the side-by-side speed check."""
 
     stem = "comparison"
 

@@ -1,4 +1,4 @@
-"""The per-configuration worker: one configuration answers every question, in its own process."""
+"""The per-configuration run: one configuration answers every question, in its own process."""
 
 from __future__ import annotations
 
@@ -44,8 +44,8 @@ def progress(iterable, total, desc, unit="q"):
 
 
 def partial_logits_path(control_path):
-    """Where the control writes its logits until every question is answered: the others
-    only ever read complete logits, at `control_path` (a pathlib.Path)."""
+    """Where the control writes its logits until it is done (the others read only complete
+    ones, at `control_path`)."""
     return control_path.with_name(control_path.name + ".partial.npy")
 
 
@@ -64,9 +64,8 @@ def _control_logits(control_path, is_control, shape):
 
 
 def _answer_questions(model, tok, samples, desc, control_path, is_control, vocab):
-    """Each question's choice, option logits, token count and forward time, with the KL
-    against the control's logits where they are there (else None); the control writes its
-    own logits for the others."""
+    """Each question's choice, option logits, token count, forward time and, where the
+    control's logits are there, KL; the control writes its own logits for the others."""
     n = len(samples)
     store, control = _control_logits(control_path, is_control, (n, vocab))
     option_sets = {}
@@ -107,19 +106,9 @@ def _answer_questions(model, tok, samples, desc, control_path, is_control, vocab
 
 
 def run_config(spec: dict) -> dict:
-    """One configuration's answers, KL against the control's logits, times and peak RSS.
-
-    Parameters
-    ----------
-    spec : dict
-        ``name`` (the configuration), ``samples``, ``control_logits`` (the control's logits
-        file: the control writes it, the others compare with it) and optionally ``threads``.
-
-    Returns
-    -------
-    dict
-        The result that ``runs/<name>.json`` keeps.
-    """
+    """One configuration's answers, KL against the control's logits, times and peak RSS, as
+    ``runs/<name>.json`` keeps them; `spec`: ``name``, ``samples``, ``control_logits`` (the
+    file the control writes and the others read) and optionally ``threads``."""
     t0 = time.perf_counter()
     name = spec["name"]
     threads = spec.get("threads")
