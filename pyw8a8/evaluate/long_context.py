@@ -9,7 +9,8 @@ import time
 import numpy as np
 
 from .._cpu import isa
-from .._threads import get_num_threads, set_num_threads
+from .._threads import get_num_threads
+from ..lab.record import markdown_table
 from ..lab.turns import take_turns
 from .configs import build_models
 from .corpus import boolq_stream
@@ -37,24 +38,17 @@ def prefill_runs(context: int) -> int:
 
 
 def run_long_context(spec: dict) -> dict:
-    """Prefill and decode every configuration at each context length L (ascending): the
-    first L tokens of the BoolQ passages (BOS first) prefilled into a fresh cache
-    (`prefill_runs` times), then ``decode_tokens`` greedy tokens, one forward pass at a
-    time; prefills and steps take turns, the order rotating.
-
-    Parameters
-    ----------
-    spec : dict
-        ``configs``, ``contexts`` (BOS included), ``decode_tokens``, optionally ``threads``.
+    """Prefill and decode every configuration at each context length L (ascending): the first
+    L tokens of the BoolQ passages (BOS first) prefilled into a fresh cache (`prefill_runs`
+    times), then ``decode_tokens`` greedy tokens; prefills and steps take turns, the order
+    rotating.  `spec`: ``configs``, ``contexts``, ``decode_tokens``.
 
     Returns
     -------
     dict
-        ``contexts``: per length and configuration ``prefill_s`` and ``decode_s`` (every
-        one's seconds), ``kv_bytes`` (after the decode), ``float32_kv_bytes`` and
-        ``tokens``; ``isa``, ``kernel_threads``, ``corpus``, ``peak_rss_mib``."""
-    if spec.get("threads"):
-        set_num_threads(int(spec["threads"]))
+        ``contexts``: per length and configuration ``prefill_s`` and ``decode_s`` (each
+        one's seconds), ``kv_bytes``, ``float32_kv_bytes`` and ``tokens``; ``isa``,
+        ``kernel_threads``, ``corpus``, ``peak_rss_mib``."""
     names = list(spec["configs"])
     contexts = sorted(int(c) for c in spec["contexts"])
     steps = int(spec["decode_tokens"])
@@ -69,14 +63,10 @@ def run_long_context(spec: dict) -> dict:
         for e in entry.values():
             e["float32_kv_bytes"] = float32_kv_bytes(config, context + steps - 1)
         result["contexts"][str(context)] = entry
-    result.update({
-        "configs": names,
-        "decode_tokens": steps,
-        "isa": isa(),
-        "kernel_threads": get_num_threads(),
-        "corpus": f"{origin}: the first {max(contexts) - 1} tokens of its passages",
-        "peak_rss_mib": peak_rss_mib(),
-    })
+    result.update(configs=names, decode_tokens=steps, isa=isa(),
+                  kernel_threads=get_num_threads(),
+                  corpus=f"{origin}: the first {max(contexts) - 1} tokens of its passages",
+                  peak_rss_mib=peak_rss_mib())
     return result
 
 
@@ -128,21 +118,22 @@ def render_long_context(result: dict, meta: dict) -> str:
         f"{result['decode_tokens'] - 1} tokens one at a time, the configurations taking "
         "turns prefill by prefill and step by step.",
         "",
-        f"| context | configuration | prefill (s, median) | prefill vs {base} | decode "
-        f"(ms/token, median) | decode vs {base} | KV cache (MiB) | vs float32 of the same "
-        "tokens |",
-        "|--:|---|--:|--:|--:|--:|--:|--:|",
     ]
+    rows = []
     for context, entry in result["contexts"].items():
         ref_fill = float(np.median(entry[base]["prefill_s"]))
         ref_step = float(np.median(entry[base]["decode_s"]))
         for name in names:
             e = entry[name]
             fill, step = float(np.median(e["prefill_s"])), float(np.median(e["decode_s"]))
-            lines.append(
-                f"| {context} | {name} | {fill:.2f} | {ref_fill / fill:.2f}x | {1e3 * step:.1f} | "
-                f"{ref_step / step:.2f}x | {e['kv_bytes'] / 2**20:.1f} | "
-                f"{e['kv_bytes'] / e['float32_kv_bytes']:.3f}x |")
+            rows.append([context, name, f"{fill:.2f}", f"{ref_fill / fill:.2f}x",
+                         f"{1e3 * step:.1f}", f"{ref_step / step:.2f}x",
+                         f"{e['kv_bytes'] / 2**20:.1f}",
+                         f"{e['kv_bytes'] / e['float32_kv_bytes']:.3f}x"])
+    lines += markdown_table(
+        ["context", "configuration", "prefill (s, median)", f"prefill vs {base}",
+         "decode (ms/token, median)", f"decode vs {base}", "KV cache (MiB)",
+         "vs float32 of the same tokens"], rows, "rlrrrrrr")
     lines += [
         "",
         "*vs* columns: the first configuration's time over this one's (above 1: faster).  "

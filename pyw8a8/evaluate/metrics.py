@@ -48,6 +48,14 @@ def _kl_from_logp(logp, logq):
     return np.maximum(np.sum(p * diff, axis=-1), 0.0)  # below 0: rounding
 
 
+def _same_shape(control, target):
+    c, t = np.asarray(control), np.asarray(target)
+    if c.shape != t.shape:
+        raise ValueError(f"control and target logits must have the same shape, got {c.shape} "
+                         f"and {t.shape}")
+    return c, t
+
+
 def kl_divergence(p_logits, q_logits):
     """KL(P || Q) in nats of the softmax distributions of the control's logits (P) and the
     target's (Q).
@@ -69,12 +77,7 @@ def kl_divergence(p_logits, q_logits):
     --------
     >>> round(kl_divergence([0.0, 0.0], [0.0, np.log(3.0)]), 6)
     0.143841"""
-    p = np.asarray(p_logits)
-    q = np.asarray(q_logits)
-    if p.shape != q.shape:
-        raise ValueError(
-            f"control and target logits must have the same shape, got {p.shape} and {q.shape}"
-        )
+    p, q = _same_shape(p_logits, q_logits)
     kl = _kl_from_logp(log_softmax(p), log_softmax(q))
     if np.ndim(kl) == 0:
         return float(kl)
@@ -100,12 +103,7 @@ def option_kl(control_logits, target_logits, option_ids):
     ------
     ValueError
         If the shapes differ, or `option_ids` is empty, repeats an id or is out of range."""
-    c = np.asarray(control_logits)
-    t = np.asarray(target_logits)
-    if c.shape != t.shape:
-        raise ValueError(
-            f"control and target logits must have the same shape, got {c.shape} and {t.shape}"
-        )
+    c, t = _same_shape(control_logits, target_logits)
     if c.ndim == 0:
         raise ValueError("logits must have at least one axis")
     ids = np.asarray(option_ids)
@@ -135,10 +133,8 @@ def _choice_arrays(labels, control_choice, target_choice):
     c = _as_choice_array("control_choice", control_choice)
     t = _as_choice_array("target_choice", target_choice)
     if not (len(y) == len(c) == len(t)):
-        raise ValueError(
-            "labels, control_choice and target_choice must have the same length, "
-            f"got {len(y)}, {len(c)} and {len(t)}"
-        )
+        raise ValueError("labels, control_choice and target_choice must have the same "
+                         f"length, got {len(y)}, {len(c)} and {len(t)}")
     return y, c, t
 
 

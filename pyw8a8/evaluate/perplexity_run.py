@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from .._cpu import isa
-from .._threads import get_num_threads, set_num_threads
+from .._threads import get_num_threads
 from .configs import build_models
 from .corpus import boolq_stream, windows
 from .perplexity import ControlDistribution, WindowScores
@@ -56,7 +56,7 @@ def run_perplexity(spec: dict) -> dict:
     ----------
     spec : dict
         ``configs`` (the control first), ``context`` (BOS included), ``tokens`` (of the
-        stream), optionally ``threads``.
+        stream).
 
     Returns
     -------
@@ -65,8 +65,6 @@ def run_perplexity(spec: dict) -> dict:
         (``configs``) its `WindowScores.as_dict` and ``forward_s``; ``score_s``,
         ``load_time_s``, ``peak_rss_mib``."""
     t0 = time.perf_counter()
-    if spec.get("threads"):
-        set_num_threads(int(spec["threads"]))
     names = list(spec["configs"])
     if names[0] != "control":
         raise ValueError(f"the control must come first, got {names}")
@@ -82,18 +80,10 @@ def run_perplexity(spec: dict) -> dict:
     for window in progress(wins, len(wins), f"context {context}", unit="window"):
         score_s += _score_window(models, window, scores, forward_s)
     t_done = time.perf_counter()
-    return {
-        "name": spec["name"],
-        "isa": isa(),
-        "kernel_threads": get_num_threads(),
-        "context": context,
-        "windows": int(len(wins)),
-        "positions_per_window": context - 1,
-        "corpus": f"{origin}: {stream.size} tokens of its passages",
-        "configs": {name: dict(scores[name].as_dict(), forward_s=forward_s[name])
-                    for name in names},
-        "score_s": score_s,
-        "load_time_s": t_loaded - t0,
-        "eval_time_s": t_done - t_loaded,
-        "peak_rss_mib": peak_rss_mib(),
-    }
+    return {"name": spec["name"], "isa": isa(), "kernel_threads": get_num_threads(),
+            "context": context, "windows": int(len(wins)), "positions_per_window": context - 1,
+            "corpus": f"{origin}: {stream.size} tokens of its passages",
+            "configs": {name: dict(scores[name].as_dict(), forward_s=forward_s[name])
+                        for name in names},
+            "score_s": score_s, "load_time_s": t_loaded - t0,
+            "eval_time_s": t_done - t_loaded, "peak_rss_mib": peak_rss_mib()}

@@ -13,8 +13,7 @@ __all__ = ["build_comparison", "render_markdown"]
 
 
 def build_comparison(results: dict, labels, meta: dict, speed=None) -> dict:
-    """Assemble the comparison (pure function of the per-config results and of the
-    side-by-side speed check, if it ran)."""
+    """The comparison of the configurations' results and of the speed check, if it ran."""
     control = results.get("control")
     ctrl_ok = control is not None and "error" not in control
     out = {"meta": meta, "labels": list(labels), "configs": {}}
@@ -80,14 +79,12 @@ def _fmt(v, spec="{:.3f}", none="-"):
 
 
 def _ratio(num, den, spec):
-    """num / den formatted, or "-" when den is not positive (a model without linear layers
-    to time, or a rest that rounds to nothing)."""
+    """num / den formatted, or "-" where den is not positive (nothing to time)."""
     return spec.format(num / den) if den > 0 else "-"
 
 
 def _md_cell(text, limit=None) -> str:
-    """Free text as one markdown table cell: whitespace runs (newlines included) become one
-    space and "|" becomes the HTML entity, so the row keeps its columns."""
+    """Free text as one table cell: whitespace runs as one space, "|" as its HTML entity."""
     text = " ".join(str(text).split())
     if limit is not None and len(text) > limit:
         text = text[: limit - 3] + "..."
@@ -100,8 +97,7 @@ def _table(columns, rows):
 
 
 def _answered(cfgs):
-    """(name, entry, answers) of each configuration whose answers were compared with the
-    control's (the control itself and failed configurations have none)."""
+    """(name, entry, answers) of each configuration compared with the control."""
     return [(name, e, e["answers"]) for name, e in cfgs.items() if e.get("answers")]
 
 
@@ -146,12 +142,9 @@ def _speed_lines(sp):
             "(a pause before each pass): on a shared machine this is the speedup to "
             "quote; the serial runs' wall times above also carry the load's drift.",
             "",
-            "| Configuration | Median speedup | Total-time speedup | Mean time/question |",
-            "|---|---|---|---|",
-        ]
-        for name, e in sp["summary"].items():
-            lines.append(f"| {name} | {e['median_speedup']:.3f}x | {e['total_speedup']:.3f}x "
-                         f"| {e['mean_time_s']:.3f} s |")
+        ] + _table(["Configuration", "Median speedup", "Total-time speedup", "Mean time/question"],
+                   [f"| {name} | {e['median_speedup']:.3f}x | {e['total_speedup']:.3f}x "
+                    f"| {e['mean_time_s']:.3f} s |" for name, e in sp["summary"].items()])
     d = sp.get("decode")
     if d:
         n = len(d["n_tokens"])
@@ -169,16 +162,13 @@ def _speed_lines(sp):
             "640 embedding) included. *Same greedy tokens*: the tokens equal to the control's "
             "up to the first difference, summed over the prompts.",
             "",
-            "| Configuration | W8A8 layers | Prefill tokens/s | Prefill speedup "
-            "| Decode tokens/s | Decode speedup | Same greedy tokens |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for name, e in d["summary"].items():
-            lines.append(
-                f"| {name} | {_routing_cell(sp['routing'][name])} "
-                f"| {e['prefill_tokens_per_s']:.1f} | {e['prefill_speedup']:.3f}x "
-                f"| {e['decode_tokens_per_s']:.2f} | {e['decode_speedup']:.3f}x "
-                f"| {e['same_tokens']}/{e['generated_tokens']} |")
+        ] + _table(["Configuration", "W8A8 layers", "Prefill tokens/s", "Prefill speedup",
+                    "Decode tokens/s", "Decode speedup", "Same greedy tokens"],
+                   [f"| {name} | {_routing_cell(sp['routing'][name])} "
+                    f"| {e['prefill_tokens_per_s']:.1f} | {e['prefill_speedup']:.3f}x "
+                    f"| {e['decode_tokens_per_s']:.2f} | {e['decode_speedup']:.3f}x "
+                    f"| {e['same_tokens']}/{e['generated_tokens']} |"
+                    for name, e in d["summary"].items()])
     lines += _split_lines(sp)
     return lines
 
@@ -203,22 +193,22 @@ def _split_lines(sp):
         "*Bound*: the speedup if this configuration's linear layers took no time and the "
         "rest stayed; the end-to-end speedup is control total / (linear + rest).",
         "",
-        "| Configuration | Pass | Total | Linear layers | Output layer | Rest | Linear share "
-        "| Linear speedup | Speedup | Bound |",
-        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for label, split in passes:
-        ctrl = split["control"]
-        for name, e in split.items():
-            output = f"{1e3 * e['output_s']:.2f} ms" if "output_s" in e else "-"
-            lines.append(
-                f"| {name} | {label} | {1e3 * e['total_s']:.2f} ms "
-                f"| {1e3 * e['linear_s']:.2f} ms | {output} "
-                f"| {1e3 * e['rest_s']:.2f} ms | {100 * e['linear_share']:.1f}% "
-                f"| {_ratio(ctrl['linear_s'], e['linear_s'], '{:.2f}x')} "
-                f"| {_ratio(ctrl['total_s'], e['total_s'], '{:.3f}x')} "
-                f"| {_ratio(ctrl['total_s'], e['rest_s'], '{:.2f}x')} |")
-    return lines
+    return lines + _table(
+        ["Configuration", "Pass", "Total", "Linear layers", "Output layer", "Rest",
+         "Linear share", "Linear speedup", "Speedup", "Bound"],
+        [_split_row(name, label, e, split["control"])
+         for label, split in passes for name, e in split.items()])
+
+
+def _split_row(name, label, e, ctrl):
+    output = f"{1e3 * e['output_s']:.2f} ms" if "output_s" in e else "-"
+    return (f"| {name} | {label} | {1e3 * e['total_s']:.2f} ms "
+            f"| {1e3 * e['linear_s']:.2f} ms | {output} "
+            f"| {1e3 * e['rest_s']:.2f} ms | {100 * e['linear_share']:.1f}% "
+            f"| {_ratio(ctrl['linear_s'], e['linear_s'], '{:.2f}x')} "
+            f"| {_ratio(ctrl['total_s'], e['total_s'], '{:.3f}x')} "
+            f"| {_ratio(ctrl['total_s'], e['rest_s'], '{:.2f}x')} |")
 
 
 def _intro_lines(meta):
@@ -364,17 +354,7 @@ _DEFINITIONS = [
 
 
 def render_markdown(comp: dict) -> str:
-    """The text of comparison.md: one section per table, in reading order.
-
-    Parameters
-    ----------
-    comp : dict
-        The comparison, as `build_comparison` returns it.
-
-    Returns
-    -------
-    str
-    """
+    """The text of comparison.md (`comp`: `build_comparison`'s), a section per table."""
     cfgs = comp["configs"]
     sections = [
         _intro_lines(comp["meta"]),

@@ -10,6 +10,7 @@ import time
 import traceback
 from pathlib import Path
 
+from .._threads import set_num_threads
 from ..lab.processes import WorkerError, run_once
 
 __all__ = ["run_in_subprocess", "run_spec"]
@@ -28,6 +29,8 @@ def run_spec(spec: dict) -> dict:
     from .worker import peak_rss_mib, run_config
     runners = {"speed": run_speed, "ppl": run_perplexity, "long": run_long_context}
     try:
+        if spec.get("threads"):
+            set_num_threads(int(spec["threads"]))
         return runners.get(spec.get("kind"), run_config)(spec)
     except BaseException as exc:  # reported in the result, as any run's outcome
         print(traceback.format_exc(), file=sys.stderr)

@@ -9,7 +9,6 @@ import time
 
 import numpy as np
 
-from .._threads import set_num_threads
 from ..lab import turns
 from ..models import gemma3
 from ..router import Int8Linear
@@ -45,15 +44,13 @@ def run_speed(spec: dict) -> dict:
     ----------
     spec : dict
         ``configs``, ``samples`` (prefill questions), ``decode_samples`` (decode prompts),
-        ``decode_tokens`` (>= 2), optionally ``threads``.
+        ``decode_tokens`` (>= 2).
 
     Returns
     -------
     dict
         ``routing`` per configuration; ``ids``, ``n_tokens``, ``times_s`` and ``linear_s``
         of the prefills; ``decode`` (`_decode_check`)."""
-    if spec.get("threads"):
-        set_num_threads(int(spec["threads"]))
     weights, config, tok = gemma3.load_weights(), gemma3.load_config(), gemma3.load_tokenizer()
     models, timers, routers = {}, {}, {}
     for name in spec["configs"]:
@@ -85,8 +82,7 @@ def run_speed(spec: dict) -> dict:
 
 
 def _prefill(model, timer, prompts):
-    """A configuration's turn of the prefill check: one forward pass of the i-th prompt,
-    its seconds and those inside its linear layers."""
+    """A prefill turn: (seconds, seconds inside the linear layers) of the i-th prompt."""
     def turn(i):
         timer.reset()
         t0 = time.perf_counter()
@@ -96,8 +92,7 @@ def _prefill(model, timer, prompts):
 
 
 def _decode(model, timer, prompts, new_tokens):
-    """A configuration's turn of the decode check: the greedy generation after the i-th
-    prompt, split into the prefill (to the first new token) and the one-token steps."""
+    """A decode turn: the i-th prompt's generation, its prefill and one-token steps."""
     def turn(i):
         timer.reset()
         steps = model.generate(prompts[i], new_tokens)
@@ -140,12 +135,7 @@ def speed_summary(speed: dict) -> dict:
 
 
 def _common_prefix(a, b):
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 def decode_summary(decode: dict) -> dict:
@@ -171,16 +161,9 @@ def decode_summary(decode: dict) -> dict:
 
 
 def time_split(totals, linear, count, output=None) -> dict:
-    """Mean time per forward pass (or token) inside the linear layers and the rest.
-
-    Parameters
-    ----------
-    totals, linear : sequence of float
-        Per measurement, the whole time and the part inside linear layers.
-    count : int
-        Passes or tokens the sums are divided by.
-    output : sequence of float, optional
-        Per measurement, the output layer's part of `linear`.
+    """Mean time per forward pass (or token) inside the linear layers and the rest: `totals`
+    and `linear` (and the output layer's part, `output`) per measurement, summed over
+    `count` passes or tokens.
 
     Returns
     -------

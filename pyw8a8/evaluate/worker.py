@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from .._cpu import isa
-from .._threads import get_num_threads, set_num_threads
+from .._threads import get_num_threads
 from ..models import gemma3
 from .configs import build_model, kv_cache_kind, parse_config
 from .metrics import kl_divergence, option_kl
@@ -95,25 +95,17 @@ def _answer_questions(model, tok, samples, desc, control_path, is_control, vocab
         del store
         # only complete control logits are used
         os.replace(partial_logits_path(control_path), control_path)
-    return {
-        "choices": choices,
-        "option_logits": opt_logits,
-        "n_tokens": ntok,
-        "question_times_s": times,
-        "kl_full": kl_full if control is not None else None,
-        "kl_options": kl_opt if control is not None else None,
-    }
+    return {"choices": choices, "option_logits": opt_logits, "n_tokens": ntok,
+            "question_times_s": times, "kl_full": kl_full if control is not None else None,
+            "kl_options": kl_opt if control is not None else None}
 
 
 def run_config(spec: dict) -> dict:
     """One configuration's answers, KL against the control's logits, times and peak RSS, as
     ``runs/<name>.json`` keeps them; `spec`: ``name``, ``samples``, ``control_logits`` (the
-    file the control writes and the others read) and optionally ``threads``."""
+    file the control writes and the others read)."""
     t0 = time.perf_counter()
     name = spec["name"]
-    threads = spec.get("threads")
-    if threads:
-        set_num_threads(int(threads))
     result = {"name": name, "isa": isa(), "kernel_threads": get_num_threads()}
 
     weights = gemma3.load_weights()
@@ -138,15 +130,10 @@ def run_config(spec: dict) -> dict:
     correct = int(sum(int(c == s["label"]) for c, s in zip(answers["choices"], samples)))
     times = answers["question_times_s"]
     result.update({"n": n, "correct": correct, "accuracy": correct / n, **answers})
-    result.update({
-        "load_time_s": t_loaded - t0,
-        "build_time_s": t_built - t_loaded,
-        "eval_time_s": t_done - t_built,
-        "worker_time_s": t_done - t0,
-        "mean_question_s": float(np.mean(times)),
-        "median_question_s": float(np.median(times)),
-        "peak_rss_mib": peak_rss_mib(),
-    })
+    result.update(load_time_s=t_loaded - t0, build_time_s=t_built - t_loaded,
+                  eval_time_s=t_done - t_built, worker_time_s=t_done - t0,
+                  mean_question_s=float(np.mean(times)),
+                  median_question_s=float(np.median(times)), peak_rss_mib=peak_rss_mib())
     if router is not None:
         result["router"] = router.stats()
     return result

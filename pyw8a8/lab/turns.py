@@ -23,17 +23,8 @@ REWARM_SECONDS = 0.01
 
 
 def take_turns(turns, rounds, settle=SETTLE_SECONDS, rotate=False):
-    """What each contender's turn gives, round by round: {name: [turn(i) of each round i]}.
-
-    Parameters
-    ----------
-    turns : dict of str to callable
-        ``turn(i)``, a contender's turn in round i.
-    rounds : int
-    settle : float
-        Seconds of pause before each turn.
-    rotate : bool
-        Round i starts with the i-th contender rather than the first."""
+    """{name: [turn(i) of each round i]} of `turns` ({name: turn}) over `rounds` rounds, with
+    `settle` seconds of pause before each turn; with `rotate`, round i starts with the i-th."""
     names = list(turns)
     samples = {name: [] for name in names}
     for i in range(rounds):

@@ -333,12 +333,8 @@ def _xnnpack(x, weights, expected, tolerance, gelu_tanh_times=False):
 def xnnpack_matmul(x, w):
     """XNNPACK's dynamically quantized ``x @ w.T`` (qd8-f32-qc8w: int8 weights per output
     channel, activations per row, asymmetric) through LiteRT on pyw8a8's thread count, as a
-    function of no arguments.
-
-    Raises
-    ------
-    RuntimeError
-        If XNNPACK did not take the layer, or its result is not close to the float product."""
+    function of no arguments; RuntimeError where XNNPACK did not take the layer or its
+    result is not close to the float product."""
     return _xnnpack(x, [w], x @ w.T, tolerance=0.1)
 
 

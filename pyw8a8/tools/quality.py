@@ -28,15 +28,8 @@ def sqnr_db(reference, approx):
 
 
 def synthetic_ffn(m=64, d=1024, f=2048, n_outliers=4, seed=0):
-    """Activations and gated-FFN weights with outlier channels.
-
-    Parameters
-    ----------
-    m, d, f : int
-        Tokens, model width, hidden width.
-    n_outliers : int
-        Input channels scaled 10-50x (and twice as many hidden channels made larger).
-    seed : int
+    """Activations and gated-FFN weights of `m` tokens, width `d`, hidden width `f`, with
+    `n_outliers` input channels scaled 10-50x (and twice as many hidden ones made larger).
 
     Returns
     -------
@@ -63,17 +56,8 @@ def ffn_float(x, w_gate, w_up, w_down):
 
 
 def evaluate(x, w_gate, w_up, w_down, blocks=(64, 128), seed=0):
-    """SQNR (dB) of each configuration.
-
-    Parameters
-    ----------
-    x : ndarray of float64, shape (m, d)
-    w_gate, w_up : ndarray of float64, shape (f, d)
-    w_down : ndarray of float64, shape (d, f)
-    blocks : sequence of int
-        Rotation block sizes.
-    seed : int
-        Rotation seed.
+    """SQNR (dB) of each configuration on `x` (m, d), `w_gate`, `w_up` (f, d) and `w_down`
+    (d, f), float64, rotated with `blocks` and `seed`.
 
     Returns
     -------
