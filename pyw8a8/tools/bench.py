@@ -15,6 +15,7 @@ from . import (
     ffn_bench,
     peers,
     proxies,
+    roofline,
     torch_bench,
     torch_layer_bench,
     toy_transformer,
@@ -22,7 +23,7 @@ from . import (
 from .bench_options import parse_args
 from .bench_table import GOPS_NOTE, format_isolation, format_table, summary_lines, table_header
 from .contenders import BUILD, build_contender, contender_names
-from .probes import fp32_peak_gops, int8_peak_gops, print_rotation, read_bandwidth_gbs
+from .probes import fp32_peak_gops, int8_peak_gops, print_rotation
 
 SHAPES = [(1, 1152, 6912), (8, 1152, 6912), (64, 1152, 6912), (256, 1152, 6912),
           (1024, 2048, 640), (1, 4096, 4096), (64, 4096, 4096), (1, 640, 2048),
@@ -143,14 +144,15 @@ def _table_main(args, isas, shapes, with_peers, rotated=True):
     if fp32_peak:
         print(f"float32 FMA peak ({fp32_width}, numpy's instruction): {fp32_peak:.0f} GOPS "
               f"({nthreads} threads)")
-    bandwidth = {"DRAM": read_bandwidth_gbs(nthreads),
-                 "L3": read_bandwidth_gbs(nthreads, nbytes=8 << 20, rounds=25)}
-    print(f"read bandwidth: {bandwidth['DRAM']:.1f} GB/s from memory (1 GiB buffer), "
-          f"{bandwidth['L3']:.1f} GB/s from L3 (8 MiB) ({nthreads} threads)")
+    bounds = roofline.measure(peaks, nthreads)
+    bw = bounds.bandwidth
+    print(f"read bandwidth: {bw['DRAM']:.1f} GB/s from memory (1 GiB buffer), "
+          f"{bw['L3']:.1f} GB/s from L3 (8 MiB), {bw['L2']:.1f} GB/s from L2 "
+          f"({bounds.capacity['L2'] >> 10} KiB) ({nthreads} threads)")
     kernels = {}
     rows = run_table(shapes, names, args.rounds, args.min_time, kernels=kernels)
     print(f"\n{GOPS_NOTE}; {nthreads} threads")
-    print("\n".join(format_table(table_header(names), rows, isas, peaks, bandwidth,
+    print("\n".join(format_table(table_header(names), rows, isas, peaks, bounds,
                                  fp32_peak)))
     for name, by_shape in kernels.items():
         ran = sorted(set(by_shape.values()))

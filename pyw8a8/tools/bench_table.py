@@ -3,7 +3,6 @@ the best int8 peer, the fractions of the peaks, the plain-words verdict, and
 ``--check-isolation``'s table."""
 from ..lab.record import markdown_table
 from .contenders import ROTATED, fastest_torch
-from .probes import CACHE_RESIDENT_BYTES
 
 #: The table's one torch column: the fastest of torch's engines in each row.
 TORCH_COLUMN = "torch int8"
@@ -17,7 +16,11 @@ GOPS_NOTE = ("GOPS = 2*M*N*K / median time, activation quantization included, ea
              "vs best "
              "peer: the fastest pyw8a8 ISA over the fastest int8 peer (below 1.00x: the "
              "peer is faster); % peak: of the ISA's instruction loop above, which a "
-             "kernel can pass when it issues faster than that loop")
+             "kernel can pass when it issues faster than that loop; roofline: what the "
+             "shape can reach, its operations over the longer of the instruction peak's "
+             "time and its bytes' time at the read bandwidth of the level holding the "
+             "weight (L2, L3 or DRAM, else compute-bound), and each pyw8a8 contender's "
+             "share of it")
 
 
 def table_header(names):
@@ -42,17 +45,19 @@ def _columns(header):
     return (rotated or [None])[0], [h for h in header[4:] if not h.startswith("pyw8a8 ")]
 
 
-def format_table(header, rows, isas, peaks=None, bandwidth=None, fp32_peak=None):
+def format_table(header, rows, isas, peaks=None, roofline=None, fp32_peak=None):
     """Markdown table: GOPS per contender, the fastest pyw8a8 ISA (and the rotated
     contender) against numpy and the best peer, each ISA's fraction of its instruction
-    peak `peaks` (numpy's of `fp32_peak`) and, at M = 1, the weight-read GB/s against
-    `bandwidth` ({"L3": GB/s, "DRAM": GB/s}) of the level the weight is read from."""
+    peak `peaks` (numpy's of `fp32_peak`) and, with a :class:`~.roofline.Roofline`, the
+    attainable GOPS of the fastest ISA at the shape and the shares of it that the fastest
+    pyw8a8 ISA and the rotated contender reach."""
     rotated, peer_names = _columns(header)
     cols = header + ["vs numpy"] + (["vs best peer"] if peer_names else [])
     cols += [f"{rotated[len('pyw8a8 '):]} vs best peer"] if rotated and peer_names else []
     cols += [f"% peak {i}" for i in isas] if peaks else []
     cols += ["numpy % fp32 peak"] if fp32_peak else []
-    cols += ["M=1 weight GB/s (% of L3 or DRAM read)"] if bandwidth else []
+    cols += ["roofline GOPS (bound)", "% roofline"] if roofline else []
+    cols += [f"{rotated[len('pyw8a8 '):]} % roofline"] if roofline and rotated else []
     table = []
     for (m, k, n), gops in rows:
         ours = max(gops[f"pyw8a8 {i}"] for i in isas)
@@ -71,11 +76,12 @@ def format_table(header, rows, isas, peaks=None, bandwidth=None, fp32_peak=None)
             cells += [f"{100 * gops[f'pyw8a8 {i}'] / peaks[i]:.0f}%" for i in isas]
         if fp32_peak:
             cells.append(f"{100 * gops['numpy f32'] / fp32_peak:.0f}%")
-        if bandwidth:
-            gbs = ours / 2  # at M = 1: 2 ops per weight byte
-            level = "L3" if k * n <= CACHE_RESIDENT_BYTES else "DRAM"
-            cells.append(f"{gbs:.1f} ({100 * gbs / bandwidth[level]:.0f}% of {level})"
-                         if m == 1 else "")
+        if roofline:
+            best_isa = max(isas, key=lambda i: gops[f"pyw8a8 {i}"])
+            attainable, bound = roofline.attainable(best_isa, m, k, n)
+            cells += [f"{attainable:.0f} ({bound})", f"{100 * ours / attainable:.0f}%"]
+            if rotated:
+                cells.append(f"{100 * gops[rotated] / attainable:.0f}%")
         table.append(cells)
     return markdown_table(cols, table)
 

@@ -56,17 +56,19 @@ def fp32_peak_gops(nthreads, seconds=0.3):
 CACHE_RESIDENT_BYTES = 16 << 20
 
 
-def read_bandwidth_gbs(nthreads, nbytes=1 << 30, rounds=5):
-    """Read bandwidth (GB/s, median) over a buffer of `nbytes`: 1 GiB for memory, 8 MiB
-    for the last-level cache."""
+def read_bandwidth_gbs(nthreads, nbytes=1 << 30, rounds=5, reads=1):
+    """Read bandwidth (GB/s, median of `rounds`, each `reads` reads) over a buffer of
+    `nbytes`: 1 GiB for memory, 8 MiB for the last-level cache, a share of L2 per thread
+    for L2 (many reads a round, each too short to time alone)."""
     buf = np.ones(nbytes, dtype=np.uint8)
     _probes.read_bytes(buf, nthreads)
     times = []
     for _ in range(rounds):
         t0 = time.perf_counter()
-        _probes.read_bytes(buf, nthreads)
+        for _ in range(reads):
+            _probes.read_bytes(buf, nthreads)
         times.append(time.perf_counter() - t0)
-    return nbytes / statistics.median(times) / 1e9
+    return nbytes * reads / statistics.median(times) / 1e9
 
 
 FWHT_KIB = (384, 512)  # L2-resident transforms (per-core L2 of 512 KiB or more)

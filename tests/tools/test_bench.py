@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import pyw8a8
-from pyw8a8.tools import bench, bench_table, contenders, probes
+from pyw8a8.tools import bench, bench_table, contenders, probes, roofline
 
 
 def test_format_table_reports_peaks_and_ratios():
@@ -19,16 +19,35 @@ def test_format_table_reports_peaks_and_ratios():
             ((1, 1024, 1024), {"numpy f32": 10.0, "pyw8a8 avx512vnni": 20.0,
                                "pyw8a8 avx2": 40.0, "peer": 20.0})]
     header = ["M", "K", "N", "numpy f32", "pyw8a8 avx512vnni", "pyw8a8 avx2", "peer"]
-    lines = bench_table.format_table(header, rows, ["avx512vnni", "avx2"],
-                               peaks={"avx512vnni": 600.0, "avx2": 300.0},
-                               bandwidth={"L3": 40.0, "DRAM": 20.0}, fp32_peak=200.0)
-    assert lines[0].split(" | ")[-4:] == ["% peak avx512vnni", "% peak avx2",
-                                          "numpy % fp32 peak",
-                                          "M=1 weight GB/s (% of L3 or DRAM read) |"]
+    peaks = {"avx512vnni": 600.0, "avx2": 300.0}
+    bounds = roofline.Roofline(peaks, {"L2": 80.0, "L3": 40.0, "DRAM": 20.0},
+                               {"L2": 1 << 20, "L3": 16 << 20})
+    lines = bench_table.format_table(header, rows, ["avx512vnni", "avx2"], peaks=peaks,
+                                     roofline=bounds, fp32_peak=200.0)
+    assert lines[0].split(" | ")[-5:] == ["% peak avx512vnni", "% peak avx2",
+                                          "numpy % fp32 peak", "roofline GOPS (bound)",
+                                          "% roofline |"]
     first = [c.strip() for c in lines[2].strip("|").split("|")]
-    assert first[7:12] == ["1.5x", "1.25x", "25%", "20%", "50%"]
+    # 64 x 1024 x 1024 on avx512vnni: 1 MiB of weight from L2 at 80 GB/s with 512 KiB of
+    # activations and output: 2 * 64 MiB ops over 1.5 MiB / 80 GB/s -> 6827 GOPS, above
+    # the 600 GOPS peak: compute-bound at 600.
+    assert first[7:14] == ["1.5x", "1.25x", "25%", "20%", "50%", "600 (compute)", "25%"]
     second = [c.strip() for c in lines[3].strip("|").split("|")]
-    assert second[7:] == ["4.0x", "2.00x", "3%", "13%", "5%", "20.0 (50% of L3)"]
+    # 1 x 1024 x 1024 on avx2 (the faster there): 1 MiB + 8 KiB from L2 at 80 GB/s.
+    attainable = 2 * 1024 * 1024 / ((1 << 20) + 8 * 1024) * 80
+    assert second[7:] == ["4.0x", "2.00x", "3%", "13%", "5%",
+                          f"{attainable:.0f} (L2)", f"{100 * 40 / attainable:.0f}%"]
+
+
+def test_the_roofline_bound_is_the_level_holding_the_weight_or_the_peak():
+    bounds = roofline.Roofline({"avx2": 500.0}, {"L2": 100.0, "L3": 50.0, "DRAM": 20.0},
+                               {"L2": 1 << 20, "L3": 16 << 20})
+    assert bounds.level(1 << 20) == "L2" and bounds.level((1 << 20) + 1) == "L3"
+    assert bounds.level(16 << 20) == "L3" and bounds.level((16 << 20) + 1) == "DRAM"
+    gops, bound = bounds.attainable("avx2", 1, 8192, 8192)  # 64 MiB: memory-bound
+    moved = 8192 * 8192 + 4 * 16384
+    assert bound == "DRAM" and gops == pytest.approx(2 * 8192 * 8192 / moved * 20)
+    assert bounds.attainable("avx2", 1024, 1024, 1024) == (500.0, "compute")
 
 
 def test_peak_loops_count_their_work():

@@ -94,7 +94,7 @@ def test_bench_record_keeps_the_run_its_machine_versions_commit_and_command(
 
     # The bandwidth probe reads a 1 GiB buffer and the rotation's cost times 2048-wide
     # products: neither is what this test checks.
-    monkeypatch.setattr(bench, "read_bandwidth_gbs", lambda *a, **k: 10.0)
+    monkeypatch.setattr(bench.roofline, "read_bandwidth_gbs", lambda *a, **k: 10.0)
     monkeypatch.setattr(bench, "print_rotation", lambda *a, **k: print("rotation: skipped"))
     directory = tmp_path / "records" / "new"  # made where missing
     argv = ["--no-peers", "--isa", "scalar", "--shapes", "1,64,64;2,64,128", "--rounds", "1",
