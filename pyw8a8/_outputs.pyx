@@ -29,7 +29,6 @@ cdef extern from "_simd/outputs.h" nogil:
     void *w8_output_take(size_t bytes, size_t *size)
     void w8_output_give(void *memory, size_t size)
     size_t w8_kept_output_bytes()
-    void w8_forget_outputs()
     int w8_outputs_init()
 if w8_outputs_init() != 0:
     raise ImportError("pyw8a8._outputs: pthread_atfork failed")
@@ -47,11 +46,6 @@ cdef void output_give(void *memory, size_t size) noexcept nogil:
 def recycled_bytes():
     """Bytes of freed output memory kept for later outputs."""
     return w8_kept_output_bytes()
-
-
-def forget_recycled():
-    """Free the kept output memory (a fresh start for the tests)."""
-    w8_forget_outputs()
 
 
 cdef class _OutputMemory:

@@ -100,15 +100,4 @@ static int w8_outputs_init(void)
     return pthread_atfork(w8_outputs_lock_take, w8_outputs_lock_give, w8_outputs_lock_give);
 }
 
-/* Free every kept buffer (the tests' fresh start). */
-static void w8_forget_outputs(void)
-{
-    pthread_mutex_lock(&w8_kept_outputs.lock);
-    while (w8_kept_outputs.count) {
-        free(w8_kept_outputs.memory[0]);
-        w8_unkeep_output(0);
-    }
-    pthread_mutex_unlock(&w8_kept_outputs.lock);
-}
-
 #endif

@@ -1,17 +1,11 @@
-/* The blocking of a product, tuned on real calls (call_path.h runs them).
- *
- * Results never depend on the blocking: every product's integer sums are exact and
- * converted to float once.  What is tuned is the K-range width kc (the ISA's B
- * micro-panels filling L1, or the whole K), the M block mc and the task split over N and
- * M.  The first calls of a new shape try each candidate in turn (round-robin, as
- * gemma.cpp's autotuner does); afterwards the fastest is used.  An entry's key holds the
- * kernel (ISA and weight encoding), the weights in the call, an M bucket, K, N and the
- * thread count, so different kernels never share an entry.
- *
- * A shape is *settled* once its first calls have tried the candidates and kept the
- * fastest; each weight of such a call then remembers that blocking for its kind of call,
- * ISA, row count and thread count (call_path.h), and its next calls of that shape skip
- * the tuner.  Everything here runs under call_path.h's lock. */
+/* The blocking of a product, tuned on real calls (call_path.h runs them).  Results never
+ * depend on it (every sum is exact, converted once); what is tuned is the K-range width kc
+ * (the B micro-panels filling L1, or the whole K), the M block mc and the task split.  A
+ * new shape's first calls try each candidate in turn (round-robin, as gemma.cpp's
+ * autotuner does), then the fastest is kept: the shape is *settled*, and each weight of
+ * the call remembers that blocking (plan.h).  An entry's key holds the kernel (ISA and
+ * weight encoding), the weights in the call, an M bucket, K, N and the thread count.
+ * Everything here runs under call_path.h's lock. */
 #ifndef PYW8A8_SIMD_TUNER_H
 #define PYW8A8_SIMD_TUNER_H
 

@@ -1,14 +1,12 @@
 """The native operator: the C++ CPU kernels of ``torch.ops.pyw8a8.linear`` and
-``gated_linear`` (``csrc/pyw8a8_ops.cpp``), built for the installed torch, and bound to
-the core's call object (``pyw8a8._kernels.CALL_API``, ``_simd/call.h``).
+``gated_linear`` (``csrc/pyw8a8_ops.cpp``), bound to the core's call object
+(``pyw8a8._kernels.CALL_API``, ``_simd/call.h``).
 
-**Why built here.** The core wheel must not depend on a torch version, and torch's C++
-ABI changes between releases, so the operator is compiled against the torch that is
-installed, by ``torch.utils.cpp_extension`` (a C++ compiler, which ``torch.compile`` on a
-CPU needs anyway), once per source and torch version, into ``$PYW8A8_CACHE_DIR``
-(default ``~/.cache/pyw8a8``): about 40 s on 2 cores, said on stderr while it runs.
-``python -m pyw8a8.torch.build`` builds it ahead of time.  Later imports load the built
-library.  Where it cannot be built, ``import pyw8a8.torch`` raises ImportError saying why.
+Torch's C++ ABI changes between releases and the core wheel must not depend on one, so
+the operator is built for the installed torch (``torch.utils.cpp_extension``; a C++
+compiler, which ``torch.compile`` on a CPU needs anyway) once per source and torch
+version, into ``$PYW8A8_CACHE_DIR`` (default ``~/.cache/pyw8a8``), saying so on stderr:
+about 40 s on 2 cores; ``python -m pyw8a8.torch.build`` builds it ahead of time.
 """
 from __future__ import annotations
 

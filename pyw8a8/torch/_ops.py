@@ -34,14 +34,10 @@ def header(packed: PackedWeight) -> torch.Tensor:
 
 
 def _identity(panels, psum, scales, head):
-    """What a weight kept on `panels` was built from: the sums' and scales' ids, their and
-    the panels' version counters and memory addresses, and the header's values (not the
-    header tensor: Inductor's freezing materializes it anew on every call).  The
-    addresses: `share_memory_()` (``model.share_memory()``, for torch.multiprocessing)
-    moves a tensor's memory and keeps its version; the weight's arrays would view the
-    freed memory.  An inference tensor (made under torch.inference_mode) has no version
-    counter: the header's values stand in (the kernels read the other tensors' memory
-    itself).  Written out, not looped: it runs on every call (0.7 us)."""
+    """What a weight kept on `panels` was built from: the sums' and scales' ids, the
+    tensors' version counters (an inference tensor has none) and addresses
+    (``share_memory_()`` moves a tensor's memory and keeps its version), and the header's
+    values (Inductor's freezing makes the header tensor anew on every call)."""
     addresses = (panels.data_ptr(), psum.data_ptr(), scales.data_ptr())
     try:
         versions = (panels._version, psum._version, scales._version)
@@ -54,13 +50,10 @@ def packed_from(panels: torch.Tensor, psum: torch.Tensor, scales: torch.Tensor,
                 head: torch.Tensor) -> PackedWeight:
     """The PackedWeight whose arrays are these tensors' memory.
 
-    Built and checked in full (:meth:`PackedWeight.from_dict`: sizes, dtypes, format
-    version, contents) the first time, then kept on `panels` (``_pyw8a8_packed``) with each
-    tensor's identity, version counter and address (`_identity`): another tensor in its
-    place, one written in place or one whose memory moved builds it again.  The weight's
-    arrays are views of the tensors (``Tensor.numpy()``), so the four tensors live while it
-    does and the ids cannot be reused; the cycle through `panels` is left to the garbage
-    collector with the tensor.
+    Built and checked in full (:meth:`PackedWeight.from_dict`) the first time, then kept on
+    `panels` (``_pyw8a8_packed``) under `_identity`, so another tensor in its place, one
+    written in place or one whose memory moved builds it again.  Its arrays view the
+    tensors, which live while it does (the ids cannot be reused).
 
     Raises
     ------
