@@ -39,14 +39,17 @@ def fp32_peak_macs(bint zmm, int64_t iters, int nthreads):
     return _run_peak(fn, iters, nthreads)
 
 
-def read_bytes(const uint8_t[::1] buf, int nthreads):
-    """Read every byte of buf, split across `nthreads` threads (a bandwidth probe)."""
+def read_bytes(const uint8_t[::1] buf, int nthreads, int reads=1):
+    """Read every byte of buf `reads` times, split across `nthreads` threads, each thread
+    its share (a bandwidth probe)."""
     cdef int64_t n = buf.shape[0], chunk = (n // nthreads) // 64 * 64, t
+    cdef int r
     out = np.zeros(nthreads, dtype=np.uint64)
     cdef uint64_t[::1] o = out
     if chunk == 0:
         return 0
     with nogil:
         for t in prange(nthreads, schedule="static", num_threads=nthreads):
-            o[t] = w8_read_bytes(&buf[t * chunk], chunk)
+            for r in range(reads):
+                o[t] ^= w8_read_bytes(&buf[t * chunk], chunk)
     return int(np.bitwise_xor.reduce(out))

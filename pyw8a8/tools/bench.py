@@ -147,8 +147,8 @@ def _table_main(args, isas, shapes, with_peers, rotated=True):
     bounds = roofline.measure(peaks, nthreads)
     bw = bounds.bandwidth
     print(f"read bandwidth: {bw['DRAM']:.1f} GB/s from memory (1 GiB buffer), "
-          f"{bw['L3']:.1f} GB/s from L3 (8 MiB), {bw['L2']:.1f} GB/s from L2 "
-          f"({bounds.capacity['L2'] >> 10} KiB) ({nthreads} threads)")
+          f"{bw['L3']:.1f} GB/s from L3 (8 MiB), {bw['L2']:.1f} GB/s from L2 (half of "
+          f"each core's) ({nthreads} threads)")
     kernels = {}
     rows = run_table(shapes, names, args.rounds, args.min_time, kernels=kernels)
     print(f"\n{GOPS_NOTE}; {nthreads} threads")

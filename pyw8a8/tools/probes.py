@@ -65,8 +65,7 @@ def read_bandwidth_gbs(nthreads, nbytes=1 << 30, rounds=5, reads=1):
     times = []
     for _ in range(rounds):
         t0 = time.perf_counter()
-        for _ in range(reads):
-            _probes.read_bytes(buf, nthreads)
+        _probes.read_bytes(buf, nthreads, reads)
         times.append(time.perf_counter() - t0)
     return nbytes * reads / statistics.median(times) / 1e9
 
