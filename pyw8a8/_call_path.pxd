@@ -23,6 +23,7 @@ cdef extern from "_simd/call_path.h" nogil:
         int enc, rotate
         uint32_t seed
     enum:
+        W8_FORMAT_UNPADDED, W8_FORMAT_PADDED, W8_MIN_BLOCK, W8_MAX_BLOCK
         W8_CALL_ONE, W8_CALL_PAIR, W8_CALL_GLU, W8_CALL_KINDS
         W8_SETTLED_SLOTS
         W8_PLAN_CHECK_CONTENTS, W8_PLAN_ALIGNED_COPY

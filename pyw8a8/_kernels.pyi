@@ -61,6 +61,10 @@ def page_row_sums(isa: IsaOps, x: npt.NDArray[np.int8], weights: list[WeightPlan
                   out: npt.NDArray[np.int32] | npt.NDArray[np.int64], nthreads: int,
                   work: npt.NDArray[Any]) -> None: ...
 def page_row_sums_work(rows: int, n: int, k: int) -> int: ...
+FORMAT_UNPADDED: int
+FORMAT_PADDED: int
+MIN_BLOCK: int
+MAX_BLOCK: int
 CALL_ONE: int
 CALL_PAIR: int
 CALL_GLU: int

@@ -19,7 +19,8 @@ import numpy as np
 from pyw8a8._call_path cimport (
     W8_ARG_COUNT, W8_CALL_ABI_VERSION, W8_CALL_CAPSULE, W8_CALL_GLU, W8_CALL_KINDS,
     W8_CALL_ONE, W8_CALL_PAIR, W8_ERROR_MEMORY, W8_ERROR_TYPE, W8_FAULT_ACTIVATION,
-    W8_FAULT_NONE, W8_MAX_CANDIDATES, W8_PLAN_CHECK_CONTENTS, W8_SETTLED_SLOTS, W8_TUNE_ROUNDS,
+    W8_FAULT_NONE, W8_FORMAT_PADDED, W8_FORMAT_UNPADDED, W8_MAX_BLOCK, W8_MAX_CANDIDATES,
+    W8_MIN_BLOCK, W8_PLAN_CHECK_CONTENTS, W8_SETTLED_SLOTS, W8_TUNE_ROUNDS,
     W8_TUNE_SETTLED, w8_activation_code, w8_activation_names, w8_blocking, w8_call,
     w8_call_api, w8_call_forget_tuning, w8_call_lock_give, w8_call_lock_take,
     w8_call_path_init, w8_call_run, w8_call_unsettled, w8_candidates, w8_fault,
@@ -42,6 +43,9 @@ cdef enum:
     _PAGE_K_SUM = 131072
 
 CALL_ONE, CALL_PAIR, CALL_GLU = W8_CALL_ONE, W8_CALL_PAIR, W8_CALL_GLU
+#: The packed format versions this pyw8a8 reads, and the rotation's blocks (call.h).
+FORMAT_UNPADDED, FORMAT_PADDED = W8_FORMAT_UNPADDED, W8_FORMAT_PADDED
+MIN_BLOCK, MAX_BLOCK = W8_MIN_BLOCK, W8_MAX_BLOCK
 #: The row counts a weight remembers a settled blocking for, per kind of call.
 SETTLED_ROWS = W8_SETTLED_SLOTS
 #: The fused activations by name (common.h W8_ACT_*; the arithmetic is _simd/epilogue.h's).

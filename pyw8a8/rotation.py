@@ -26,11 +26,10 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _cpu, _rows, _threads
+from ._kernels import MAX_BLOCK, MIN_BLOCK  # the blocks a rotation takes (call.h)
 from ._layout import padded
 from ._validation import float_array
 
-MIN_BLOCK = 16
-MAX_BLOCK = 4096
 MAX_SEED = 2**32 - 1
 
 

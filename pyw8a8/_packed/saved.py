@@ -9,13 +9,12 @@ import operator
 
 import numpy as np
 
+from .._kernels import FORMAT_PADDED, FORMAT_UNPADDED
 from ..rotation import MAX_BLOCK, MAX_SEED, MIN_BLOCK, check_rotation
 from .panels import ENCODINGS
 
-# 1, or 2 for a rotation whose last block is zero-padded (which format 1 readers cannot
-# use). Weights are written with the lowest format that holds them, so files of unpadded
-# weights stay readable by older versions.
-FORMAT_UNPADDED, FORMAT_PADDED = 1, 2
+# Weights are written with the lowest format that holds them (call.h's versions), so
+# files of unpadded weights stay readable by older versions.
 FORMAT_VERSIONS = (FORMAT_UNPADDED, FORMAT_PADDED)
 _READS = ", ".join(map(str, FORMAT_VERSIONS))
 

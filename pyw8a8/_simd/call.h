@@ -27,6 +27,13 @@ typedef struct {
     int64_t format_version, n, k, encoding, rotate, block, seed;
 } w8_weight_header;
 #define W8_HEADER_FIELDS 7
+/* The format versions this core reads: 1, or 2 for a rotation whose last block is
+ * zero-padded (which a format-1 reader cannot use); the blocks a rotation takes: powers
+ * of two from W8_MIN_BLOCK to W8_MAX_BLOCK. */
+#define W8_FORMAT_UNPADDED 1
+#define W8_FORMAT_PADDED 2
+#define W8_MIN_BLOCK 16
+#define W8_MAX_BLOCK 4096
 
 /* A packed weight's arrays as the caller holds them: their memory and element counts
  * (the caller has checked their element types: uint8, int32, float32). */

@@ -90,7 +90,8 @@ static void w8_put_setting(w8_text *t, const w8_fault *f)
         w8_put(t, "packed weight rotate must be 0 or 1, got %lld", v);
         break;
     case W8_SETTING_BLOCK:
-        w8_put(t, "packed weight block must be a power of two from 16 to 4096, got %lld", v);
+        w8_put(t, "packed weight block must be a power of two from %d to %d, got %lld",
+               W8_MIN_BLOCK, W8_MAX_BLOCK, v);
         break;
     case W8_SETTING_SEED:
         w8_put(t, "packed weight seed must be in [0, 2**32 - 1], got %lld", v);
@@ -109,8 +110,8 @@ static void w8_put_weight_fault(w8_text *t, const w8_fault *f)
 {
     switch (f->code) {
     case W8_FAULT_FORMAT:
-        w8_put(t, "packed weight format %lld is not supported (this pyw8a8 reads 1, 2)",
-               (long long)f->a);
+        w8_put(t, "packed weight format %lld is not supported (this pyw8a8 reads %d, %d)",
+               (long long)f->a, W8_FORMAT_UNPADDED, W8_FORMAT_PADDED);
         break;
     case W8_FAULT_SETTING:
         w8_put_setting(t, f);

@@ -19,10 +19,6 @@
 #include "tuner.h"
 
 #define W8_SETTLED_SLOTS 8
-#define W8_MIN_BLOCK 16
-#define W8_MAX_BLOCK 4096
-#define W8_FORMAT_UNPADDED 1
-#define W8_FORMAT_PADDED 2
 
 typedef struct {
     w8_isa_id isa;
