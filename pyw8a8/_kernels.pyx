@@ -269,10 +269,9 @@ def call(object x, object plan1, object plan2, object bias1, object bias2,
 
 
 def int8_call(cnp.ndarray qa, WeightPlan plan, cnp.ndarray out, tuple blocking=None):
-    """The exact integer product of int8 rows qa (M, K), C-contiguous, values in
-    [-127, 127], with an unrotated weight's plan into out (M, N) int32 or int64,
-    C-contiguous (int32 only up to W8_EXACT_K); `blocking` (kc, mc, nc, m_step, n_step)
-    instead of the tuner's (tests)."""
+    """The exact product of int8 rows qa (M, K), C-contiguous, in [-127, 127], with an
+    unrotated weight's plan into out (M, N), C-contiguous int32 (up to W8_EXACT_K) or
+    int64; `blocking` (kc, mc, nc, m_step, n_step) instead of the tuner's (tests)."""
     cdef w8_call c
     cdef int64_t b[5]
     memset(&c, 0, sizeof(c))
@@ -456,8 +455,7 @@ def forget_tuning():
 
 
 cdef class Tuner:
-    """A tuner of its own, apart from the calls' one: the tests drive its choices and
-    timings by hand."""
+    """A tuner apart from the calls' one, whose choices and timings the tests drive."""
     cdef w8_tuner tuner
 
     def __dealloc__(self):

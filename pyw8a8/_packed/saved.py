@@ -13,8 +13,8 @@ from .._kernels import FORMAT_PADDED, FORMAT_UNPADDED
 from ..rotation import MAX_BLOCK, MAX_SEED, MIN_BLOCK, check_rotation
 from .panels import ENCODINGS
 
-# Weights are written with the lowest format that holds them (call.h's versions), so
-# files of unpadded weights stay readable by older versions.
+# Written with the lowest format that holds them: unpadded weights stay readable by older
+# versions.
 FORMAT_VERSIONS = (FORMAT_UNPADDED, FORMAT_PADDED)
 _READS = ", ".join(map(str, FORMAT_VERSIONS))
 

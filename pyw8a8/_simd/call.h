@@ -27,9 +27,8 @@ typedef struct {
     int64_t format_version, n, k, encoding, rotate, block, seed;
 } w8_weight_header;
 #define W8_HEADER_FIELDS 7
-/* The format versions this core reads: 1, or 2 for a rotation whose last block is
- * zero-padded (which a format-1 reader cannot use); the blocks a rotation takes: powers
- * of two from W8_MIN_BLOCK to W8_MAX_BLOCK. */
+/* The format versions read (2: a rotation's last block zero-padded), and the blocks a
+ * rotation takes (powers of two). */
 #define W8_FORMAT_UNPADDED 1
 #define W8_FORMAT_PADDED 2
 #define W8_MIN_BLOCK 16

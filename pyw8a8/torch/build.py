@@ -1,6 +1,5 @@
 """``python -m pyw8a8.torch.build``: build pyw8a8.torch's C++ operator for the installed torch
-now, so that no later ``import pyw8a8.torch`` waits for it (importing it builds the
-operator where none is built for this torch yet)."""
+now (importing pyw8a8.torch does), so that no later import waits for it."""
 from . import _native
 
 if __name__ == "__main__":

@@ -402,16 +402,6 @@ std::string bind(py::capsule api) {
 
 int64_t calls() { return g_calls.load(); }
 
-size_t plans() {
-    std::lock_guard<std::mutex> guard(g_lock);
-    return g_plans.size();
-}
-
-void forget() {
-    std::lock_guard<std::mutex> guard(g_lock);
-    g_plans.clear();
-}
-
 }  // namespace
 
 TORCH_LIBRARY_IMPL(pyw8a8, CPU, m) {
@@ -426,6 +416,4 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "torch.ops.pyw8a8.gated_linear, entered from C++.");
     m.def("check_input", &check_input, "The operators' check of an input x.");
     m.def("calls", &calls, "How many products the operators ran.");
-    m.def("plans", &plans, "How many weights' plans are kept.");
-    m.def("forget", &forget, "Drop every kept plan.");
 }
