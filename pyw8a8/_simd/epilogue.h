@@ -123,13 +123,78 @@ W8_V_TARGET W8_INLINE W8_V(f32) W8_V(scale_pow2)(W8_V(f32) v, W8_V(i32) n)
                          W8_V(pow2_i32)(W8_V(sub_i32)(n, half)));
 }
 
+/* The vectors an activation pass evaluates side by side (activate_n). */
+#define W8_EP_BATCH 3
+
+/* gelu's first stage over n vectors xc (clamped): erfc(|x| / sqrt 2)'s denominator
+ * 1 + a h(a) (den) and its exponential as p 2^e. */
+W8_V_TARGET W8_INLINE void W8_V(gelu_parts_n)(const W8_V(f32) *xc, const int n,
+                                                W8_V(f32) *gelu_den, W8_V(f32) *p,
+                                                W8_V(i32) *e)
+{
+    const W8_V(f32) one = W8_V(set_f32)(1.0f);
+    static const float h[11] = {1.05762053f,      0.248677433f,    -0.0425017551f,
+                                -0.0238854773f,   0.013791888f,    0.00330572878f,
+                                -0.00434121955f,  -0.000529218407f, 0.00121357664f,
+                                0.000232905732f,  -9.71004702e-05f};
+    const W8_V(f32) k = W8_V(set_f32)(W8_EP_GELU_K), minus_half = W8_V(set_f32)(-0.5f);
+    W8_V(f32) a[W8_EP_BATCH], t[W8_EP_BATCH], q[W8_EP_BATCH];
+    for (int i = 0; i < n; i++) {
+        a[i] = W8_V(min_f32)(W8_V(abs_f32)(xc[i]), W8_V(set_f32)(W8_EP_GELU_A_MAX));
+        t[i] = W8_V(div_f32)(W8_V(sub_f32)(a[i], k), W8_V(add_f32)(a[i], k));
+        q[i] = W8_V(set_f32)(h[10]);
+    }
+    for (int c = 9; c >= 0; c--)
+        for (int i = 0; i < n; i++) q[i] = W8_V(fma_f32)(q[i], t[i], W8_V(set_f32)(h[c]));
+    for (int i = 0; i < n; i++) {
+        /* R(a) = 1 / (1 + a h); -a^2 / 2 as the float -a * a / 2 and the rest. */
+        gelu_den[i] = W8_V(fma_f32)(a[i], q[i], one);
+        const W8_V(f32) square = W8_V(mul_f32)(a[i], a[i]);
+        p[i] = W8_V(exp_parts)(
+            W8_V(mul_f32)(minus_half, square),
+            W8_V(mul_f32)(minus_half, W8_V(product_error)(a[i], a[i], square)), &e[i]);
+    }
+}
+
+/* gelu_tanh's first stage over n vectors xc (clamped): e^-|t| as p 2^e. */
+W8_V_TARGET W8_INLINE void W8_V(gelu_tanh_parts_n)(const W8_V(f32) *xc, const int n,
+                                                     W8_V(f32) *p, W8_V(i32) *e)
+{
+    const W8_V(f32) zero = W8_V(set_f32)(0.0f);
+    /* |t| = a (C1 + C2 a^2), a = |x|: a^2 = square + its rounding error (exact), C2 a^2
+     * = u + u_rest (the error of the product and the terms of the constants' and the
+     * square's rests), C1 + u = w + w_rest (Knuth's two-sum: exact), then a w. */
+    const W8_V(f32) c1 = W8_V(set_f32)(W8_EP_GELU_TANH_C1),
+                  c2 = W8_V(set_f32)(W8_EP_GELU_TANH_C2);
+    for (int i = 0; i < n; i++) {
+        const W8_V(f32) a = W8_V(min_f32)(W8_V(abs_f32)(xc[i]),
+                                          W8_V(set_f32)(W8_EP_GELU_TANH_A_MAX));
+        const W8_V(f32) square = W8_V(mul_f32)(a, a);
+        const W8_V(f32) u = W8_V(mul_f32)(c2, square);
+        const W8_V(f32) u_rest = W8_V(fma_f32)(
+            c2, W8_V(product_error)(a, a, square),
+            W8_V(fma_f32)(W8_V(set_f32)(W8_EP_GELU_TANH_C2_LO), square,
+                          W8_V(product_error)(c2, square, u)));
+        const W8_V(f32) w = W8_V(add_f32)(c1, u);
+        const W8_V(f32) u_part = W8_V(sub_f32)(w, c1);
+        const W8_V(f32) w_rest = W8_V(add_f32)(
+            W8_V(add_f32)(W8_V(sub_f32)(c1, W8_V(sub_f32)(w, u_part)),
+                          W8_V(sub_f32)(u, u_part)),
+            W8_V(add_f32)(W8_V(set_f32)(W8_EP_GELU_TANH_C1_LO), u_rest));
+        const W8_V(f32) t = W8_V(mul_f32)(a, w);
+        const W8_V(f32) t_rest = W8_V(fma_f32)(a, w_rest, W8_V(product_error)(a, w, t));
+        p[i] = W8_V(exp_parts)(
+            W8_V(max_f32)(W8_V(sub_f32)(zero, t), W8_V(set_f32)(-125.0f)),
+            W8_V(sub_f32)(zero, t_rest), &e[i]);
+    }
+}
+
 /* Activations of n <= W8_EP_BATCH vectors, stage by stage over all of them: each vector's
  * evaluation is one chain of dependent operations (gelu's: two divisions and some twenty
  * multiply-adds), so one vector at a time runs at the chain's latency; n chains side by
  * side run at the pipes' throughput, the same operations on each lane, so the same bits.
  * Constant n (as act_tile passes) unrolls.  Three: gelu over whole rows (the unfused pass)
  * ran 1.1x as fast as with two (AVX-512, Zen 4). */
-#define W8_EP_BATCH 3
 W8_V_TARGET W8_INLINE void W8_V(activate_n)(W8_V(f32) *v, const int n, int act)
 {
     if (act == W8_ACT_RELU) {
@@ -144,54 +209,9 @@ W8_V_TARGET W8_INLINE void W8_V(activate_n)(W8_V(f32) *v, const int n, int act)
         gelu_den[i] = one; /* 1 / R(a); unused by the others */
     }
     if (act == W8_ACT_GELU) {
-        static const float h[11] = {1.05762053f,      0.248677433f,    -0.0425017551f,
-                                    -0.0238854773f,   0.013791888f,    0.00330572878f,
-                                    -0.00434121955f,  -0.000529218407f, 0.00121357664f,
-                                    0.000232905732f,  -9.71004702e-05f};
-        const W8_V(f32) k = W8_V(set_f32)(W8_EP_GELU_K), minus_half = W8_V(set_f32)(-0.5f);
-        W8_V(f32) a[W8_EP_BATCH], t[W8_EP_BATCH], q[W8_EP_BATCH];
-        for (int i = 0; i < n; i++) {
-            a[i] = W8_V(min_f32)(W8_V(abs_f32)(xc[i]), W8_V(set_f32)(W8_EP_GELU_A_MAX));
-            t[i] = W8_V(div_f32)(W8_V(sub_f32)(a[i], k), W8_V(add_f32)(a[i], k));
-            q[i] = W8_V(set_f32)(h[10]);
-        }
-        for (int c = 9; c >= 0; c--)
-            for (int i = 0; i < n; i++) q[i] = W8_V(fma_f32)(q[i], t[i], W8_V(set_f32)(h[c]));
-        for (int i = 0; i < n; i++) {
-            /* R(a) = 1 / (1 + a h); -a^2 / 2 as the float -a * a / 2 and the rest. */
-            gelu_den[i] = W8_V(fma_f32)(a[i], q[i], one);
-            const W8_V(f32) square = W8_V(mul_f32)(a[i], a[i]);
-            p[i] = W8_V(exp_parts)(
-                W8_V(mul_f32)(minus_half, square),
-                W8_V(mul_f32)(minus_half, W8_V(product_error)(a[i], a[i], square)), &e[i]);
-        }
+        W8_V(gelu_parts_n)(xc, n, gelu_den, p, e);
     } else if (act == W8_ACT_GELU_TANH) {
-        /* |t| = a (C1 + C2 a^2), a = |x|: a^2 = square + its rounding error (exact), C2 a^2
-         * = u + u_rest (the error of the product and the terms of the constants' and the
-         * square's rests), C1 + u = w + w_rest (Knuth's two-sum: exact), then a w. */
-        const W8_V(f32) c1 = W8_V(set_f32)(W8_EP_GELU_TANH_C1),
-                      c2 = W8_V(set_f32)(W8_EP_GELU_TANH_C2);
-        for (int i = 0; i < n; i++) {
-            const W8_V(f32) a = W8_V(min_f32)(W8_V(abs_f32)(xc[i]),
-                                              W8_V(set_f32)(W8_EP_GELU_TANH_A_MAX));
-            const W8_V(f32) square = W8_V(mul_f32)(a, a);
-            const W8_V(f32) u = W8_V(mul_f32)(c2, square);
-            const W8_V(f32) u_rest = W8_V(fma_f32)(
-                c2, W8_V(product_error)(a, a, square),
-                W8_V(fma_f32)(W8_V(set_f32)(W8_EP_GELU_TANH_C2_LO), square,
-                              W8_V(product_error)(c2, square, u)));
-            const W8_V(f32) w = W8_V(add_f32)(c1, u);
-            const W8_V(f32) u_part = W8_V(sub_f32)(w, c1);
-            const W8_V(f32) w_rest = W8_V(add_f32)(
-                W8_V(add_f32)(W8_V(sub_f32)(c1, W8_V(sub_f32)(w, u_part)),
-                              W8_V(sub_f32)(u, u_part)),
-                W8_V(add_f32)(W8_V(set_f32)(W8_EP_GELU_TANH_C1_LO), u_rest));
-            const W8_V(f32) t = W8_V(mul_f32)(a, w);
-            const W8_V(f32) t_rest = W8_V(fma_f32)(a, w_rest, W8_V(product_error)(a, w, t));
-            p[i] = W8_V(exp_parts)(
-                W8_V(max_f32)(W8_V(sub_f32)(zero, t), W8_V(set_f32)(-125.0f)),
-                W8_V(sub_f32)(zero, t_rest), &e[i]);
-        }
+        W8_V(gelu_tanh_parts_n)(xc, n, p, e);
     } else { /* W8_ACT_SILU */
         /* -|x| clamped, a NaN to -125 too (max_f32 passes its second operand), so n is
          * never converted from a NaN. */

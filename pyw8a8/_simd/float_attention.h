@@ -195,6 +195,60 @@ W8_ROW_MATH static inline void w8_fa_value_tile(const float *p, int64_t ldp, int
         for (int64_t c = 0; c < n; c++) out[r][c] = acc[r][c] * inv[r];
 }
 
+/* The keys any row of the task sees, [first, last), as columns: kT[d][c] = key first + c,
+ * then zeros as far as a tile reads; returns first. */
+W8_ROW_MATH static inline int64_t w8_fa_keys_transposed(const w8_float_attention *a,
+                                                        const w8_fa_span *span,
+                                                        const float *K, float *kT,
+                                                        int64_t ldk)
+{
+    int64_t first = a->Lk, last = 0;
+    for (int64_t i = 0; i < a->Lq; i++) {
+        if (span[i].lo < span[i].hi) {
+            first = span[i].lo < first ? span[i].lo : first;
+            last = span[i].hi > last ? span[i].hi : last;
+        }
+    }
+    if (first > last) first = last = 0;
+    const int64_t width = last - first, D = a->D, ks2 = a->ks[2];
+    for (int64_t d = 0; d < D; d++) memset(kT + d * ldk + width, 0, W8_FA_KEYS * sizeof(float));
+    const float *K0 = K + first * ks2;
+    for (int64_t d = 0; d < D; d++)
+        for (int64_t c = 0; c < width; c++) kT[d * ldk + c] = K0[c * ks2 + d];
+    return first;
+}
+
+/* A row's scores sr over the tile's keys [lo, lo + keys) become its probabilities (the
+ * keys it does not see 0), in place; returns 1 / their sum, or 0 where it sees no key
+ * (its probabilities then zeros, as SDPA gives).  mb, ma: its bool or additive mask
+ * from key lo, or NULL. */
+W8_ROW_MATH static inline float w8_fa_probabilities(float *sr, int64_t keys, int64_t lo,
+                                                    w8_fa_span sp, const uint8_t *mb,
+                                                    const float *ma)
+{
+    if (sp.lo == sp.hi) {
+        memset(sr, 0, (size_t)keys * sizeof(float));
+        return 0.0f;
+    }
+    /* Hidden: the tile's keys outside the row's span, a 0 of a bool mask inside. */
+    for (int64_t c = 0; c < sp.lo - lo; c++) sr[c] = -INFINITY;
+    for (int64_t c = sp.hi - lo; c < keys; c++) sr[c] = -INFINITY;
+    if (sp.holes) {
+        for (int64_t c = sp.lo - lo; c < sp.hi - lo; c++) sr[c] = mb[c] ? sr[c] : -INFINITY;
+    } else if (ma) {
+        for (int64_t c = sp.lo - lo; c < sp.hi - lo; c++) sr[c] = sr[c] + ma[c];
+    }
+    /* Over the row's own span (the rest is -inf, then 0), so that its lanes and its bits
+     * do not depend on the rows it shares a tile with. */
+    const float top = w8_row_max(sr, sp.lo - lo, sp.hi - lo, -INFINITY);
+    if (top == -INFINITY) { /* every key hidden (or -inf added): zeros */
+        memset(sr, 0, (size_t)keys * sizeof(float));
+        return 0.0f;
+    }
+    for (int64_t c = 0; c < keys; c++) sr[c] = w8_exp_nonpositive(sr[c] - top);
+    return (float)(1.0 / w8_row_sum(sr, sp.lo - lo, sp.hi - lo));
+}
+
 /* Task t of the call: batch t / Hq, query head t % Hq (its KV head: head / (Hq / Hkv)).
  * spans: w8_fa_spans of each batch row (and head, w8_fa_span_heads); scratch:
  * w8_fa_scratch_floats(a) floats. */
@@ -214,22 +268,7 @@ W8_ROW_MATH W8_ROW_CLONES static void w8_float_attention_task(const w8_float_att
     float *kT = scratch, *s = kT + D * ldk;
     const w8_fa_span *span = spans + (b * heads + (heads > 1 ? h : 0)) * a->Lq;
 
-    /* The keys any row sees: [first, last). */
-    int64_t first = a->Lk, last = 0;
-    for (int64_t i = 0; i < a->Lq; i++) {
-        if (span[i].lo < span[i].hi) {
-            first = span[i].lo < first ? span[i].lo : first;
-            last = span[i].hi > last ? span[i].hi : last;
-        }
-    }
-    if (first > last) first = last = 0;
-    /* kT[d][c] = key first + c, its column, then zeros as far as a tile reads. */
-    const int64_t width = last - first, tail = W8_FA_KEYS;
-    for (int64_t d = 0; d < D; d++) memset(kT + d * ldk + width, 0, tail * sizeof(float));
-    const float *K0 = K + first * a->ks[2];
-    const int64_t ks2 = a->ks[2];
-    for (int64_t d = 0; d < D; d++)
-        for (int64_t c = 0; c < width; c++) kT[d * ldk + c] = K0[c * ks2 + d];
+    const int64_t first = w8_fa_keys_transposed(a, span, K, kT, ldk);
 
     for (int64_t i0 = 0; i0 < a->Lq; i0 += W8_FA_ROWS) {
         const int rows = a->Lq - i0 < W8_FA_ROWS ? (int)(a->Lq - i0) : W8_FA_ROWS;
@@ -256,38 +295,11 @@ W8_ROW_MATH W8_ROW_CLONES static void w8_float_attention_task(const w8_float_att
             w8_fa_score_tile(qrows, kT + (lo - first) + c0, ldk, D, a->scale, s + c0, ldk);
         float inv[W8_FA_ROWS];
         for (int r = 0; r < W8_FA_ROWS; r++) {
-            float *sr = s + r * ldk;
-            inv[r] = 0.0f;
-            if (r >= rows) {
-                memset(sr, 0, (size_t)keys * sizeof(float));
-                continue;
-            }
             const int64_t i = i0 + r;
-            const w8_fa_span sp = span[i];
-            if (sp.lo == sp.hi) { /* the row sees no key: zeros, as SDPA gives */
-                memset(sr, 0, (size_t)keys * sizeof(float));
-                continue;
-            }
-            /* Hidden: the tile's keys outside the row's span, a 0 of a bool mask inside. */
-            for (int64_t c = 0; c < sp.lo - lo; c++) sr[c] = -INFINITY;
-            for (int64_t c = sp.hi - lo; c < keys; c++) sr[c] = -INFINITY;
-            if (sp.holes) {
-                const uint8_t *mb = MB + i * a->ms[2] + lo;
-                for (int64_t c = sp.lo - lo; c < sp.hi - lo; c++)
-                    sr[c] = mb[c] ? sr[c] : -INFINITY;
-            } else if (MA) {
-                const float *ma = MA + i * a->ms[2] + lo;
-                for (int64_t c = sp.lo - lo; c < sp.hi - lo; c++) sr[c] = sr[c] + ma[c];
-            }
-            /* Over the row's own span (the rest is -inf, then 0), so that its lanes and
-             * its bits do not depend on the rows it shares a tile with. */
-            const float top = w8_row_max(sr, sp.lo - lo, sp.hi - lo, -INFINITY);
-            if (top == -INFINITY) { /* every key hidden (or -inf added): zeros */
-                memset(sr, 0, (size_t)keys * sizeof(float));
-                continue;
-            }
-            for (int64_t c = 0; c < keys; c++) sr[c] = w8_exp_nonpositive(sr[c] - top);
-            inv[r] = (float)(1.0 / w8_row_sum(sr, sp.lo - lo, sp.hi - lo));
+            const w8_fa_span none = {0, 0, 0};
+            inv[r] = w8_fa_probabilities(s + r * ldk, keys, lo, r < rows ? span[i] : none,
+                                         MB && r < rows ? MB + i * a->ms[2] + lo : NULL,
+                                         MA && r < rows ? MA + i * a->ms[2] + lo : NULL);
         }
         for (int64_t d0 = 0; d0 < D; d0 += W8_FA_COLS) {
             float *outs[W8_FA_ROWS];
