@@ -79,31 +79,19 @@ static void w8_put_rotation(w8_text *t, const int64_t *r)
 
 static const char *const w8_array_names[] = {"panels", "psum", "scales"};
 
-static void w8_put_setting(w8_text *t, const w8_fault *f)
-{
-    const long long v = (long long)f->b;
-    switch (f->a) {
-    case W8_SETTING_ENCODING:
-        w8_put(t, "packed weight encoding %lld is not one of 0 (biased), 1 (signed)", v);
-        break;
-    case W8_SETTING_ROTATE:
-        w8_put(t, "packed weight rotate must be 0 or 1, got %lld", v);
-        break;
-    case W8_SETTING_BLOCK:
-        w8_put(t, "packed weight block must be a power of two from %d to %d, got %lld",
-               W8_MIN_BLOCK, W8_MAX_BLOCK, v);
-        break;
-    case W8_SETTING_SEED:
-        w8_put(t, "packed weight seed must be in [0, 2**32 - 1], got %lld", v);
-        break;
-    case W8_SETTING_SHAPE:
-        w8_put(t, "packed weight shape has a negative size, %lld", v);
-        break;
-    default:
-        w8_put(t, "packed weight rotation: K=%lld is not a multiple of its block, which "
-                  "format 1 cannot hold", v);
-    }
-}
+#define W8_STR_(x) #x
+#define W8_STR(x) W8_STR_(x)
+/* A setting's message (W8_SETTING_* order), of the value it was given. */
+static const char *const w8_setting_texts[] = {
+    "packed weight encoding %lld is not one of 0 (biased), 1 (signed)",
+    "packed weight rotate must be 0 or 1, got %lld",
+    "packed weight block must be a power of two from " W8_STR(W8_MIN_BLOCK) " to "
+    W8_STR(W8_MAX_BLOCK) ", got %lld",
+    "packed weight seed must be in [0, 2**32 - 1], got %lld",
+    "packed weight shape has a negative size, %lld",
+    "packed weight rotation: K=%lld is not a multiple of its block, which format 1 "
+    "cannot hold",
+};
 
 /* A weight's fault (W8_FAULT_FORMAT to W8_FAULT_SCALES): its message. */
 static void w8_put_weight_fault(w8_text *t, const w8_fault *f)
@@ -114,7 +102,8 @@ static void w8_put_weight_fault(w8_text *t, const w8_fault *f)
                (long long)f->a, W8_FORMAT_UNPADDED, W8_FORMAT_PADDED);
         break;
     case W8_FAULT_SETTING:
-        w8_put_setting(t, f);
+        w8_put(t, w8_setting_texts[f->a >= 0 && f->a <= W8_SETTING_PARTIAL_BLOCK ? f->a : 0],
+               (long long)f->b);
         break;
     case W8_FAULT_LAYOUT:
         w8_put(t, "packed weight array '%s' has %lld elements; its header implies %lld",

@@ -1,14 +1,11 @@
-/* The memory of the products' large float outputs, for every caller (numpy's arrays in
- * pyw8a8._outputs, the torch operator's tensors through call.h's output_take).
- *
- * A large output owns memory from posix_memalign: 64-byte aligned, so no zmm store or
- * tile row straddles two lines, and without the transparent-huge-page advice numpy gives
- * arrays from 4 MiB on, which makes the kernel compact memory for each fresh output (an
- * 18 MiB array took 5.6x as long to allocate and fill with it, on a Zen 5).  Freed, that
- * memory is kept for the next output of about its size: a model's layers free and
- * allocate outputs of the same few shapes call after call, and memory glibc has given
- * back to the system returns as fresh pages, faulted and zeroed on the product's first
- * write (1 x 64 x 1152 x 6912 cost 182 us over its product so, on the torch operator). */
+/* The memory of the products' large float outputs, numpy's arrays (pyw8a8._outputs) and
+ * the torch operator's tensors (call.h's output_take) alike: posix_memalign's, 64-byte
+ * aligned (no zmm store or tile row straddles two lines) and without the huge-page advice
+ * numpy gives arrays from 4 MiB on (an 18 MiB array took 5.6x as long to allocate and
+ * fill with it, Zen 5).  Freed, it is kept for the next output of about its size: a
+ * model's layers allocate outputs of the same few shapes call after call, and memory
+ * returned to the system comes back as fresh pages, faulted and zeroed on the first write
+ * (1 x 64 x 1152 x 6912 cost 182 us over its product so, on the torch operator). */
 #ifndef PYW8A8_SIMD_OUTPUTS_H
 #define PYW8A8_SIMD_OUTPUTS_H
 

@@ -25,11 +25,9 @@ PARTS = ("panels", "psum", "scales", "header")
 
 
 def _records_ops() -> bool:
-    """Whether this forward is being captured as a graph of torch operators, which must then
-    call the product as one (``torch.ops.pyw8a8``): ``torch.compile`` and ``torch.export``
-    trace it, and ``torch.jit.trace`` records only dispatcher calls, so the eager path's
-    numpy product would enter its graph as a constant, the traced input's result.
-    (``torch.fx`` traces with proxies, which the forward recognizes itself.)"""
+    """Whether this forward is being captured as a graph of torch operators (by
+    ``torch.compile``, ``torch.export`` or ``torch.jit.trace``), which records the
+    ``torch.ops.pyw8a8`` call; ``torch.fx``'s proxies the forward recognizes itself."""
     return torch.compiler.is_compiling() or torch.jit.is_tracing()
 
 

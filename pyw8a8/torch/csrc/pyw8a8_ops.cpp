@@ -180,12 +180,8 @@ Key weight_key(const WeightTensors &w) {
 }
 
 std::shared_ptr<Plan> new_plan(const WeightTensors &w, const char *name) {
-    check_weight_tensor(w.panels, "panels", at::kByte);
-    check_weight_tensor(w.psum, "psum", at::kInt);
+    check_weight_tensor(w.psum, "psum", at::kInt);  // (plan_of checked the others)
     check_weight_tensor(w.scales, "scales", at::kFloat);
-    check_weight_tensor(w.header, "header", at::kLong);
-    TORCH_CHECK_VALUE(w.header.numel() == W8_HEADER_FIELDS, "packed weight header: expected ",
-                      W8_HEADER_FIELDS, " int64 values, got shape ", shape_text(w.header));
     const int64_t *v = w.header.data_ptr<int64_t>();
     const w8_weight_header header{v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
     const w8_weight_arrays arrays{static_cast<const uint8_t *>(w.panels.data_ptr()),
