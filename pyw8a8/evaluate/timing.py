@@ -31,7 +31,7 @@ class TimedLayer:
 
 
 class TimedPair(TimedLayer):
-    """A timed gate/up pair with the fused gated unit (`LinearPair.glu`), timed alike."""
+    """A timed gate/up pair with the fused gated unit (`Int8GatedLinear.glu`), timed alike."""
 
     __slots__ = ()
 
