@@ -21,8 +21,7 @@ ALIGNED_FROM_BYTES = 64 * 1024
 cdef cnp.npy_intp _aligned_from_bytes = ALIGNED_FROM_BYTES
 
 
-# Outputs from ALIGNED_FROM_BYTES on own their memory, kept for the next output of about
-# its size when freed (_simd/outputs.h says why): the torch operator's outputs share it.
+# Outputs from ALIGNED_FROM_BYTES on: _simd/outputs.h's kept memory, torch's outputs' too.
 cdef extern from "_simd/outputs.h" nogil:
     int W8_KEPT_OUTPUTS
     size_t W8_KEPT_OUTPUT_BYTES

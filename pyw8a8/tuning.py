@@ -6,8 +6,8 @@ from . import _kernels
 
 #: Rounds of calls a shape's candidates take at most before one is kept.
 ROUNDS = _kernels.TUNE_ROUNDS
-#: The per-core caches the blocks are sized for, as the CPU reports them.
-L1_BYTES, L2_BYTES = _kernels.tuned_cache_bytes(1), _kernels.tuned_cache_bytes(2)
+#: The per-core L2 the blocks are sized for, as the CPU reports it.
+L2_BYTES = _kernels.tuned_cache_bytes(2)
 candidates = _kernels.candidates
 kc_for = _kernels.kc_for
 m_bucket = _kernels.m_bucket

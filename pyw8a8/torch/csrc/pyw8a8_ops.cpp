@@ -39,6 +39,10 @@ constexpr size_t kPooledFromBytes = 64 * 1024;
 const w8_call_api *g_api = nullptr;
 std::atomic<int64_t> g_calls{0};  // products run, for the tests of what runs where
 
+// The arguments' names in the core's messages (W8_ARG_* order): linear's, gated_linear's.
+const char *const kLinearNames[W8_ARG_COUNT] = {"x", "weight", "up", "bias", "bias2"};
+const char *const kGatedNames[W8_ARG_COUNT] = {"x", "gate", "up", "bias1", "bias2"};
+
 const char kInferenceOnly[] =
     " requires grad, and pyw8a8 layers are inference only: run the model under "
     "torch.inference_mode() or torch.no_grad()";
@@ -108,8 +112,7 @@ void check_input(const at::Tensor &x, int64_t in_features) {
         fault.code = W8_FAULT_FEATURES;
         fault.a = x.size(-1);
         fault.b = in_features;
-        const char *names[W8_ARG_COUNT] = {"x", "weight", "up", "bias", "bias2"};
-        raise_fault(fault, names, &x, "activation", "");
+        raise_fault(fault, kLinearNames, &x, "activation", "");
     }
     if (x.requires_grad() && c10::GradMode::is_enabled())
         TORCH_CHECK(false, "x", kInferenceOnly);
@@ -274,10 +277,8 @@ struct Operands {
 
 void set_operands(Operands &o, int kind, const at::Tensor &x, const WeightTensors *weights,
                   const c10::optional<at::Tensor> *biases) {
-    static const char *const kOne[W8_ARG_COUNT] = {"x", "weight", "up", "bias", "bias2"};
-    static const char *const kPair[W8_ARG_COUNT] = {"x", "gate", "up", "bias1", "bias2"};
     TORCH_CHECK(g_api != nullptr, "pyw8a8's core is not bound (import pyw8a8.torch)");
-    o.names = kind == W8_CALL_ONE ? kOne : kPair;
+    o.names = kind == W8_CALL_ONE ? kLinearNames : kGatedNames;
     o.activation_arg = kind == W8_CALL_ONE ? "activation" : "glu";
     const int nw = kind == W8_CALL_ONE ? 1 : 2;
     for (int j = 0; j < nw; j++) o.plans[j] = plan_of(weights[j], o.names[W8_ARG_W1 + j]);
