@@ -21,19 +21,6 @@ from pyw8a8._core cimport (w8_fwht_fn, w8_isa_ops, w8_join_team, w8_master_here,
                            w8_unrotate_row)
 from pyw8a8._dispatch cimport IsaOps
 
-cdef extern from "_simd/attention.h" nogil:
-    void w8_probability_row(const int32_t *hi, const int32_t *lo, int64_t T,
-                            int64_t lo_steps, double q_step, const float *k_scale,
-                            const float *v_scale, int64_t j0, int64_t j1, float *w,
-                            int8_t *p_hi, int8_t *p_lo, float *p_step)
-    int w8_int8_terms_row(const float *x, int64_t K, int64_t lo_steps, int8_t *hi,
-                          int8_t *lo, float *step)
-    void w8_int8_dots(const int8_t *a, int64_t R, int64_t lda, const int8_t *b, int64_t N,
-                      int64_t ldb, int64_t K, int32_t *out, int64_t ldo)
-    void w8_int8_row_combinations(const int8_t *p, int64_t R, int64_t ldp, const int8_t *v,
-                                  int64_t T, int64_t ldv, int64_t D, int32_t *out,
-                                  int64_t ldo)
-
 cdef extern from "_simd/float_attention.h" nogil:
     ctypedef struct w8_float_attention:
         const float *q
@@ -59,10 +46,6 @@ cdef extern from "_simd/float_attention.h" nogil:
                                  const w8_fa_span *spans, float *scratch)
 
 cnp.import_array()
-
-# The longest exact int32 sum of int8 products: 127 * 127 * 133,000 < 2**31.
-cdef enum:
-    _EXACT_INT32_K = 133000
 
 
 def fwht_blocks(IsaOps isa, cnp.ndarray x, int64_t block, int nthreads):
@@ -240,117 +223,6 @@ def activate(IsaOps isa, float[:, ::1] x, int act):
         for r in range(x.shape[0]):
             for c0 in range(0, cols, 1 << 20):
                 isa.ops.act_tile(&x[r, c0], cols, 1, <int>min(cols - c0, 1 << 20), &fin)
-
-
-def attention_probabilities(const int32_t[:, ::1] sums, int query_terms,
-                            const float[::1] q_step, const float[::1] k_scale,
-                            const float[::1] v_scale, int64_t first, int64_t q_lo,
-                            int64_t queries, int64_t window, int8_t[:, ::1] p8,
-                            float[::1] p_step, int64_t lo_steps, int nthreads):
-    """The probabilities of M query rows of int8 attention over T keys, as int8 terms.
-
-    sums: (query_terms * M, T) int32, the exact sums of the rows' int8 terms with the keys
-    at positions first .. first + T - 1 (the second term's rows after the first's, on a
-    lo_steps finer step); q_step (M,) the rows' steps, k_scale and v_scale (T,) the keys'
-    and values' scales.  Row r is the query at position ``q_lo + r % queries``: it sees the
-    keys up to its position and, with window > 0, after ``position - window``.  Writes p8
-    ((terms * M, T) int8, terms = p8.shape[0] // M) and p_step (M,): the row's
-    probabilities times the values' scales are ``p_step * (lo_steps * hi + lo)`` (terms 2)
-    or ``p_step * hi`` (terms 1), as `pyw8a8.attention._exact.quantize_terms` splits them.
-    """
-    cdef int64_t M = q_step.shape[0], T = sums.shape[1], r, qp, j0, j1
-    cdef int p_terms = p8.shape[0] // M if M else 1
-    cdef float *w = <float *>malloc(max(T, 1) * max(nthreads, 1) * sizeof(float))
-    if w == NULL:
-        raise MemoryError(f"no memory for {nthreads} rows of {T} floats")
-    with nogil, parallel(num_threads=nthreads):
-        for r in prange(M, schedule="static"):
-            qp = q_lo + r % queries
-            j1 = min(T, qp - first + 1)
-            j0 = max(0, qp - window + 1 - first) if window > 0 else 0
-            w8_probability_row(&sums[r, 0], &sums[M + r, 0] if query_terms == 2 else NULL, T,
-                             lo_steps, q_step[r], &k_scale[0], &v_scale[0], j0, j1,
-                             w + threadid() * T, &p8[r, 0],
-                             &p8[M + r, 0] if p_terms == 2 else NULL, &p_step[r])
-    free(w)
-
-
-def int8_terms(const float[:, ::1] x, int8_t[:, ::1] q, float[::1] step, int64_t lo_steps,
-               int nthreads):
-    """The rows of x (M, K) as int8 terms (`pyw8a8.attention._exact.quantize_terms`): q
-    (terms * M, K), the first term's rows then, with two terms (q.shape[0] == 2 M), the
-    residual's on the lo_steps finer step; step (M,) the step of each row's combined sum.
-    Returns the index of the first row holding NaN or Inf (nothing written for it), or -1.
-    """
-    cdef int64_t M = x.shape[0], K = x.shape[1], i, bad = -1
-    cdef bint two = q.shape[0] == 2 * M
-    if q.shape[0] != (2 if two else 1) * M or q.shape[1] != K or step.shape[0] != M:
-        raise ValueError("q must have M or 2 M rows of x's K, step M")
-    if M == 0 or K == 0:
-        return -1
-    cdef uint8_t *st = <uint8_t *>calloc(M, 1)
-    if st == NULL:
-        raise MemoryError(f"no memory for the status of {M} rows")
-    with nogil, parallel(num_threads=nthreads):
-        for i in prange(M, schedule="static"):
-            st[i] = w8_int8_terms_row(&x[i, 0], K, lo_steps, &q[i, 0],
-                                      &q[M + i, 0] if two else NULL, &step[i])
-    for i in range(M):
-        if st[i]:
-            bad = i
-            break
-    free(st)
-    return bad
-
-
-def int8_dots(const int8_t[:, :] a, const int8_t[:, :] b, int32_t[:, :] out):
-    """out = a @ b.T, exact: a (R, K) and b (N, K) int8 with unit column strides, out (R, N)
-    int32, K below 133,000 (an open page's keys times a few query rows)."""
-    if (a.shape[1] != b.shape[1] or out.shape[0] != a.shape[0] or out.shape[1] != b.shape[0]
-            or a.strides[1] != 1 or b.strides[1] != 1 or out.strides[1] != 4
-            or a.shape[1] > _EXACT_INT32_K):
-        raise ValueError("int8_dots needs a (R, K), b (N, K) and out (R, N) with unit "
-                         "column strides")
-    if a.shape[0] and b.shape[0]:
-        with nogil:
-            w8_int8_dots(&a[0, 0], a.shape[0], a.strides[0], &b[0, 0], b.shape[0],
-                         b.strides[0], a.shape[1], &out[0, 0], out.strides[0] // 4)
-
-
-def int8_row_combinations(const int8_t[:, :] p, const int8_t[:, :] v, int32_t[:, :] out):
-    """out += p @ v, exact: p (R, T) and v (T, D) int8 with unit column strides, out (R, D)
-    int32, T below 133,000 (a few probability rows times an open page's values)."""
-    if (p.shape[1] != v.shape[0] or out.shape[0] != p.shape[0] or out.shape[1] != v.shape[1]
-            or p.strides[1] != 1 or v.strides[1] != 1 or out.strides[1] != 4
-            or p.shape[1] > _EXACT_INT32_K):
-        raise ValueError("int8_row_combinations needs p (R, T), v (T, D) and out (R, D) "
-                         "with unit column strides")
-    if p.shape[0] and p.shape[1] and v.shape[1]:
-        with nogil:
-            w8_int8_row_combinations(&p[0, 0], p.shape[0], p.strides[0], &v[0, 0],
-                                     v.shape[0], v.strides[0], v.shape[1], &out[0, 0],
-                                     out.strides[0] // 4)
-
-
-def scaled_term_sums(const int32_t[:, ::1] sums, int terms, const float[::1] step,
-                     int64_t lo_steps, float[:, ::1] out):
-    """out (M, N) = the rows' combined exact sums times their steps, in double, rounded
-    to float32: ``(lo_steps * sums[r] + sums[M + r]) * step[r]`` with two terms (sums has
-    2 M rows), ``sums[r] * step[r]`` with one (M rows); as numpy's int64 and float64
-    arithmetic would give them."""
-    cdef int64_t M = step.shape[0], N = sums.shape[1], r, n
-    cdef double s
-    if sums.shape[0] != terms * M or out.shape[0] != M or out.shape[1] != N or not (
-            terms == 1 or terms == 2):
-        raise ValueError("sums must have terms * M rows of out's N columns, terms 1 or 2")
-    with nogil:
-        for r in range(M):
-            s = step[r]
-            for n in range(N):
-                if terms == 2:
-                    out[r, n] = <float>((<double>sums[r, n] * lo_steps + sums[M + r, n]) * s)
-                else:
-                    out[r, n] = <float>(<double>sums[r, n] * s)
 
 
 def float_attention(const float[:, :, :, :] q, const float[:, :, :, :] k,

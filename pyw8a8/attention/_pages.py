@@ -13,6 +13,7 @@ import functools
 
 import numpy as np
 
+from .. import _kernels
 from ..packing import pack_int8
 
 #: An open page's room for tokens grows by this many.
@@ -86,6 +87,27 @@ class Page:
         self.keys = self.values = None
         self._plan()
 
+    def cut(self, count):
+        """Keep the first `count` tokens; a full page is opened again, from its packed
+        int8 values (the same values its rows held)."""
+        if not self.is_open and count < self.count:
+            self.keys = np.stack([w.int8() for w in self.packed_keys])
+            self.values = np.ascontiguousarray(np.stack([w.int8().T
+                                                         for w in self.packed_values]))
+            self.packed_keys = self.packed_values = self.key_plans = self.value_plans = ()
+        self.count = count
+
+    def select(self, index):
+        """Keep the KV heads `index`, in that order."""
+        for name in ("keys", "values"):
+            if getattr(self, name) is not None:
+                setattr(self, name, np.ascontiguousarray(getattr(self, name)[index]))
+        self.key_scales = np.ascontiguousarray(self.key_scales[index])
+        self.value_scales = np.ascontiguousarray(self.value_scales[index])
+        for name in ("packed_keys", "packed_values", "key_plans", "value_plans"):
+            held = getattr(self, name)
+            setattr(self, name, tuple(held[i] for i in index) if held else ())
+
     def _plan(self):
         # Each an attribute of its own: packing made them, and nothing replaces them.
         self.key_plans = tuple(w.plan() for w in self.packed_keys)
@@ -155,6 +177,29 @@ class LayerPages:
                 page.close()
         self.length += n
 
+    def truncate(self, length):
+        """Forget the positions from `length` on (see `Int8KVCache._truncate`)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot keep {length} of {self.length} tokens")
+        first = self.pages[0].start if self.pages else self.length
+        if self.window is not None and first > max(0, length - self.window + 1):
+            raise RuntimeError(f"cannot remove {self.length - length} tokens: this "
+                               f"sliding-window layer keeps only its last "
+                               f"{self.length - first}")
+        while self.pages and self.pages[-1].start >= length:
+            del self.pages[-1]
+        if self.pages:
+            self.pages[-1].cut(length - self.pages[-1].start)
+        self.length = length
+        self._span, self._span_key = None, ()
+
+    def select(self, index):
+        """Keep the KV heads `index`, in that order, in every page."""
+        for page in self.pages:
+            page.select(index)
+        self.n_kv_heads = len(index)
+        self._span, self._span_key = None, ()
+
     def covering(self, lo, hi):
         """The pages holding any position in [lo, hi)."""
         return [p for p in self.pages if p.stop > lo and p.start < hi]
@@ -168,7 +213,7 @@ class LayerPages:
         full = pages[:-1] if last is not None else pages
         key = (full[0].start, len(full)) if full else None
         if key != self._span_key:  # a decode step's pages are the last step's
-            self._span, self._span_key = PackedSpan(full), key
+            self._span, self._span_key = PackedSpan(full, self.page_tokens), key
         return self._span, last
 
     @property
@@ -182,27 +227,30 @@ class LayerPages:
 
 
 class PackedSpan:
-    """Consecutive full pages of one layer as int8 attention's products read them: per KV
-    head the plans of their packed keys and values and their scales, concatenated.
+    """Consecutive full pages of one layer as int8 attention reads them: per KV head the
+    plans of their packed keys and values, as `_kernels.PlanTable`s, and their scales,
+    concatenated.
 
     Attributes
     ----------
-    start, count : int
-        The positions ``start .. start + count - 1``.
-    key_plans, value_plans : list of list of _kernels.WeightPlan
-        Per KV head, a plan per page.
+    start, count, page : int
+        The positions ``start .. start + count - 1``, `page` tokens a page.
+    key_table, value_table : _kernels.PlanTable
+        Row h: KV head h's plan per page.
     key_scales, value_scales : ndarray of float32, shape (n_kv_heads, count)
         None without pages.
     """
 
-    __slots__ = ("start", "count", "key_plans", "value_plans", "key_scales", "value_scales")
+    __slots__ = ("start", "count", "page", "key_table", "value_table", "key_scales",
+                 "value_scales")
 
-    def __init__(self, pages):
+    def __init__(self, pages, page):
         self.start = pages[0].start if pages else 0
-        self.count = sum(p.count for p in pages)
+        self.count, self.page = sum(p.count for p in pages), page
         heads = range(len(pages[0].key_plans)) if pages else range(0)
-        self.key_plans = [[p.key_plans[h] for p in pages] for h in heads]
-        self.value_plans = [[p.value_plans[h] for p in pages] for h in heads]
+        self.key_table = _kernels.PlanTable([[p.key_plans[h] for p in pages] for h in heads])
+        self.value_table = _kernels.PlanTable([[p.value_plans[h] for p in pages]
+                                               for h in heads])
         self.key_scales = _joined([p.key_scales for p in pages])
         self.value_scales = _joined([p.value_scales for p in pages])
 

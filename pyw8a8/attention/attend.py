@@ -16,9 +16,9 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from .. import _rows, _threads
+from .. import _cpu, _kernels, _threads
 from .._validation import float_array
-from ._exact import LO_STEPS, combine, key_sums, quantize_terms, value_sums
+from ._exact import LO_STEPS
 from .cache import Int8KVCache
 
 __all__ = ["int8_attention"]
@@ -69,20 +69,39 @@ def int8_attention(cache: Int8KVCache, layer: int, q: npt.ArrayLike, k: npt.Arra
     group = queries.shape[1] // n_kv
     # (n_kv, group, n, head_dim): the query heads of each KV head
     heads = queries.transpose(1, 0, 2).reshape(n_kv, group, n, d)
-    heads = cache.rotated(np.ascontiguousarray(heads), cache.rotate_keys)
-    out = np.empty((n_kv, group, n, d), np.float32)
-    for r0 in range(0, n, int(block_rows)):
-        r1 = min(n, r0 + int(block_rows))
-        lo = 0 if pages.window is None else max(0, start + r0 - pages.window + 1)
-        span, last = pages.seen(lo, start + r1)
-        for h in range(n_kv):
-            rows = heads[h, :, r0:r1].reshape(-1, d)
-            out[h, :, r0:r1] = _attend_block(cache, span, last, h, rows, start + r0,
-                                             start + r1, pages.window).reshape(
-                                                 group, r1 - r0, d)
+    heads = cache.rotated(np.ascontiguousarray(heads, np.float32), cache.rotate_keys)
+    out = np.empty((1, n, n_kv * group, d), np.float32)
+    attend_layer(cache, layer, heads, start, out, block_rows=int(block_rows))
+    out = out[0]
     if cache.rotate_values:
         out = cache.unrotated(out)
-    return out.reshape(n_kv * group, n, d).transpose(1, 0, 2)
+    return out
+
+
+def attend_layer(cache, layer, heads, start, out, *, block_rows=128, mask=None,
+                 mask_start=0, softcap=0.0, kv_per_batch=None, name="q"):
+    """The attention of query rows over `layer`'s held tokens, appended already: heads
+    (streams, group, nq, head_dim) float32 C-contiguous, rotated as the keys and scaled,
+    query i at position ``start + i``; out (batch, nq, heads, head_dim) float32, streams
+    = batch * kv_per_batch (default: one batch row).  mask (batch, 1 or heads, nq,
+    columns), bool or float32, column c at position ``mask_start + c``; None: causal (and
+    the layer's window).  A query row holding NaN or Inf raises ValueError naming
+    `name`."""
+    pages = cache._pages(layer)
+    n = heads.shape[2]
+    lo = 0 if pages.window is None or mask is not None else max(0, start - pages.window + 1)
+    if mask is not None:
+        lo = max(lo, mask_start)
+    span, last = pages.seen(lo, start + n if mask is None else pages.length)
+    rows = cache.query_terms * heads.shape[1] * min(n, block_rows)
+    tokens = span.count + (last.count if last is not None else 0)
+    bad = _kernels.kv_attention(
+        _cpu.active_ops(rows), _threads.threads_for(heads.size * tokens), heads, start,
+        cache.query_terms, cache.probability_terms, LO_STEPS, span, last,
+        0 if pages.window is None else pages.window, softcap, mask, mask_start,
+        kv_per_batch or heads.shape[0], out, block_rows)
+    if bad:
+        raise ValueError(f"{name} holds NaN or Inf")
 
 
 def _checked(cache, q, k, v, block_rows):
@@ -106,36 +125,3 @@ def _checked(cache, q, k, v, block_rows):
             raise ValueError(f"{name} must have shape (n={n}, n_kv_heads={n_kv}, "
                              f"head_dim={d}) to match q, got {shape}")
     return queries
-
-
-def _attend_block(cache, span, last, head, rows, q_lo, q_hi, window):
-    """Attention of query rows ((group * (q_hi - q_lo), head_dim) float32, query-major
-    within each query head) at positions [q_lo, q_hi) over the full pages `span` and the
-    open page `last` (or None) of KV head `head`."""
-    q8, q_step = quantize_terms(rows, cache.query_terms, "q")
-    sums = key_sums(q8, span, last, head)
-    m, t = rows.shape[0], sums.shape[1]
-    p8 = np.empty((cache.probability_terms * m, t), np.int8)
-    p_step = np.empty(m, np.float32)
-    k_scale, v_scale = _scales(span, last, "key_scales", head), _scales(
-        span, last, "value_scales", head)
-    _rows.attention_probabilities(
-        sums, cache.query_terms, q_step, k_scale, v_scale,
-        span.start if span.count else last.start, q_lo, q_hi - q_lo,
-        0 if window is None else window, p8, p_step, LO_STEPS,
-        _threads.threads_for(m * t * 64))
-    sums = value_sums(p8, span, last, head, cache.head_dim)
-    if sums.dtype == np.int64:  # beyond EXACT_INT32_TOKENS
-        return (combine(sums, cache.probability_terms) * p_step[:, None].astype(
-            np.float64)).astype(np.float32)
-    out = np.empty((m, cache.head_dim), np.float32)
-    _rows.scaled_term_sums(sums, cache.probability_terms, p_step, LO_STEPS, out)
-    return out
-
-
-def _scales(span, last, name, head):
-    """The scales `name` of KV head `head` over `span` then `last`, (tokens,) float32."""
-    parts = [getattr(span, name)[head]] if span.count else []
-    if last is not None:
-        parts.append(getattr(last, name)[head, :last.count])
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)

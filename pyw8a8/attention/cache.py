@@ -158,28 +158,45 @@ class Int8KVCache:
         self._append(layer, keys, values, ("keys", "values"))
 
     def _append(self, layer, keys, values, names):
-        """`append`, its errors naming the keys and values `names` (a caller's arguments).
-        Keys and values are quantized in one call: a decode step's few rows cost that
-        call's overhead, not their arithmetic."""
+        """`append`, its errors naming the keys and values `names` (a caller's arguments)."""
         pages = self._pages(layer)
         k, v = self._heads(keys, names[0]), self._heads(values, names[1])
         if k.shape[1] != v.shape[1]:
             raise ValueError(f"{names[0]} and {names[1]} differ in tokens: {k.shape[1]} "
                              f"and {v.shape[1]}")
-        for x, name in ((k, names[0]), (v, names[1])):
-            if not np.isfinite(x).all():
-                raise ValueError(f"{name} holds NaN or Inf")
+        self._append_heads(pages, k, v, names)
+
+    def _append_heads(self, pages, k, v, names):
+        """Append k and v, (n_kv_heads, n, head_dim) float32 C-contiguous, to `pages` (a
+        layer's).  Keys and values are quantized in one call: a decode step's few rows
+        cost that call's overhead, not their arithmetic."""
         k, v = self.rotated(k, self.rotate_keys), self.rotated(v, self.rotate_values)
         rows = np.concatenate([k.reshape(-1, self.head_dim), v.reshape(-1, self.head_dim)])
         try:
             q, scale = quantize_terms(rows, 1, " and ".join(names))
-        except ValueError as exc:  # finite, but beyond the float32 range once rotated
-            raise ValueError(f"{' and '.join(names)}: {exc}") from None
+        except ValueError:  # NaN or Inf; or finite, but beyond float32 once rotated
+            for x, name in ((k, names[0]), (v, names[1])):
+                if not np.isfinite(x).all():
+                    raise ValueError(f"{name} holds NaN or Inf") from None
+            raise ValueError(f"{' and '.join(names)}: beyond the float32 range once "
+                             f"rotated") from None
         heads, n = self.n_kv_heads, k.shape[1]
         half = heads * n
         pages.append(q[:half].reshape(heads, n, self.head_dim),
                      q[half:].reshape(heads, n, self.head_dim),
                      scale[:half].reshape(heads, n), scale[half:].reshape(heads, n))
+
+    def _truncate(self, layer, length):
+        """Forget the positions of `layer` from `length` on; RuntimeError where a sliding
+        window has dropped tokens a query at `length` would see."""
+        self._pages(layer).truncate(length)
+
+    def _select_streams(self, index):
+        """Keep the KV heads `index` (int array, in that order) of every layer: the
+        batch rows of a caller that lays a batch out as heads."""
+        for pages in self._layers:
+            pages.select(index)
+        self.n_kv_heads = len(index)
 
     def rotated(self, x: npt.ArrayLike, on: bool = True) -> npt.NDArray[np.float32]:
         """x rotated as the cache rotates keys (and values): the queries' rotation.

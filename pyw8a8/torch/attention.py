@@ -4,9 +4,9 @@ transformers picks a model's attention function by name (``config._attn_implemen
 looked up in its ``AttentionInterface``) and the mask function by the same name
 (``AttentionMaskInterface``).  pyw8a8 registers one name per implementation it wraps:
 ``"pyw8a8"`` over ``"sdpa"`` and ``"pyw8a8_eager"`` over ``"eager"``, each with the mask
-function of the one it wraps.  Called with the int8 keys of an
-:class:`~pyw8a8.torch.Int8Cache`, it runs pyw8a8's int8 attention
-(:func:`~pyw8a8.torch._int8_attention.attend`).  In a bidirectional layer (an encoder's)
+function of the one it wraps.  Called with the receipt of an
+:class:`~pyw8a8.torch.Int8Cache`'s layer in the place of the keys, it runs pyw8a8's int8
+attention (``torch.ops.pyw8a8.kv_attention``).  In a bidirectional layer (an encoder's)
 over "sdpa", float32 attention runs on pyw8a8's fused kernel
 (``torch.ops.pyw8a8.float_attention``: SDPA's arithmetic within float32 rounding, the keys
 a padding mask hides skipped).  Anything else (a decoder's attention over a default cache,
@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import _float_attention, _int8_attention
+from . import _float_attention, _int8_attention  # noqa: F401 (registers kv_attention)
 from ._ops import INFERENCE_ONLY
 
 __all__ = ["ATTENTION_NAMES", "enable_int8_attention"]
@@ -42,9 +42,15 @@ def _eager(module: torch.nn.Module) -> Callable:
     return function
 
 
+def is_receipt(key: Any) -> bool:
+    """Whether `key` is an Int8Cache layer's receipt (``torch.ops.pyw8a8.kv_append``'s)
+    in the place of the keys."""
+    return isinstance(key, torch.Tensor) and key.dtype == torch.int64 and key.dim() == 1
+
+
 def int8_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
                    value: torch.Tensor, attention_mask: Any, **kwargs):
-    """pyw8a8's int8 attention over an Int8Cache's keys and values, for transformers.
+    """pyw8a8's int8 attention over an Int8Cache's layer, for transformers.
 
     Parameters
     ----------
@@ -54,14 +60,14 @@ def int8_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tens
         float32, bfloat16 or float16 (batch, query heads, queries, head_dim), on the CPU;
         query heads a multiple of the KV heads (GQA).
     key, value : torch.Tensor
-        int8 (batch, KV heads, tokens, head_dim), as :meth:`Int8Layer.update` returns them.
+        The receipt :meth:`Int8Layer.update` returns in their places.
     attention_mask : torch.Tensor or None
         The mask of the model's mask function: bool (True where a query sees a token) or
         additive float, (batch, 1 or query heads, queries, tokens); None: causal.
     **kwargs
         ``scaling`` (default head_dim ** -0.5), ``softcap`` (tanh softcapping of the
         scores, as Gemma 2 has), ``dropout`` (must be 0: inference only); the rest (the
-        sliding window, which the mask applies) is not used.
+        sliding window, which the cache's layer applies) is not used.
 
     Returns
     -------
@@ -69,10 +75,6 @@ def int8_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tens
         The output, (batch, queries, query heads, head_dim) in `query`'s dtype, and None
         (no attention weights).
     """
-    cached = getattr(key, _int8_attention.MARK, None)
-    if cached is None:
-        raise TypeError("key is int8 but not an Int8Cache's: pyw8a8's attention reads "
-                        "int8 keys from an Int8Cache only")
     if not isinstance(query, torch.Tensor) or query.device.type != "cpu":
         raise ValueError(f"query must be a CPU tensor; pyw8a8's int8 attention runs on the "
                          f"CPU, got {getattr(query, 'device', type(query).__name__)}")
@@ -80,12 +82,9 @@ def int8_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tens
         raise TypeError(f"query must be float32, bfloat16 or float16, got {query.dtype}")
     if query.requires_grad and torch.is_grad_enabled():
         raise RuntimeError(f"query {INFERENCE_ONLY}")
-    heads, head_dim = key.shape[1], key.shape[3]
-    if query.dim() != 4 or query.shape[3] != head_dim or query.shape[1] % heads:
-        raise ValueError(f"query must be (batch, a multiple of {heads} heads, queries, "
-                         f"{head_dim}), got shape {tuple(query.shape)}")
-    if query.shape[0] != key.shape[0]:
-        raise ValueError(f"query has batch {query.shape[0]}, the cache {key.shape[0]}")
+    if query.dim() != 4:
+        raise ValueError(f"query must be (batch, heads, queries, head_dim), got shape "
+                         f"{tuple(query.shape)}")
     if kwargs.get("dropout", 0.0) and module.training:
         raise RuntimeError("pyw8a8's int8 attention is inference only: dropout must be 0 "
                            "(call model.eval())")
@@ -93,10 +92,10 @@ def int8_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tens
         raise TypeError(f"attention_mask must be a tensor or None, got "
                         f"{type(attention_mask).__name__}")
     scaling = kwargs.get("scaling")
-    scaling = head_dim ** -0.5 if scaling is None else float(scaling)
+    scaling = query.shape[-1] ** -0.5 if scaling is None else float(scaling)
     softcap = kwargs.get("softcap")
-    out = _int8_attention.attend(query, key, cached, attention_mask, scaling,
-                                 None if softcap is None else float(softcap))
+    out = torch.ops.pyw8a8.kv_attention(query, key, attention_mask, scaling,
+                                        0.0 if softcap is None else float(softcap))
     return out, None
 
 
@@ -125,7 +124,7 @@ def _over(inner: str) -> Callable:
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     def attention(module, query, key, value, attention_mask, **kwargs):
-        if key.dtype == torch.int8:
+        if is_receipt(key):
             return int8_attention(module, query, key, value, attention_mask, **kwargs)
         if inner == "sdpa" and _takes_float_attention(module, query, key, value,
                                                       attention_mask, kwargs):

@@ -1,16 +1,9 @@
-"""`Int8Cache`: a transformers ``Cache`` whose keys and values are int8.
-
-Each layer keeps its tokens in buffers with room to spare: int8 keys (rotated, then
-quantized per token and KV head) and their float32 scales, int8 values stored transposed
-(head_dim x tokens, the left operand of the attention's P.V product) and theirs.  A new
-token is written in place; a full buffer grows to twice its size (amortized doubling), and
-a sliding-window layer, which keeps only its last ``window - 1`` tokens as transformers'
-``DynamicSlidingWindowLayer`` does, in a buffer of about twice the window, moves them to
-the front once it reaches the end, so no step copies the whole cache.
-
-``update`` returns int8 views of the live tokens, the keys marked with the rest
-(:class:`~pyw8a8.torch._int8_attention.QuantizedKV`); pyw8a8's attention implementation
-(:mod:`pyw8a8.torch.attention`) finds the mark and runs the int8 attention.
+"""`Int8Cache`: a transformers ``Cache`` whose keys and values are int8, a thin adapter over
+pyw8a8's int8 KV store (:class:`pyw8a8.attention.Int8KVCache`: pages of int8 keys, rotated,
+and values, one float32 scale per token and KV head; a batch row's KV heads are the store's
+heads).  A layer's ``update`` appends through ``torch.ops.pyw8a8.kv_append`` and returns its
+receipt; pyw8a8's attention implementation (:mod:`pyw8a8.torch.attention`) finds the
+receipt and runs ``torch.ops.pyw8a8.kv_attention`` (:mod:`._int8_attention`).
 """
 from __future__ import annotations
 
@@ -20,7 +13,7 @@ import torch
 from transformers.cache_utils import Cache, CacheLayerMixin, get_layer_types_and_kwargs
 from transformers.configuration_utils import PreTrainedConfig
 
-from .._layout import padded
+from ..attention import Int8KVCache
 from . import _int8_attention
 from .attention import ATTENTION_NAMES
 
@@ -28,146 +21,51 @@ __all__ = ["Int8Cache", "Int8Layer"]
 
 #: The dtypes the cache quantizes from.
 KV_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-# Buffers hold whole multiples of this many tokens; a full layer's first buffer holds its
-# first update and an eighth more (then doubles).
-_CAPACITY_STEP = 64
 
 
 class Int8Layer(CacheLayerMixin):
-    """One attention layer's int8 keys and values (see the module's description).
+    """One attention layer of an :class:`Int8Cache`: its place in the cache's store, and
+    the token count and window transformers' masks are sized by.
 
     Parameters
     ----------
-    num_heads, head_dim : int
-        The KV heads and their size, which every update must have.
-    block, seed : int
-        The keys' rotation before quantizing (:func:`pyw8a8.rotate`'s); block 0: none.
-    probabilities : {"int8", "int8x2"}
-        How the attention quantizes P for P.V (:class:`Int8Cache`).
+    cache : Int8Cache
+    index : int
+        The layer's index in the cache's store.
     window : int, optional
-        A sliding-window layer's window: only the last ``window - 1`` tokens are kept
-        between updates.
+        A sliding-window layer's window.
     """
 
     is_compileable = False
     is_croppable = True
 
-    def __init__(self, num_heads: int, head_dim: int, block: int, seed: int,
-                 window: Optional[int] = None, probabilities: str = "int8x2"):
+    def __init__(self, cache: "Int8Cache", index: int, window: Optional[int] = None):
         super().__init__()
-        self.num_heads, self.head_dim, self.block, self.seed = num_heads, head_dim, block, seed
-        self.probabilities = probabilities
-        self.window = window
+        self.cache, self.index, self.window = cache, index, window
         self.is_sliding = window is not None
         self.cumulative_length = 0
-        self._buffers: Optional[dict[str, torch.Tensor]] = None
-        self._start = self._end = 0
-
-    # token axis of each buffer: keys (B, H, cap, d), values_t (B, H, d, cap), scales (B, H, cap)
-    _AXES = {"keys": 2, "key_scales": 2, "values_t": 3, "value_scales": 2}
-
-    @property
-    def capacity(self) -> int:
-        """Tokens the buffers hold before they grow or, sliding, move their tokens."""
-        return 0 if self._buffers is None else self._buffers["keys"].shape[2]
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the layer's buffers (as allocated, the room to spare included)."""
-        return 0 if self._buffers is None else sum(b.nbytes for b in self._buffers.values())
+        # int64 (cache id, layer): the operators' handle of this layer's store
+        self.handle = torch.tensor([cache.cache_id, index])
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        n = key_states.shape[2]
-        self._allocate(key_states.shape[0], padded(n + n // 8 + 1, _CAPACITY_STEP))
         self.device = key_states.device
         self.is_initialized = True
 
-    def _allocate(self, batch: int, capacity: int) -> None:
-        """Fresh buffers of `capacity` tokens, the live tokens copied to their front."""
-        h, d = self.num_heads, self.head_dim
-        new = {"keys": torch.empty((batch, h, capacity, d), dtype=torch.int8),
-               "key_scales": torch.empty((batch, h, capacity), dtype=torch.float32),
-               "values_t": torch.empty((batch, h, d, capacity), dtype=torch.int8),
-               "value_scales": torch.empty((batch, h, capacity), dtype=torch.float32)}
-        live = self._end - self._start
-        if self._buffers is not None:
-            for name, axis in self._AXES.items():
-                new[name].narrow(axis, 0, live).copy_(
-                    self._buffers[name].narrow(axis, self._start, live))
-        self._buffers, self._start, self._end = new, 0, live
-
-    def _make_room(self, tokens: int) -> None:
-        if self._end + tokens <= self.capacity:
-            return
-        live = self._end - self._start
-        if live + tokens <= self.capacity // 2:  # a sliding layer: move its window forward
-            for name, axis in self._AXES.items():
-                buffer = self._buffers[name]
-                buffer.narrow(axis, 0, live).copy_(buffer.narrow(axis, self._start, live).clone())
-            self._start, self._end = 0, live
-        else:
-            self._allocate(self._buffers["keys"].shape[0],
-                           max(2 * self.capacity, live + tokens))
-
-    def _check(self, key_states: Any, value_states: Any) -> None:
-        for name, t in (("key_states", key_states), ("value_states", value_states)):
-            if not isinstance(t, torch.Tensor):
-                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-            if t.device.type != "cpu":
-                raise ValueError(f"{name} is on {t.device}; Int8Cache and its int8 attention "
-                                 f"run on the CPU")
-            if t.dtype not in KV_DTYPES:
-                raise TypeError(f"{name} must be float32, bfloat16 or float16, got {t.dtype}")
-            if t.dim() != 4 or t.shape[1] != self.num_heads or t.shape[3] != self.head_dim:
-                raise ValueError(f"{name} must be (batch, {self.num_heads} KV heads, tokens, "
-                                 f"{self.head_dim}) as the model's config says, got shape "
-                                 f"{tuple(t.shape)}")
-        if value_states.shape != key_states.shape:
-            raise ValueError(f"value_states {tuple(value_states.shape)} and key_states "
-                             f"{tuple(key_states.shape)} differ in shape")
-        if self._buffers is not None and key_states.shape[0] != self._buffers["keys"].shape[0]:
-            raise ValueError(f"key_states has batch {key_states.shape[0]}; the cache holds "
-                             f"{self._buffers['keys'].shape[0]} (reset it for another batch)")
-
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args,
                **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
-        """Quantize and append the new tokens; return the int8 keys (batch, heads, tokens,
-        head_dim), marked with the rest, and values (the same shape, a transposed view)
-        of every token the attention sees: all of them, or for a sliding layer the last
-        ``window - 1`` before these and these."""
-        self._check(key_states, value_states)
+        """Quantize and store the new tokens (batch, KV heads, tokens, head_dim); return
+        their receipt twice (in the places of the keys and values), which pyw8a8's
+        attention reads."""
+        self.cache.check_states(key_states, value_states)
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        k8, k_scales = _int8_attention.quantize_rows(key_states, self.block, self.seed,
-                                                     name="key_states")
-        v8, v_scales = _int8_attention.quantize_rows(value_states, name="value_states")
-        n = key_states.shape[2]
-        self._make_room(n)
-        b, e = self._buffers, self._end
-        b["keys"][:, :, e:e + n] = k8
-        b["key_scales"][:, :, e:e + n] = k_scales
-        b["values_t"][:, :, :, e:e + n] = v8.transpose(-1, -2)
-        b["value_scales"][:, :, e:e + n] = v_scales
-        self._end += n
-        self.cumulative_length += n
-        s = self._start
-        if self._end - s > _int8_attention.MAX_TOKENS:
-            raise ValueError(f"{self._end - s} tokens exceed the {_int8_attention.MAX_TOKENS} "
-                             f"whose int8 attention sums stay exact in int32")
-        keys_out = b["keys"][:, :, s:self._end]
-        values_t = b["values_t"][:, :, :, s:self._end]
-        setattr(keys_out, _int8_attention.MARK, _int8_attention.QuantizedKV(
-            b["key_scales"][:, :, s:self._end], values_t, b["value_scales"][:, :, s:self._end],
-            self.block, self.seed, self.probabilities))
-        if self.window is not None:
-            self._start = max(s, self._end - (self.window - 1))
-            window_capacity = padded(2 * self.window, _CAPACITY_STEP)
-            if self.capacity > 2 * window_capacity:  # after a long prefill: the window only
-                self._allocate(b["keys"].shape[0], window_capacity)
-        return keys_out, values_t.transpose(-1, -2)
+        receipt = torch.ops.pyw8a8.kv_append(self.handle, key_states, value_states)
+        self.cumulative_length += key_states.shape[2]
+        return receipt, receipt
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        """The length and offset of the tokens the next update returns (for the mask)."""
+        """The length and offset of the tokens the next attention sees (for the mask): all
+        of them, or for a sliding layer the last ``window - 1`` and the new ones."""
         if self.window is None:
             return self.cumulative_length + query_length, 0
         offset = max(self.cumulative_length - self.window + 1, 0)
@@ -181,9 +79,9 @@ class Int8Layer(CacheLayerMixin):
         return -1 if self.window is None else self.window
 
     def reset(self) -> None:
-        self._buffers, self._start, self._end = None, 0, 0
         self.cumulative_length = 0
         self.is_initialized = False
+        self.cache.store = None  # every layer's: the next update may bring another batch
 
     def crop(self, tokens_to_remove: int) -> None:
         """Forget the last ``-tokens_to_remove`` tokens (a negative count, as transformers
@@ -191,25 +89,21 @@ class Int8Layer(CacheLayerMixin):
         if tokens_to_remove > 0:
             raise ValueError(f"crop takes a negative count of tokens to remove, got "
                              f"{tokens_to_remove}")
-        remove = -tokens_to_remove
-        if remove > self._end - self._start:
-            raise RuntimeError(f"cannot remove {remove} tokens: this sliding-window layer "
-                               f"keeps only its last {self._end - self._start}")
-        self._end -= remove
-        self.cumulative_length -= remove
-
-    def _map_batch(self, fn) -> None:
-        if self._buffers is not None:
-            self._buffers = {name: fn(buffer) for name, buffer in self._buffers.items()}
+        if tokens_to_remove and self.cache.store is not None:
+            self.cache.store._truncate(self.index, self.cumulative_length + tokens_to_remove)
+        self.cumulative_length += tokens_to_remove
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        self._map_batch(lambda b: b.index_select(0, beam_idx.cpu()))
+        if self.index == 0:
+            self.cache.select_batch(beam_idx)
 
     def batch_repeat_interleave(self, repeats: int) -> None:
-        self._map_batch(lambda b: b.repeat_interleave(repeats, dim=0))
+        if self.index == 0 and self.cache.store is not None:
+            self.cache.select_batch(torch.arange(self.cache.batch).repeat_interleave(repeats))
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        self._map_batch(lambda b: b[indices])
+        if self.index == 0 and self.cache.store is not None:
+            self.cache.select_batch(torch.arange(self.cache.batch)[indices])
 
 
 class Int8Cache(Cache):
@@ -219,10 +113,13 @@ class Int8Cache(Cache):
     Keys and values are quantized per token and KV head (one float32 scale each,
     symmetric, round to nearest, magnitudes up to 127); keys after a block randomized
     Hadamard rotation (:func:`pyw8a8.rotate`, block = head_dim when it is a power of two),
-    which the attention applies to the queries too.  Pass it as ``past_key_values`` (or
-    ``cache``) to the forward or ``generate`` of a model whose attention runs through
-    pyw8a8 (:func:`pyw8a8.torch.quantize` sets that, or
-    :func:`pyw8a8.torch.enable_int8_attention`).
+    which the attention applies to the queries too.  They are held in pages of 128 tokens
+    (a sliding-window layer drops the pages its window has passed), as numpy's
+    :class:`pyw8a8.attention.Int8KVCache` holds them: the same store, and the same int8
+    attention (both products exact int8 sums on pyw8a8's kernels).  Pass it as
+    ``past_key_values`` (or ``cache``) to the forward or ``generate`` of a model whose
+    attention runs through pyw8a8 (:func:`pyw8a8.torch.quantize` sets that, or
+    :func:`pyw8a8.torch.enable_int8_attention`), eager or under ``torch.compile``.
 
     Parameters
     ----------
@@ -235,11 +132,8 @@ class Int8Cache(Cache):
         How P.V quantizes each query's probabilities (V's scales folded in): "int8x2"
         (the default), an int8 row (scale max / 127) and its rounding error as a second
         int8 row in steps of 1/254 of the first's (about 15 bits), two int8 products in
-        one call; "int8", the first row alone.  One int8 row loses the probabilities below
-        half a step of the largest:
-        on Gemma 3 270M at 1,024 tokens of context the KL of the next-token distributions
-        to the float model was 0.0088 with "int8", 0.0039 with "int8x2" and 0.0035 with
-        the default cache (``bench --torch --torch-models kvcache``).
+        one call; "int8", the first row alone, which loses the probabilities below half a
+        step of the largest.
 
     Raises
     ------
@@ -252,9 +146,11 @@ class Int8Cache(Cache):
     Notes
     -----
     ``update`` raises a RuntimeError where the model's attention implementation is not
-    pyw8a8's (naming it), a ValueError for states of another KV head count, head size or
-    batch, or off the CPU, a TypeError for a dtype other than float32, bfloat16, float16.
-    Cropping works (assisted decoding); offloading and ``torch.compile`` do not.
+    pyw8a8's (naming it), a ValueError for a layer the config does not have, for states
+    of another KV head count, head size or batch, or off the CPU, a TypeError for a dtype
+    other than float32, bfloat16, float16; the attention refuses a mask of another shape
+    (the stored tokens are then as they were).  Cropping (assisted decoding) and beam
+    search work; offloading does not.
 
     Examples
     --------
@@ -268,8 +164,8 @@ class Int8Cache(Cache):
     ...                      do_sample=False, cache=cache)  # transformers 4: past_key_values
     >>> cache.get_seq_length()  # the last new token is not fed back
     6
-    >>> cache.nbytes  # 2 layers x 64 tokens of room x 2 heads x (16 + 16 + 4 + 4) bytes
-    10240
+    >>> cache.nbytes  # 2 layers x 2 heads x 16 tokens of room x (16 + 16 + 4 + 4) bytes
+    2560
     """
 
     def __init__(self, config: PreTrainedConfig, *, seed: int = 0,
@@ -287,24 +183,32 @@ class Int8Cache(Cache):
             raise ValueError("Int8Cache holds a decoder's self-attention; this model is an "
                              "encoder-decoder, whose cross-attention cannot run on it")
         text = config.get_text_config(decoder=True)
-        num_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
-        head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
-        block = _int8_attention.rotation_block(int(head_dim))
+        self.num_heads = int(getattr(text, "num_key_value_heads", None) or
+                             text.num_attention_heads)
+        self.head_dim = int(getattr(text, "head_dim", None) or
+                            text.hidden_size // text.num_attention_heads)
+        self.block = _int8_attention.rotation_block(self.head_dim)
+        windows = []
         layer_types, layer_kwargs = get_layer_types_and_kwargs(text)
-        layers = []
         for i, (layer_type, kwargs) in enumerate(zip(layer_types, layer_kwargs)):
             if layer_type == "full_attention":
-                window = None
+                windows.append(None)
             elif layer_type in ("sliding_attention", "chunked_attention"):
-                window = int(kwargs["sliding_window"])
+                windows.append(int(kwargs["sliding_window"]))
             else:
                 raise ValueError(f"layer {i} of the model is {layer_type!r}; Int8Cache holds "
                                  f"full and sliding-window attention layers only")
-            layers.append(Int8Layer(int(num_heads), int(head_dim), block, seed, window,
-                                    probabilities))
-        super().__init__(layers=layers)
+        self.windows = windows
         self.config = text
         self.seed, self.probabilities = seed, probabilities
+        self.store: Optional[Int8KVCache] = None  # made at the first update: its batch
+        self.cache_id = _int8_attention.register(self)
+        super().__init__(layers=[Int8Layer(self, i, w) for i, w in enumerate(windows)])
+
+    @property
+    def batch(self) -> int:
+        """The batch rows the store holds (0 before the first update)."""
+        return 0 if self.store is None else self.store.n_kv_heads // self.num_heads
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
                *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
@@ -315,10 +219,69 @@ class Int8Cache(Cache):
                 f"read an Int8Cache: quantize the model with pyw8a8.torch.quantize or call "
                 f"pyw8a8.torch.enable_int8_attention(model), and make the cache from that "
                 f"model's config (Int8Cache(model.config))")
-        return super().update(key_states, value_states, layer_idx, *args, **kwargs)
+        if isinstance(layer_idx, bool) or not isinstance(layer_idx, int) or not (
+                0 <= layer_idx < len(self.layers)):
+            raise ValueError(f"layer_idx {layer_idx!r}: this Int8Cache was made for a model "
+                             f"of {len(self.layers)} attention layers")
+        return self.layers[layer_idx].update(key_states, value_states, *args, **kwargs)
+
+    def check_states(self, key_states: Any, value_states: Any) -> None:
+        """A layer's new keys and values checked (what compiled code can check: types,
+        shapes, dtypes)."""
+        for name, t in (("key_states", key_states), ("value_states", value_states)):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+            if t.device.type != "cpu":
+                raise ValueError(f"{name} is on {t.device}; Int8Cache and its int8 attention "
+                                 f"run on the CPU")
+            if t.dtype not in KV_DTYPES:
+                raise TypeError(f"{name} must be float32, bfloat16 or float16, got {t.dtype}")
+            if t.dim() != 4 or t.shape[1] != self.num_heads or t.shape[3] != self.head_dim:
+                raise ValueError(f"{name} must be (batch, {self.num_heads} KV heads, tokens, "
+                                 f"{self.head_dim}) as the model's config says, got shape "
+                                 f"{tuple(t.shape)}")
+        if value_states.shape != key_states.shape:
+            raise ValueError(f"value_states {tuple(value_states.shape)} and key_states "
+                             f"{tuple(key_states.shape)} differ in shape")
+
+    def append_states(self, cache_id: int, layer: int, key_states: torch.Tensor,
+                      value_states: torch.Tensor) -> torch.Tensor:
+        """kv_append: the states into the store; the receipt."""
+        batch, heads, n, head_dim = key_states.shape
+        if self.store is None:
+            self.store = Int8KVCache(
+                self.windows, batch * heads, head_dim, rotate_keys=self.block > 0,
+                probability_terms=_int8_attention.PROBABILITIES[self.probabilities],
+                query_terms=1, block=self.block or None, seed=self.seed)
+        elif batch != self.batch:
+            raise ValueError(f"key_states has batch {batch}; the cache holds {self.batch} "
+                             f"(reset it for another batch)")
+        before = self.store._pages(layer).length
+        k, v = (t.detach().to(torch.float32).reshape(batch * heads, n, head_dim)
+                .contiguous().numpy() for t in (key_states, value_states))
+        self.store._append_heads(self.store._pages(layer), k, v,
+                                 ("key_states", "value_states"))
+        return torch.tensor([cache_id, layer, before, n])
+
+    def attend(self, layer: int, before: int, new: int, query: torch.Tensor,
+               mask: Optional[torch.Tensor], scaling: float, softcap: float) -> torch.Tensor:
+        """kv_attention: the layer's attention (see `_int8_attention.attend`)."""
+        return _int8_attention.attend(self.store, layer, before, new, query, mask, scaling,
+                                      softcap)
+
+    def select_batch(self, rows: torch.Tensor) -> None:
+        """Keep the batch rows `rows` (beam search's reordering, repeats, selections)."""
+        if self.store is None:
+            return
+        rows = rows.cpu().reshape(-1)
+        if rows.numel() and not (0 <= int(rows.min()) and int(rows.max()) < self.batch):
+            raise ValueError(f"batch rows {rows.tolist()} out of the cache's {self.batch}")
+        heads = torch.arange(self.num_heads)
+        self.store._select_streams((rows[:, None] * self.num_heads + heads).reshape(-1)
+                                   .numpy())
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the cache's buffers: int8 keys and values and their float32 scales, as
-        allocated (with the room each layer keeps to grow in place)."""
-        return sum(layer.nbytes for layer in self.layers)
+        """Bytes the store has allocated: int8 keys and values, packed or open, and their
+        float32 scales."""
+        return 0 if self.store is None else self.store.nbytes

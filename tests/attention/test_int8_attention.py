@@ -63,7 +63,7 @@ def test_integer_products_are_exact_on_every_isa(any_isa, filled_cache):
             np.testing.assert_array_equal(got, q8.astype(np.int64) @ keys[h].T.astype(np.int64))
             p8 = rng.integers(-127, 128, (rows, 45), dtype=np.int8)
             got = value_sums(p8, span, last, h, D)
-            assert got.dtype == np.int32  # int64 only beyond EXACT_INT32_TOKENS
+            assert got.dtype == np.int64
             np.testing.assert_array_equal(got, p8.astype(np.int64) @ values[h].astype(np.int64))
     extreme = np.full((3, D), 127, np.int8)
     np.testing.assert_array_equal(key_sums(extreme, span, last, 0),
@@ -203,52 +203,6 @@ def test_rotation_matches_pyw8a8_rotate():
     np.testing.assert_array_equal(cache.rotated(x, True), pyw8a8.rotate(x, block=32, seed=5))
 
 
-def _softmax_terms_model(sums, q_terms, q_step, k_scale, v_scale, first, q_lo, queries,
-                         window):
-    """float64 model of `_rows.attention_probabilities`: the probabilities times the
-    values' scales, 0 where masked."""
-    m = q_step.shape[0]
-    s = sums[:m].astype(np.float64)
-    if q_terms == 2:
-        s = s * LO_STEPS + sums[m:]
-    s = s * q_step[:, None].astype(np.float64) * k_scale[None, :]
-    qpos = (q_lo + np.arange(m) % queries)[:, None]
-    kpos = first + np.arange(s.shape[1])[None, :]
-    masked = (kpos > qpos) | ((qpos - kpos >= window) if window else False)
-    s[masked] = -np.inf
-    p = np.exp(s - s.max(-1, keepdims=True))
-    p /= p.sum(-1, keepdims=True)
-    return p * v_scale[None, :], masked
-
-
-@pytest.mark.parametrize("q_terms, p_terms, window", [(2, 2, 0), (1, 1, 0), (2, 2, 5),
-                                                      (2, 1, 9)])
-def test_probability_rows_are_their_float64_model(q_terms, p_terms, window):
-    from pyw8a8 import _rows
-    rng = np.random.default_rng(20)
-    queries, group, t, first = 6, 3, 37, 10  # queries at 40..45 over keys at 10..46
-    m = queries * group
-    sums = rng.integers(-40000, 40000, (q_terms * m, t)).astype(np.int32)
-    q_step = (rng.random(m) * 1e-4).astype(np.float32)
-    k_scale = (rng.random(t) * 0.1 + 0.01).astype(np.float32)
-    v_scale = (rng.random(t) * 0.1 + 0.01).astype(np.float32)
-    p8 = np.full((p_terms * m, t), 99, np.int8)
-    p_step = np.empty(m, np.float32)
-    _rows.attention_probabilities(sums, q_terms, q_step, k_scale, v_scale, first, 40,
-                                  queries, window, p8, p_step, LO_STEPS, 2)
-    ref, masked = _softmax_terms_model(sums, q_terms, q_step, k_scale, v_scale, first, 40,
-                                       queries, window)
-    whole = p8[:m].astype(np.float64) * (LO_STEPS if p_terms == 2 else 1)
-    if p_terms == 2:
-        whole += p8[m:]
-    got = whole * p_step[:, None]
-    assert np.all(whole[masked] == 0)
-    assert np.all(np.abs(p8[:m]).max(axis=1) == 127)  # each row's largest term at 127
-    # within half a step of the combined sum, plus float32's rounding of the row
-    tol = 0.5 * p_step[:, None] * (1 + 1e-3) + 1e-6 * ref.max(axis=1, keepdims=True)
-    assert np.all(np.abs(got - ref) <= tol)
-
-
 def test_first_int8_term_is_quantize_per_token():
     rng = np.random.default_rng(21)
     x = (rng.standard_normal((7, 300)) * rng.random((7, 1)) * 10).astype(np.float32)
@@ -269,20 +223,36 @@ def test_first_int8_term_is_quantize_per_token():
 
 def test_value_products_stay_exact_beyond_int32():
     """127 * 127 over 140,800 tokens (1,100 pages of 128) is above 2**31: the sums are int64
-    and exact, flushed from int32 before they could overflow."""
-    from pyw8a8 import _cpu, _kernels
-    from pyw8a8.packing import pack_int8
-    pages, n, k = 1100, 16, 128
-    page = pack_int8(np.full((n, k), 127, np.int8), np.ones(n, np.float32))
+    and exact, each page's int32 product added up in int64."""
+    pages, k, d = 1100, 128, 16
+    cache = Int8KVCache([None], 1, d, rotate_keys=False)
+    ones = np.ones((pages * k, 1, d), np.float32)
+    cache.append(0, ones, ones)
+    span, last = cache._layers[0].seen(0, pages * k)
+    assert span.count == pages * k and last is None
     rows = np.full((2, pages * k), 127, np.int8)
     rows[1, ::2] = -127
-    out = np.empty((2, n), np.int64)
-    work = np.empty(_kernels.page_row_sums_work(2, n, k), np.uint8)
-    _kernels.page_row_sums(_cpu.active_ops(2), rows, [page.plan()] * pages, out,
-                           1, work)
+    out = value_sums(rows, span, last, 0, d)
     np.testing.assert_array_equal(out[0], 127 * 127 * pages * k)
     assert 127 * 127 * pages * k > 2**31
     np.testing.assert_array_equal(out[1], 0)
-    with pytest.raises(ValueError, match="int32 for at most 131072"):
-        _kernels.page_row_sums(_cpu.active_ops(2), rows, [page.plan()] * pages,
-                               np.empty((2, n), np.int32), 1, work)
+
+
+def test_a_causal_mask_gives_the_causal_attention_and_a_blind_query_zeros():
+    from pyw8a8.attention.attend import attend_layer
+    rng = np.random.default_rng(22)
+    cache = Int8KVCache([None], 2, D, page_tokens=8)
+    q, k, v = _qkv(rng, 21, heads=4, kv=2)
+    cache.append(0, k, v)
+    heads = np.ascontiguousarray(q.transpose(1, 0, 2).reshape(2, 2, 21, D))
+    heads = cache.rotated(heads)
+    causal = np.empty((1, 21, 4, D), np.float32)
+    attend_layer(cache, 0, heads, 0, causal, block_rows=5)
+    visible = np.tril(np.ones((21, 21), bool))[None, None]
+    additive = np.where(visible, 0, -np.inf).astype(np.float32)
+    for mask in (visible.copy(), additive):
+        mask[0, 0, 3] = False if mask.dtype == bool else -np.inf  # query 3 sees nothing
+        got = np.empty_like(causal)
+        attend_layer(cache, 0, heads, 0, got, block_rows=5, mask=mask)
+        np.testing.assert_array_equal(np.delete(got, 3, axis=1), np.delete(causal, 3, axis=1))
+        assert not got[0, 3].any()
