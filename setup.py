@@ -53,7 +53,7 @@ extensions = [
         extra_link_args=link_args,
     )
     for name in ("pyw8a8._dispatch", "pyw8a8._kernels", "pyw8a8._outputs", "pyw8a8._rows",
-                 "pyw8a8._probes")
+                 "pyw8a8._attention", "pyw8a8._probes")
 ]
 
 setup(

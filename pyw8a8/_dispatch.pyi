@@ -10,6 +10,7 @@ def isa_explicit_only(name: str) -> bool: ...
 def best_isa() -> str: ...
 
 class IsaOps:
+    address: Final[int]
     name: Final[str]
     mr: Final[int]
     npanels: Final[int]

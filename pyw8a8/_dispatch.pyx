@@ -76,6 +76,11 @@ cdef class IsaOps:
     loop nest and epilogues run as often as they would there.
     """
 
+    @property
+    def address(self):
+        """The ISA's table's address, for C callers reached from Python (_attention)."""
+        return <size_t>self.ops
+
     def __cinit__(self, str name, bint noop_kernel=False, str tile_of=None):
         cdef const w8_isa_ops *entry = w8_isa_lookup(name.encode())
         cdef const w8_isa_ops *tile = entry

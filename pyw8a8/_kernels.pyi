@@ -25,6 +25,7 @@ def data_address(arr: np.ndarray[Any, Any]) -> int: ...
 
 
 class WeightPlan:
+    address: Final[int]
     panels: Final[npt.NDArray[np.uint8]]
     psum: Final[npt.NDArray[np.int32]]
     scales: Final[npt.NDArray[np.float32]]
@@ -55,19 +56,6 @@ def call(x: object, plan1: object, plan2: object, bias1: object, bias2: object,
                | tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]] | None): ...
 def int8_call(qa: npt.NDArray[np.int8], plan: WeightPlan, out: npt.NDArray[Any],
               blocking: _Blocking | None = ...) -> None: ...
-def int8_terms(x: npt.NDArray[np.float32], q: npt.NDArray[np.int8],
-               step: npt.NDArray[np.float32], lo_steps: int, nthreads: int) -> int: ...
-class PlanTable:
-    streams: int
-    pages: int
-    def __init__(self, rows: list[list[WeightPlan]]) -> None: ...
-def kv_attention(isa: IsaOps, nthreads: int, q: npt.NDArray[np.float32], q_start: int,
-                 query_terms: int, probability_terms: int, lo_steps: int, span: Any,
-                 last: Any, window: int, softcap: float, mask: npt.NDArray[Any] | None,
-                 mask_start: int, kv_per_batch: int, out: npt.NDArray[np.float32],
-                 block_rows: int) -> int: ...
-def kv_sums(isa: IsaOps, rows: npt.NDArray[np.int8], span: Any, last: Any, stream: int,
-            d: int, keys: bool) -> npt.NDArray[np.int32] | npt.NDArray[np.int64]: ...
 FORMAT_UNPADDED: int
 FORMAT_PADDED: int
 MIN_BLOCK: int

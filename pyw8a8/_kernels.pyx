@@ -2,15 +2,14 @@
 """The compiled call of every product: numpy's face of the call object in C
 (``_simd/call_path.h``), and its table for the torch operator (``CALL_API``).
 
-A call (``call``, ``int8_call``, int8 attention's ``kv_attention``) hands C the plans
+A call (``call``, ``int8_call``; int8 attention's pages through ``CALL_API``) hands C the plans
 (``WeightPlan``), rows, outputs, ISA and thread count (``_dispatch``); C checks, tunes,
 lays out the thread's scratch and runs, the GIL released.  A fault C returns is raised
 here with C's message and error class, as the torch operator raises it.  ``call``
 declines (returns None) an argument not in its normal form, for matmul to convert.
 """
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t
-from cython.parallel cimport parallel, prange
-from libc.stdlib cimport calloc, free, malloc
+from libc.stdlib cimport free
 from libc.string cimport memcpy, memset
 from cpython.pycapsule cimport PyCapsule_New
 
@@ -111,6 +110,11 @@ cdef class WeightPlan:
     cdef readonly int enc
     cdef readonly uint32_t seed
     cdef readonly bint rotate
+
+    @property
+    def address(self):
+        """The plan's address, for the page tables of int8 attention (_attention)."""
+        return <size_t>self.plan
 
     def __cinit__(self, cnp.ndarray panels, cnp.ndarray psum, cnp.ndarray scales,
                   tuple shape, str encoding, int format_version, bint rotate, int64_t block,
@@ -276,232 +280,6 @@ def int8_call(cnp.ndarray qa, WeightPlan plan, cnp.ndarray out, tuple blocking=N
     c.out[0], c.ldo[0], c.out_size = cnp.PyArray_DATA(out), out.shape[1], out.itemsize
     c.blocking = _blocking_of(blocking, b)
     _run(&c, _NAMES_ONE, None)
-
-
-# ---- int8 attention over a paged KV store (_simd/kv_attention.h, pyw8a8.attention) ----
-
-cdef extern from "_simd/kv_attention.h" nogil:
-    ctypedef struct w8_kv_attention:
-        const float *q
-        int64_t streams, group, nq, d, q_start
-        int query_terms, probability_terms
-        int64_t lo_steps, npages, page, span_start
-        const w8_plan **key_plans
-        const w8_plan **value_plans
-        const float *key_scales
-        const float *value_scales
-        int64_t open_start, open_count, open_room
-        const int8_t *open_keys
-        const int8_t *open_values
-        const float *open_key_scales
-        const float *open_value_scales
-        int64_t window
-        float softcap
-        const uint8_t *mask_visible
-        const float *mask_add
-        int64_t mask_start, mask_cols, mask_sb, mask_sh, mask_sq, kv_per_batch
-        float *out
-        int64_t out_sb, out_sq, out_sh, block_rows
-        const w8_isa_ops *isa
-        int nthreads
-    ctypedef struct w8_kv_span:
-        int64_t p0, p1, first, T
-        int open
-    enum:
-        W8_KV_OK, W8_KV_QUERY_NOT_FINITE, W8_KV_NO_MEMORY, W8_KV_KERNEL
-    int w8_kv_attend(const w8_kv_attention *a)
-    w8_kv_span w8_kv_span_of(const w8_kv_attention *a, int64_t lo, int64_t hi)
-    int w8_kv_key_sums(const w8_kv_attention *a, int64_t s, w8_kv_span sp, const int8_t *q8,
-                       int64_t R, int32_t *S)
-    int w8_kv_value_sums(const w8_kv_attention *a, int64_t s, w8_kv_span sp, const int8_t *P,
-                         int64_t R, int8_t *cols, int32_t *part, int64_t *acc)
-    int w8_int8_terms_row(const float *x, int64_t K, int64_t lo_steps, int8_t *hi,
-                          int8_t *lo, float *step)
-
-
-def int8_terms(const float[:, ::1] x, int8_t[:, ::1] q, float[::1] step, int64_t lo_steps,
-               int nthreads):
-    """The rows of x (M, K) as int8 terms (`pyw8a8.attention._exact.quantize_terms`): q
-    (terms * M, K), the first term's rows then, with two terms (q.shape[0] == 2 M), the
-    residual's on the lo_steps finer step; step (M,) the step of each row's combined sum.
-    Returns the index of the first row holding NaN or Inf (nothing written for it), or -1.
-    """
-    cdef int64_t M = x.shape[0], K = x.shape[1], i, bad = -1
-    cdef bint two = q.shape[0] == 2 * M
-    if q.shape[0] != (2 if two else 1) * M or q.shape[1] != K or step.shape[0] != M:
-        raise ValueError("q must have M or 2 M rows of x's K, step M")
-    if M == 0 or K == 0:
-        return -1
-    cdef uint8_t *st = <uint8_t *>calloc(M, 1)
-    if st == NULL:
-        raise MemoryError(f"no memory for the status of {M} rows")
-    with nogil, parallel(num_threads=nthreads):
-        for i in prange(M, schedule="static"):
-            st[i] = w8_int8_terms_row(&x[i, 0], K, lo_steps, &q[i, 0],
-                                      &q[M + i, 0] if two else NULL, &step[i])
-    for i in range(M):
-        if st[i]:
-            bad = i
-            break
-    free(st)
-    return bad
-
-
-cdef class PlanTable:
-    """The plans of a run of full pages, stream by stream, as the attention reads them:
-    ``rows[s][p]`` the WeightPlan of stream s's page p (every stream as many)."""
-
-    cdef const w8_plan **plans
-    cdef readonly int64_t streams, pages
-    cdef list rows
-
-    def __cinit__(self, list rows):
-        self.rows = rows
-        self.streams = len(rows)
-        self.pages = len(rows[0]) if rows else 0
-        self.plans = <const w8_plan **>malloc(max(1, self.streams * self.pages) *
-                                              sizeof(w8_plan *))
-        if self.plans == NULL:
-            raise MemoryError("no memory for a page table")
-        for s, row in enumerate(rows):
-            if len(row) != self.pages:
-                raise ValueError("every stream must have as many pages")
-            for p, plan in enumerate(row):
-                self.plans[s * self.pages + p] = (<WeightPlan?>plan).plan
-
-    def __dealloc__(self):
-        free(self.plans)
-
-
-cdef int _set_store(w8_kv_attention *a, object span, object last, int64_t streams,
-                    int64_t d) except -1:
-    """The store's pages into `a`: `span` a PackedSpan (its tables, scales, page), `last`
-    the open Page or None; checked against the streams and head_dim."""
-    cdef PlanTable keys = span.key_table, values = span.value_table
-    cdef cnp.ndarray ks, vs, ok, ov, oks, ovs
-    a.npages, a.page, a.span_start = keys.pages, span.page, span.start
-    if a.npages and (keys.streams != streams or values.streams != streams or
-                     values.pages != a.npages):
-        raise ValueError("the page tables must have a row per stream")
-    a.key_plans, a.value_plans = keys.plans, values.plans
-    if a.npages:
-        ks, vs = span.key_scales, span.value_scales
-        for arr in (ks, vs):
-            if arr.dtype != np.float32 or not arr.flags.c_contiguous or arr.shape[0] != \
-                    streams or arr.shape[1] != a.npages * a.page:
-                raise ValueError("the span's scales must be (streams, tokens) float32")
-        a.key_scales = <const float *>cnp.PyArray_DATA(ks)
-        a.value_scales = <const float *>cnp.PyArray_DATA(vs)
-    a.open_count = 0 if last is None else last.count
-    if a.open_count:
-        ok, ov, oks, ovs = last.keys, last.values, last.key_scales, last.value_scales
-        a.open_start, a.open_room = last.start, ok.shape[1]
-        if not (ok.dtype == ov.dtype == np.int8 and ok.flags.c_contiguous and
-                ov.flags.c_contiguous and ok.shape[0] == ov.shape[0] == streams and
-                ok.shape[2] == ov.shape[2] == d and ov.shape[1] == a.open_room and
-                oks.flags.c_contiguous and ovs.flags.c_contiguous and
-                oks.dtype == ovs.dtype == np.float32 and oks.shape[1] == ovs.shape[1] ==
-                a.open_room and a.open_count <= a.open_room):
-            raise ValueError("the open page's rows must be (streams, room, head_dim) int8")
-        a.open_keys = <const int8_t *>cnp.PyArray_DATA(ok)
-        a.open_values = <const int8_t *>cnp.PyArray_DATA(ov)
-        a.open_key_scales = <const float *>cnp.PyArray_DATA(oks)
-        a.open_value_scales = <const float *>cnp.PyArray_DATA(ovs)
-    elif a.npages:
-        a.open_start = a.span_start + a.npages * a.page
-    return 0
-
-
-cdef int _set_mask(w8_kv_attention *a, cnp.ndarray mask, int64_t mask_start) except -1:
-    """A 4-D mask (batch, 1 or heads, queries, columns), bool or float32, into `a`."""
-    if mask is None:
-        return 0
-    if mask.ndim != 4 or mask.dtype not in (np.bool_, np.float32):
-        raise ValueError("the mask must be 4-D, bool or float32")
-    cdef int64_t item = mask.itemsize
-    a.mask_start, a.mask_cols = mask_start, mask.shape[3]
-    a.mask_sb, a.mask_sh, a.mask_sq = (mask.strides[0] // item, mask.strides[1] // item,
-                                       mask.strides[2] // item)
-    if mask.shape[1] == 1:
-        a.mask_sh = 0
-    if mask.strides[3] != item:
-        raise ValueError("the mask's columns must be adjacent")
-    if mask.dtype == np.bool_:
-        a.mask_visible = <const uint8_t *>cnp.PyArray_DATA(mask)
-    else:
-        a.mask_add = <const float *>cnp.PyArray_DATA(mask)
-    return 0
-
-
-def kv_attention(IsaOps isa, int nthreads, cnp.ndarray q, int64_t q_start, int query_terms,
-                 int probability_terms, int64_t lo_steps, object span, object last,
-                 int64_t window, float softcap, cnp.ndarray mask, int64_t mask_start,
-                 int64_t kv_per_batch, cnp.ndarray out, int64_t block_rows):
-    """int8 attention of one layer (kv_attention.h): q (streams, group, nq, d) float32,
-    C-contiguous (rotated and scaled); the store's full pages `span` and open page `last`;
-    out (batch, nq, heads, d) float32 with d adjacent, heads = kv_per_batch * group.
-    Returns 0, or 1 where a query row holds NaN or Inf."""
-    cdef w8_kv_attention a
-    memset(&a, 0, sizeof(a))
-    if (q.dtype != np.float32 or not q.flags.c_contiguous or q.ndim != 4 or
-            out.dtype != np.float32 or out.ndim != 4 or not out.flags.writeable):
-        raise ValueError("q must be (streams, group, nq, d) float32, out 4-D float32")
-    a.q, a.streams, a.group, a.nq, a.d = (<const float *>cnp.PyArray_DATA(q), q.shape[0],
-                                          q.shape[1], q.shape[2], q.shape[3])
-    if (kv_per_batch < 1 or a.streams % kv_per_batch or out.shape[0] != a.streams //
-            kv_per_batch or out.shape[1] != a.nq or out.shape[2] != kv_per_batch * a.group
-            or out.shape[3] != a.d or out.strides[3] != 4):
-        raise ValueError("out must be (batch, nq, heads, d) for q's streams")
-    if query_terms not in (1, 2) or probability_terms not in (1, 2):
-        raise ValueError("terms must be 1 or 2")
-    a.q_start, a.query_terms, a.probability_terms = q_start, query_terms, probability_terms
-    a.lo_steps, a.window, a.softcap, a.kv_per_batch = lo_steps, window, softcap, kv_per_batch
-    _set_store(&a, span, last, a.streams, a.d)
-    _set_mask(&a, mask, mask_start)
-    a.out = <float *>cnp.PyArray_DATA(out)
-    a.out_sb, a.out_sq, a.out_sh = out.strides[0] // 4, out.strides[1] // 4, out.strides[2] // 4
-    a.block_rows, a.isa, a.nthreads = block_rows, isa.ops, nthreads
-    cdef int status
-    with nogil:
-        status = w8_kv_attend(&a)
-    if status == W8_KV_NO_MEMORY:
-        raise MemoryError("no memory for int8 attention's scratch")
-    if status == W8_KV_KERNEL:
-        raise RuntimeError("int8 attention: a page's product failed")
-    return 1 if status == W8_KV_QUERY_NOT_FINITE else 0
-
-
-def kv_sums(IsaOps isa, cnp.ndarray rows, object span, object last, int64_t stream,
-            int64_t d, bint keys):
-    """The exact products of int8 rows with every token of one stream, as int8 attention
-    takes them: ``rows (R, d) . keys`` (R, tokens) int32 with `keys`, else ``rows (R,
-    tokens) . values`` (R, d) int64 (the tests' window on kv_attention.h)."""
-    cdef w8_kv_attention a
-    memset(&a, 0, sizeof(a))
-    a.d, a.isa = d, isa.ops
-    streams = span.key_scales.shape[0] if span.count else last.keys.shape[0]
-    _set_store(&a, span, last, streams, d)
-    cdef w8_kv_span sp = w8_kv_span_of(&a, -(1 << 62), 1 << 62)
-    cdef int64_t R = rows.shape[0]
-    if rows.dtype != np.int8 or not rows.flags.c_contiguous or rows.shape[1] != (
-            d if keys else sp.T) or not 0 <= stream < streams:
-        raise ValueError("rows must be C-contiguous int8 of the stream's width")
-    cdef cnp.ndarray out = np.empty((R, sp.T) if keys else (R, d),
-                                    np.int32 if keys else np.int64)
-    cdef cnp.ndarray cols = np.empty(max(1, R * a.page), np.int8)
-    cdef cnp.ndarray part = np.empty(max(1, R * d), np.int32)
-    cdef int status
-    if keys:
-        status = w8_kv_key_sums(&a, stream, sp, <const int8_t *>cnp.PyArray_DATA(rows), R,
-                                <int32_t *>cnp.PyArray_DATA(out))
-    else:
-        status = w8_kv_value_sums(&a, stream, sp, <const int8_t *>cnp.PyArray_DATA(rows), R,
-                                  <int8_t *>cnp.PyArray_DATA(cols),
-                                  <int32_t *>cnp.PyArray_DATA(part),
-                                  <int64_t *>cnp.PyArray_DATA(out))
-    if status != W8_KV_OK:
-        raise RuntimeError("int8 attention: a page's product failed")
-    return out
 
 
 # ---- the tuner (_simd/tuner.h), for pyw8a8.tuning ----

@@ -6,7 +6,8 @@
  * parallel region.  A task quantizes its queries (every query head of the stream's GQA
  * group: the keys are read once for all of them) to int8 terms, takes their exact int32
  * sums with the keys a page at a time, on the call path's kernels (a full page is a
- * packed weight of `page` tokens; the open page, still filling, plain loops), turns each
+ * packed weight of `page` tokens, through the call path's table; the open page, still
+ * filling, plain loops), turns each
  * row into its probabilities as int8 terms (attention.h), and takes their exact sums with
  * the values, again a page at a time.  A page's product runs on the task's thread alone:
  * a product per page and thread, where one spread over the threads cost a parallel region
@@ -14,8 +15,11 @@
 #ifndef PYW8A8_SIMD_KV_ATTENTION_H
 #define PYW8A8_SIMD_KV_ATTENTION_H
 
+#include <stdlib.h>
+
 #include "attention.h"
-#include "call_path.h"
+#include "call.h"
+#include "common.h"
 #include "team.h"
 #if defined(_OPENMP)
 #include <omp.h>
@@ -195,6 +199,7 @@ typedef struct {
     int64_t block_rows;  /* queries per task */
     const w8_isa_ops *isa;
     int nthreads;
+    const w8_call_api *api; /* the call path (pyw8a8._kernels.CALL_API) */
 } w8_kv_attention;
 
 enum { W8_KV_OK = 0, W8_KV_QUERY_NOT_FINITE, W8_KV_NO_MEMORY, W8_KV_KERNEL };
@@ -225,22 +230,24 @@ static w8_kv_span w8_kv_span_of(const w8_kv_attention *a, int64_t lo, int64_t hi
     return s;
 }
 
-/* A page's exact product on this thread: R int8 rows x (C order, K = w's) times plan w,
- * int32 into out (ldo apart). */
-static int w8_kv_page_product(const w8_kv_attention *a, const w8_plan *w, const int8_t *x,
-                              int64_t R, int32_t *out, int64_t ldo)
+/* A page's exact product on this thread: R int8 rows x (C order, K wide) times plan w
+ * (N x K), int32 into out (ldo apart). */
+static int w8_kv_page_product(const w8_kv_attention *a, const w8_plan *w, int64_t K,
+                              int64_t N, const int8_t *x, int64_t R, int32_t *out,
+                              int64_t ldo)
 {
     const int64_t ncols = (int64_t)W8_NR * a->isa->npanels;
     const int64_t m_step = (R + a->isa->mr - 1) / a->isa->mr * a->isa->mr;
-    const int64_t n_step = (w->N + ncols - 1) / ncols * ncols;
-    const int64_t blocking[5] = {w->Kp, m_step, n_step, m_step, n_step};
+    const int64_t n_step = (N + ncols - 1) / ncols * ncols;
+    const int64_t blocking[5] = {(K + W8_KPAD - 1) / W8_KPAD * W8_KPAD, m_step, n_step,
+                                 m_step, n_step};
     w8_call c;
     w8_fault f;
     memset(&c, 0, sizeof c);
-    c.x = x, c.int8_input = 1, c.M = R, c.K = w->K, c.kind = W8_CALL_ONE;
+    c.x = x, c.int8_input = 1, c.M = R, c.K = K, c.kind = W8_CALL_ONE;
     c.plan[0] = w, c.out[0] = out, c.ldo[0] = ldo, c.out_size = 4;
     c.isa = a->isa, c.nthreads = 1, c.blocking = blocking;
-    return w8_call_run(&c, &f) == W8_FAULT_NONE ? W8_KV_OK : W8_KV_KERNEL;
+    return a->api->run(&c, &f) == W8_FAULT_NONE ? W8_KV_OK : W8_KV_KERNEL;
 }
 
 /* S (R x span.T int32, row-major) = the R int8 rows q8 (R x d) times stream s's keys. */
@@ -248,7 +255,7 @@ static int w8_kv_key_sums(const w8_kv_attention *a, int64_t s, w8_kv_span sp,
                           const int8_t *q8, int64_t R, int32_t *S)
 {
     for (int64_t p = sp.p0; p < sp.p1; p++)
-        if (w8_kv_page_product(a, a->key_plans[s * a->npages + p], q8, R,
+        if (w8_kv_page_product(a, a->key_plans[s * a->npages + p], a->d, a->page, q8, R,
                                S + (p - sp.p0) * a->page, sp.T))
             return W8_KV_KERNEL;
     if (sp.open)
@@ -270,7 +277,8 @@ static int w8_kv_value_sums(const w8_kv_attention *a, int64_t s, w8_kv_span sp,
         if (p < sp.p1) {
             for (int64_t r = 0; r < R; r++)
                 memcpy(cols + r * a->page, P + r * sp.T + at, (size_t)a->page);
-            if (w8_kv_page_product(a, a->value_plans[s * a->npages + p], cols, R, part, d))
+            if (w8_kv_page_product(a, a->value_plans[s * a->npages + p], a->page, d, cols, R,
+                                   part, d))
                 return W8_KV_KERNEL;
         } else if (sp.open) {
             memset(part, 0, (size_t)(R * d) * sizeof *part);

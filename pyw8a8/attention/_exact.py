@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _cpu, _kernels, _threads
+from .. import _attention, _cpu, _threads
 from .._validation import check_finite_row
 
 #: The residual's steps per step of the first term: its range, +-s/2, spans +-127 of them.
@@ -26,7 +26,7 @@ def quantize_terms(x, terms, name):
     m, k = x.shape
     q = np.empty((terms * m, k), np.int8)
     step = np.empty(m, np.float32)
-    bad = _kernels.int8_terms(x, q, step, LO_STEPS, _threads.threads_for(x.size * 8))
+    bad = _attention.int8_terms(x, q, step, LO_STEPS, _threads.threads_for(x.size * 8))
     check_finite_row(bad, name, x.shape)
     return q, step
 
@@ -45,7 +45,7 @@ def key_sums(rows, span, last, head):
     `_pages.PackedSpan`) then of the open page `last` (or None) of KV head `head`:
     (R, tokens) int32, exact, as int8 attention's products take them; column j is position
     ``span.start + j`` (or ``last.start + j`` without full pages)."""
-    return _kernels.kv_sums(_cpu.active_ops(rows.shape[0]), np.ascontiguousarray(rows),
+    return _attention.kv_sums(_cpu.active_ops(rows.shape[0]).address, np.ascontiguousarray(rows),
                             span, last, head, rows.shape[1], True)
 
 
@@ -53,5 +53,5 @@ def value_sums(rows, span, last, head, head_dim):
     """rows ((R, tokens) int8, a column per position of `span` then `last`, as
     `key_sums`) . their values (KV head `head`, `head_dim` wide): (R, head_dim) int64,
     exact."""
-    return _kernels.kv_sums(_cpu.active_ops(rows.shape[0]), np.ascontiguousarray(rows),
+    return _attention.kv_sums(_cpu.active_ops(rows.shape[0]).address, np.ascontiguousarray(rows),
                             span, last, head, head_dim, False)

@@ -13,7 +13,7 @@ import functools
 
 import numpy as np
 
-from .. import _kernels
+from .. import _attention
 from ..packing import pack_int8
 
 #: An open page's room for tokens grows by this many.
@@ -160,10 +160,7 @@ class LayerPages:
     def append(self, keys, values, key_scales, value_scales):
         """Append tokens (int8 (n_kv, n, head_dim), float32 scales (n_kv, n)), first dropping
         the pages that no query from position `length` on can see."""
-        if self.window is not None:
-            first_seen = self.length - self.window + 1
-            while self.pages and self.pages[0].stop <= first_seen:
-                del self.pages[0]
+        self.trim()
         done, n = 0, keys.shape[1]
         while done < n:
             page = self.pages[-1] if self.pages else None
@@ -176,6 +173,15 @@ class LayerPages:
             if page.count == self.page_tokens:
                 page.close()
         self.length += n
+
+    def trim(self):
+        """Drop the pages that no query from position `length` on can see: after a long
+        prefill's attention, a sliding-window layer keeps its window (and at most a page
+        more), not the prompt."""
+        if self.window is not None:
+            first_seen = self.length - self.window + 1
+            while self.pages and self.pages[0].stop <= first_seen:
+                del self.pages[0]
 
     def truncate(self, length):
         """Forget the positions from `length` on (see `Int8KVCache._truncate`)."""
@@ -228,14 +234,14 @@ class LayerPages:
 
 class PackedSpan:
     """Consecutive full pages of one layer as int8 attention reads them: per KV head the
-    plans of their packed keys and values, as `_kernels.PlanTable`s, and their scales,
+    plans of their packed keys and values, as `_attention.PlanTable`s, and their scales,
     concatenated.
 
     Attributes
     ----------
     start, count, page : int
         The positions ``start .. start + count - 1``, `page` tokens a page.
-    key_table, value_table : _kernels.PlanTable
+    key_table, value_table : _attention.PlanTable
         Row h: KV head h's plan per page.
     key_scales, value_scales : ndarray of float32, shape (n_kv_heads, count)
         None without pages.
@@ -248,8 +254,8 @@ class PackedSpan:
         self.start = pages[0].start if pages else 0
         self.count, self.page = sum(p.count for p in pages), page
         heads = range(len(pages[0].key_plans)) if pages else range(0)
-        self.key_table = _kernels.PlanTable([[p.key_plans[h] for p in pages] for h in heads])
-        self.value_table = _kernels.PlanTable([[p.value_plans[h] for p in pages]
+        self.key_table = _attention.PlanTable([[p.key_plans[h] for p in pages] for h in heads])
+        self.value_table = _attention.PlanTable([[p.value_plans[h] for p in pages]
                                                for h in heads])
         self.key_scales = _joined([p.key_scales for p in pages])
         self.value_scales = _joined([p.value_scales for p in pages])

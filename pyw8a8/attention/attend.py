@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from .. import _cpu, _kernels, _threads
+from .. import _attention, _cpu, _threads
 from .._validation import float_array
 from ._exact import LO_STEPS
 from .cache import Int8KVCache
@@ -95,11 +95,12 @@ def attend_layer(cache, layer, heads, start, out, *, block_rows=128, mask=None,
     span, last = pages.seen(lo, start + n if mask is None else pages.length)
     rows = cache.query_terms * heads.shape[1] * min(n, block_rows)
     tokens = span.count + (last.count if last is not None else 0)
-    bad = _kernels.kv_attention(
-        _cpu.active_ops(rows), _threads.threads_for(heads.size * tokens), heads, start,
+    bad = _attention.kv_attention(
+        _cpu.active_ops(rows).address, _threads.threads_for(heads.size * tokens), heads, start,
         cache.query_terms, cache.probability_terms, LO_STEPS, span, last,
         0 if pages.window is None else pages.window, softcap, mask, mask_start,
         kv_per_batch or heads.shape[0], out, block_rows)
+    pages.trim()
     if bad:
         raise ValueError(f"{name} holds NaN or Inf")
 

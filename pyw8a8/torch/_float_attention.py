@@ -21,7 +21,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .. import _rows, _threads
+from .. import _attention, _threads
 from . import _runtime
 from ._ops import INFERENCE_ONLY
 
@@ -112,7 +112,7 @@ def float_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
         else:
             mask_add = m.numpy()
     b, h, n, d = query.shape
-    _rows.float_attention(_unit_last(query).numpy(), _unit_last(key).numpy(),
+    _attention.float_attention(_unit_last(query).numpy(), _unit_last(key).numpy(),
                           _unit_last(value).numpy(), mask_bool, mask_add, out.numpy(),
                           float(scale), bool(causal),
                           _threads.threads_for(2 * b * h * n * key.shape[2] * d))
