@@ -25,7 +25,7 @@ __all__ = ["int8_attention"]
 
 
 def int8_attention(cache: Int8KVCache, layer: int, q: npt.ArrayLike, k: npt.ArrayLike,
-                   v: npt.ArrayLike, *, block_rows: int = 128) -> npt.NDArray[np.float32]:
+                   v: npt.ArrayLike, *, block_rows: int = 64) -> npt.NDArray[np.float32]:
     """Append the new tokens' keys and values to `cache` and attend their queries.
 
     The new tokens take positions ``cache.length .. cache.length + n - 1`` of `layer`.
@@ -78,7 +78,7 @@ def int8_attention(cache: Int8KVCache, layer: int, q: npt.ArrayLike, k: npt.Arra
     return out
 
 
-def attend_layer(cache, layer, heads, start, out, *, block_rows=128, mask=None,
+def attend_layer(cache, layer, heads, start, out, *, block_rows=64, mask=None,
                  mask_start=0, softcap=0.0, kv_per_batch=None, name="q"):
     """The attention of query rows over `layer`'s held tokens, appended already: heads
     (streams, group, nq, head_dim) float32 C-contiguous, rotated as the keys and scaled,
