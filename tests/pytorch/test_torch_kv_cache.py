@@ -12,6 +12,7 @@ transformers = pytest.importorskip("transformers",
                                    reason="needs transformers (pip install '.[torch-model]')")
 
 import pyw8a8.torch as pt  # noqa: E402
+
 from torch_helpers import COMPILE_MODES  # noqa: E402
 
 
