@@ -245,7 +245,7 @@ W8_ROW_MATH static inline float w8_fa_probabilities(float *sr, int64_t keys, int
         memset(sr, 0, (size_t)keys * sizeof(float));
         return 0.0f;
     }
-    for (int64_t c = 0; c < keys; c++) sr[c] = w8_exp_nonpositive(sr[c] - top);
+    w8_exp_row(sr, 0, keys, top);
     return (float)(1.0 / w8_row_sum(sr, sp.lo - lo, sp.hi - lo));
 }
 

@@ -37,6 +37,50 @@ typedef struct {
     float softcap;
 } w8_row_mask;
 
+/* w[j] = (hi[j] steps + lo[j]) (qs k_scale[j]), or without lo hi[j] (qs k_scale[j]), for j
+ * in [j0, j1): a row's scores from its exact sums. */
+W8_ROW_MATH W8_ROW_INLINE void w8_scores_row(const int32_t *hi, const int32_t *lo, float steps,
+                                             float qs, const float *k_scale, int64_t j0,
+                                             int64_t j1, float *w)
+{
+    int64_t j = j0;
+#if W8_ROW_VECTORS
+    for (; j + W8_MAX_LANES <= j1; j += W8_MAX_LANES) {
+        w8_vf h = __builtin_convertvector(*(const w8_vi *)(hi + j), w8_vf);
+        if (lo) h = h * steps + __builtin_convertvector(*(const w8_vi *)(lo + j), w8_vf);
+        *(w8_vf *)(w + j) = h * (qs * *(const w8_vf *)(k_scale + j));
+    }
+#endif
+    for (; j < j1; j++)
+        w[j] = (lo ? (float)hi[j] * steps + (float)lo[j] : (float)hi[j]) * (qs * k_scale[j]);
+}
+
+/* w[j] = w[j] a b[j] for j in [j0, j1), and the largest (at least 0). */
+W8_ROW_MATH W8_ROW_INLINE float w8_scale_row(float *w, float a, const float *b, int64_t j0,
+                                             int64_t j1)
+{
+    int64_t j = j0;
+#if W8_ROW_VECTORS
+    for (; j + W8_MAX_LANES <= j1; j += W8_MAX_LANES)
+        *(w8_vf *)(w + j) = *(w8_vf *)(w + j) * a * *(const w8_vf *)(b + j);
+#endif
+    for (; j < j1; j++) w[j] = w[j] * a * b[j];
+    return w8_row_max(w, j0, j1, 0.0f);
+}
+
+/* w[j] -= q[j] scale for j in [j0, j1): a row's residual after its int8 term q. */
+W8_ROW_MATH W8_ROW_INLINE void w8_residual_row(float *w, const int8_t *q, float scale,
+                                               int64_t j0, int64_t j1)
+{
+    int64_t j = j0;
+#if W8_ROW_VECTORS
+    for (; j + W8_MAX_LANES <= j1; j += W8_MAX_LANES)
+        *(w8_vf *)(w + j) = *(w8_vf *)(w + j) -
+                            __builtin_convertvector(*(const w8_vb *)(q + j), w8_vf) * scale;
+#endif
+    for (; j < j1; j++) w[j] -= q[j] * scale;
+}
+
 /* Row r of int8 attention's probabilities.  hi (and lo, on a lo_steps finer step, unless
  * NULL): the exact sums of the query row's int8 terms with T keys; the score of key j is
  * that sum times q_step * k_scale[j], and only the keys [j0, j1) are visible (and those
@@ -52,13 +96,7 @@ W8_ROW_MATH W8_ROW_CLONES static void w8_probability_row(
 {
     /* In float: the sums' combination (up to 2^30) rounds to float32 as the score itself
      * does, and double arithmetic here took 3x as long (two lanes a vector). */
-    const float qs = (float)q_step, steps = (float)lo_steps;
-    if (lo) {
-        for (int64_t j = j0; j < j1; j++)
-            w[j] = ((float)hi[j] * steps + (float)lo[j]) * (qs * k_scale[j]);
-    } else {
-        for (int64_t j = j0; j < j1; j++) w[j] = (float)hi[j] * (qs * k_scale[j]);
-    }
+    w8_scores_row(hi, lo, (float)lo_steps, (float)q_step, k_scale, j0, j1, w);
     if (mask) {
         if (mask->softcap > 0.0f)
             for (int64_t j = j0; j < j1; j++) w[j] = mask->softcap * tanhf(w[j] / mask->softcap);
@@ -72,19 +110,18 @@ W8_ROW_MATH W8_ROW_CLONES static void w8_probability_row(
     *p_step = 0.0f;
     const float top = w8_row_max(w, j0, j1, -INFINITY);
     if (!(top > -INFINITY)) return; /* no key visible (a padded query): zeros */
-    for (int64_t j = j0; j < j1; j++) w[j] = w8_exp_nonpositive(w[j] - top);
-    const float inv_total = (float)(1.0 / w8_row_sum(w, j0, j1));
-    for (int64_t j = j0; j < j1; j++) w[j] = w[j] * inv_total * v_scale[j];
-    const float wmax = w8_row_max(w, j0, j1, 0.0f);
+    w8_exp_row(w, j0, j1, top);
+    const float wmax = w8_scale_row(w, (float)(1.0 / w8_row_sum(w, j0, j1)), v_scale, j0, j1);
     if (!(wmax >= 127.0f * FLT_MIN)) return; /* also an empty row */
-    const float scale = wmax / 127.0f, inv = 127.0f / wmax;
-    for (int64_t j = j0; j < j1; j++) p_hi[j] = w8_round_int8(w[j] * inv);
+    const float scale = wmax / 127.0f;
+    w8_round_row(w, j0, j1, 127.0f / wmax, p_hi);
     if (!p_lo) {
         *p_step = scale;
         return;
     }
     const float step = scale / (float)lo_steps;
-    for (int64_t j = j0; j < j1; j++) p_lo[j] = w8_round_int8((w[j] - p_hi[j] * scale) / step);
+    w8_residual_row(w, p_hi, scale, j0, j1);
+    w8_round_row(w, j0, j1, 1.0f / step, p_lo);
     *p_step = step;
 }
 
