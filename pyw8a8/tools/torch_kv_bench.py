@@ -1,5 +1,5 @@
 """``bench --torch --torch-models kvcache``: :class:`pyw8a8.torch.Int8Cache` (P.V with P
-as two int8 rows, or one: ``probabilities="int8"``) against transformers' default cache
+as two int8 rows, or one: ``probability_terms=1``) against transformers' default cache
 on models quantized by :func:`pyw8a8.torch.quantize`, eager and compiled (torch.compile's
 defaults, Int8Cache), in one process.
 
@@ -29,10 +29,10 @@ DEFAULT_CONTEXT = {"llama": 8192, "gemma": 4096}
 DEFAULT_LAYERS = {"llama": 8, "gemma": None}
 LLAMA_SHAPE = dict(hidden_size=1024, num_attention_heads=16, num_key_value_heads=8,
                    head_dim=64, intermediate_size=2816, vocab_size=32000)
-#: The caches by row name: (Int8Cache's `probabilities`, or None for the default cache;
-#: whether the model runs under torch.compile, its default settings).
-CACHES = {"default": (None, False), "Int8Cache": ("int8x2", False),
-          "Int8Cache int8": ("int8", False), "Int8Cache compiled": ("int8x2", True)}
+#: The caches by row name: (Int8Cache's `probability_terms`, or None for the default
+#: cache; whether the model runs under torch.compile, its default settings).
+CACHES = {"default": (None, False), "Int8Cache": (2, False),
+          "Int8Cache terms=1": (1, False), "Int8Cache compiled": (2, True)}
 
 
 @dataclass
@@ -83,7 +83,7 @@ def _cache(kind: str, model):
     import pyw8a8.torch as pt
     if CACHES[kind][0] is None:
         return transformers.DynamicCache(config=model.config)
-    return pt.Int8Cache(model.config, probabilities=CACHES[kind][0])
+    return pt.Int8Cache(model.config, probability_terms=CACHES[kind][0])
 
 
 def cache_bytes(cache) -> int:
@@ -196,7 +196,7 @@ def format_table(rows: list[dict], settings: KVSettings) -> list[str]:
              f"cache's mean KL to the float model (unquantized) over the same positions",
              "llama: random weights, hidden 1024, 16 query heads, 8 KV heads of 64; gemma: "
              "Gemma 3 270M on MMLU questions; Int8Cache: P as two int8 rows (its default); "
-             "Int8Cache int8: Int8Cache(probabilities='int8'), P as one int8 row; Int8Cache "
+             "Int8Cache terms=1: Int8Cache(probability_terms=1), P as one int8 row; Int8Cache "
              "compiled: the model under torch.compile (defaults), compiled on a short prompt "
              "first",
              "| model | layers | context | cache | prefill s | decode tok/s (spread) | vs "

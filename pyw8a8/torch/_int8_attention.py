@@ -25,11 +25,6 @@ import torch
 from ..attention.attend import attend_layer
 from ..rotation import MAX_BLOCK, MIN_BLOCK
 
-#: How the attention quantizes each query's probabilities (V's scales folded in) for P.V:
-#: "int8", one int8 row, scale max / 127; "int8x2", that row and its rounding error as a
-#: second int8 row in steps of 1/254 of the first's (about 15 bits; twice the rows of the
-#: same product).  The store's probability_terms.
-PROBABILITIES = {"int8": 1, "int8x2": 2}
 #: The caches the operators serve, by the id in their handles.
 _CACHES: "weakref.WeakValueDictionary[int, object]" = weakref.WeakValueDictionary()
 _IDS = itertools.count(1)

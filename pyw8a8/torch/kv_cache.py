@@ -128,12 +128,12 @@ class Int8Cache(Cache):
         layer types (full or sliding-window attention) and attention implementation.
     seed : int
         Seed of the rotation's signs, in [0, 2**32 - 1].
-    probabilities : {"int8", "int8x2"}
-        How P.V quantizes each query's probabilities (V's scales folded in): "int8x2"
-        (the default), an int8 row (scale max / 127) and its rounding error as a second
-        int8 row in steps of 1/254 of the first's (about 15 bits), two int8 products in
-        one call; "int8", the first row alone, which loses the probabilities below half a
-        step of the largest.
+    probability_terms : {1, 2}
+        int8 terms per query's row of probabilities (V's scales folded in) in P.V, as
+        numpy's :class:`pyw8a8.attention.Int8KVCache` names them: 2 (the default), an int8
+        row (scale max / 127) and its rounding error as a second int8 row in steps of
+        1/254 of the first's (about 15 bits), rows of one product; 1, the first row
+        alone, which loses the probabilities below half a step of the largest.
 
     Raises
     ------
@@ -169,16 +169,14 @@ class Int8Cache(Cache):
     """
 
     def __init__(self, config: PreTrainedConfig, *, seed: int = 0,
-                 probabilities: str = "int8x2"):
+                 probability_terms: int = 2):
         if not isinstance(config, PreTrainedConfig):
             raise TypeError(f"config must be a transformers PreTrainedConfig (model.config), "
                             f"got {type(config).__name__}")
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
             raise ValueError(f"seed must be an int in [0, 2**32 - 1], got {seed!r}")
-        if probabilities not in _int8_attention.PROBABILITIES:
-            raise ValueError(f"probabilities must be one of "
-                             f"{', '.join(map(repr, _int8_attention.PROBABILITIES))}, got "
-                             f"{probabilities!r}")
+        if isinstance(probability_terms, bool) or probability_terms not in (1, 2):
+            raise ValueError(f"probability_terms must be 1 or 2, got {probability_terms!r}")
         if getattr(config, "is_encoder_decoder", False):
             raise ValueError("Int8Cache holds a decoder's self-attention; this model is an "
                              "encoder-decoder, whose cross-attention cannot run on it")
@@ -200,7 +198,7 @@ class Int8Cache(Cache):
                                  f"full and sliding-window attention layers only")
         self.windows = windows
         self.config = text
-        self.seed, self.probabilities = seed, probabilities
+        self.seed, self.probability_terms = seed, int(probability_terms)
         self.store: Optional[Int8KVCache] = None  # made at the first update: its batch
         self.cache_id = _int8_attention.register(self)
         super().__init__(layers=[Int8Layer(self, i, w) for i, w in enumerate(windows)])
@@ -251,7 +249,7 @@ class Int8Cache(Cache):
         if self.store is None:
             self.store = Int8KVCache(
                 self.windows, batch * heads, head_dim, rotate_keys=self.block > 0,
-                probability_terms=_int8_attention.PROBABILITIES[self.probabilities],
+                probability_terms=self.probability_terms,
                 query_terms=1, block=self.block or None, seed=self.seed)
         elif batch != self.batch:
             raise ValueError(f"key_states has batch {batch}; the cache holds {self.batch} "

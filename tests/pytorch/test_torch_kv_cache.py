@@ -42,15 +42,14 @@ def generate(model, ids, cache=None, **kwargs):
     return out.sequences, torch.stack(out.logits)
 
 
-@pytest.mark.parametrize("build, probabilities", [(llama, "int8"), (gemma, "int8"),
-                                                  (gemma, "int8x2")],
-                         ids=["llama", "gemma3", "gemma3-int8x2"])
-def test_generate_with_the_int8_cache_gives_the_default_cache_s_tokens(build, probabilities):
+@pytest.mark.parametrize("build, terms", [(llama, 1), (gemma, 1), (gemma, 2)],
+                         ids=["llama", "gemma3", "gemma3-two-terms"])
+def test_generate_with_the_int8_cache_gives_the_default_cache_s_tokens(build, terms):
     model = pt.quantize(build())
     assert model.config._attn_implementation == "pyw8a8"
     ids = torch.randint(0, 96, (1, 11), generator=torch.Generator().manual_seed(2))
     expected, expected_logits = generate(model, ids)
-    cache = pt.Int8Cache(model.config, probabilities=probabilities)
+    cache = pt.Int8Cache(model.config, probability_terms=terms)
     got, logits = generate(model, ids, cache)
     assert got.tolist() == expected.tolist()
     scale = expected_logits.abs().max()
@@ -271,8 +270,8 @@ def test_models_and_configs_it_cannot_serve_are_refused_naming_why():
         pt.Int8Cache(config)
     with pytest.raises(TypeError, match="config must be"):
         pt.Int8Cache({"num_hidden_layers": 2})
-    with pytest.raises(ValueError, match="probabilities must be one of 'int8', 'int8x2'"):
-        pt.Int8Cache(config, probabilities="int4")
+    with pytest.raises(ValueError, match="probability_terms must be 1 or 2, got 3"):
+        pt.Int8Cache(config, probability_terms=3)
     with pytest.raises(ValueError, match="seed"):
         pt.Int8Cache(config.__class__(num_hidden_layers=1), seed=-1)
 
