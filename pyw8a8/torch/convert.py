@@ -25,6 +25,7 @@ from ..router.selection import float_reason
 from . import fusion
 from ._shared_product import SharedProduct, can_share
 from .attention import ATTENTION_NAMES, enable_int8_attention
+from .embedding import Int8Embedding
 from .modules import GatedLinear, Linear
 
 __all__ = ["Decision", "QuantizeReport", "quantize"]
@@ -57,6 +58,10 @@ class QuantizeReport:
     #: set pyw8a8's (:func:`~pyw8a8.torch.enable_int8_attention`): ("sdpa", "pyw8a8");
     #: the first one's where `model` holds several.
     attention: Optional[tuple[str, str]] = None
+    #: Embeddings that shared a replaced layer's weight (a tied vocabulary), now
+    #: :class:`~pyw8a8.torch.embedding.Int8Embedding`\ s reading its int8 copy: (embedding,
+    #: layer).
+    tied: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def replaced(self) -> list[str]:
@@ -83,6 +88,8 @@ class QuantizeReport:
                   for g in self.gated]
         lines += [f"  one product: {', '.join(_join(s.parent, m) for m in s.members)} "
                   f"(called in turn on {s.input})" for s in self.shared]
+        lines += [f"  tied {e}: its rows read from {h}'s int8 weight (the float copy dropped)"
+                  for e, h in self.tied]
         if self.attention:
             lines.append(f"  attention: {self.attention[1]} (int8 with a "
                          f"pyw8a8.torch.Int8Cache, else {self.attention[0]} as before)")
@@ -211,7 +218,21 @@ def _apply(model: nn.Module, plan: _Plan, packing: dict) -> nn.Module:
     for g, gated in units.items():
         model = _replace(model, g.parent,
                          fusion.fused_parent(model.get_submodule(g.parent), g, gated))
+    model = _tie_embeddings(model, plan, layers)
     _enable_attention(model, report)
+    return model
+
+
+def _tie_embeddings(model: nn.Module, plan: _Plan, layers: dict) -> nn.Module:
+    """`model` with each embedding that shares a replaced layer's weight (a tied LM head's)
+    reading that layer's int8 weight instead, noted in the report."""
+    heads = {id(module.weight): (name, layers[id(module)]) for name, module in plan.layers
+             if id(module) in layers}
+    for name, module in list(model.named_modules()):
+        if isinstance(module, nn.Embedding) and id(module.weight) in heads:
+            head_name, head = heads[id(module.weight)]
+            model = _replace(model, name, Int8Embedding(head, module))
+            plan.report.tied.append((name, head_name))
     return model
 
 
