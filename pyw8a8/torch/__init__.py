@@ -37,7 +37,7 @@ from .attention import enable_int8_attention
 from .convert import Decision, QuantizeReport, quantize
 from .modules import GatedLinear, Linear
 
-__all__ = ["Decision", "GatedLinear", "Int8Cache", "Linear", "QuantizeReport",
+__all__ = ["Decision", "GatedLinear", "Int8Cache", "Linear", "QuantizeReport", "W8A8Config",
            "enable_int8_attention", "quantize"]
 
 if "transformers.modeling_utils" in sys.modules:
@@ -48,7 +48,8 @@ if "transformers.modeling_utils" in sys.modules:
 
 
 def __getattr__(name):
-    # Int8Cache imports transformers, which `import pyw8a8.torch` does not need.
+    # Int8Cache and W8A8Config import transformers, which `import pyw8a8.torch` does not
+    # need.
     if name == "Int8Cache":
         try:
             from .kv_cache import Int8Cache
@@ -56,4 +57,11 @@ def __getattr__(name):
             raise ImportError(f"pyw8a8.torch.Int8Cache needs transformers ({exc}): pip "
                               f"install transformers") from exc
         return Int8Cache
+    if name == "W8A8Config":
+        try:
+            from .hf import W8A8Config
+        except ImportError as exc:
+            raise ImportError(f"pyw8a8.torch.W8A8Config needs transformers ({exc}): pip "
+                              f"install transformers") from exc
+        return W8A8Config
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

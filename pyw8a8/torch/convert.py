@@ -117,7 +117,10 @@ def _patterns(value: Optional[Sequence[str]], name: str) -> list[str]:
         return []
     if isinstance(value, str):
         value = [value]
-    patterns = list(value)
+    try:
+        patterns = list(value)
+    except TypeError:
+        patterns = [value]
     if not all(isinstance(p, str) for p in patterns):
         raise TypeError(f"{name} must be a glob pattern or a list of them")
     return patterns
