@@ -27,6 +27,7 @@ except ImportError as exc:  # pragma: no cover - exercised where torch is absent
                       "checkout (torch's CPU build first: pip install torch --index-url "
                       "https://download.pytorch.org/whl/cpu)") from exc
 
+import importlib
 import sys
 
 from . import (
@@ -47,21 +48,17 @@ if "transformers.modeling_utils" in sys.modules:
     _register()
 
 
+#: The names that import transformers, which `import pyw8a8.torch` does not need, and
+#: their modules.
+_WITH_TRANSFORMERS = {"Int8Cache": "kv_cache", "W8A8Config": "hf"}
+
+
 def __getattr__(name):
-    # Int8Cache and W8A8Config import transformers, which `import pyw8a8.torch` does not
-    # need.
-    if name == "Int8Cache":
+    if name in _WITH_TRANSFORMERS:
         try:
-            from .kv_cache import Int8Cache
+            module = importlib.import_module(f"{__name__}.{_WITH_TRANSFORMERS[name]}")
         except ImportError as exc:
-            raise ImportError(f"pyw8a8.torch.Int8Cache needs transformers ({exc}): pip "
+            raise ImportError(f"pyw8a8.torch.{name} needs transformers ({exc}): pip "
                               f"install transformers") from exc
-        return Int8Cache
-    if name == "W8A8Config":
-        try:
-            from .hf import W8A8Config
-        except ImportError as exc:
-            raise ImportError(f"pyw8a8.torch.W8A8Config needs transformers ({exc}): pip "
-                              f"install transformers") from exc
-        return W8A8Config
+        return getattr(module, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
