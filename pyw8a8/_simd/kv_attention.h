@@ -5,13 +5,12 @@
  * A task is one stream and a block of queries, the tasks shared by the threads of one
  * parallel region.  A task quantizes its queries (every query head of the stream's GQA
  * group: the keys are read once for all of them) to int8 terms, takes their exact int32
- * sums with the keys a page at a time, on the call path's kernels (a full page is a
- * packed weight of `page` tokens, through the call path's table; the open page, still
- * filling, plain loops), turns each
- * row into its probabilities as int8 terms (attention.h), and takes their exact sums with
- * the values, again a page at a time.  A page's product runs on the task's thread alone:
- * a product per page and thread, where one spread over the threads cost a parallel region
- * per page (at 8,192 tokens of prefill the regions took longer than the arithmetic). */
+ * sums with the keys a page at a time (a full page is a packed weight of `page` tokens,
+ * multiplied on the call path's kernels through its table, call.h; the open page, still
+ * filling, by plain loops), turns each row into its probabilities as int8 terms, and takes
+ * their exact sums with the values, again a page at a time.  A page's product runs on the
+ * task's thread alone: spread over the threads, each page cost a parallel region (at
+ * 8,192 tokens of prefill the regions took longer than the arithmetic). */
 #ifndef PYW8A8_SIMD_KV_ATTENTION_H
 #define PYW8A8_SIMD_KV_ATTENTION_H
 
