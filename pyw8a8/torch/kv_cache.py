@@ -7,6 +7,7 @@ receipt and runs ``torch.ops.pyw8a8.kv_attention`` (:mod:`._int8_attention`).
 """
 from __future__ import annotations
 
+import copy
 from typing import Any, Optional
 
 import torch
@@ -202,6 +203,18 @@ class Int8Cache(Cache):
         self.store: Optional[Int8KVCache] = None  # made at the first update: its batch
         self.cache_id = _int8_attention.register(self)
         super().__init__(layers=[Int8Layer(self, i, w) for i, w in enumerate(windows)])
+
+    def __deepcopy__(self, memo: dict) -> "Int8Cache":
+        # A copy (a prefilled prompt reused, as transformers' docs show with DynamicCache)
+        # holds its own store under its own id: the copied handles would reach this one's.
+        clone = Int8Cache.__new__(Int8Cache)
+        memo[id(self)] = clone
+        for name, value in self.__dict__.items():
+            setattr(clone, name, copy.deepcopy(value, memo))
+        clone.cache_id = _int8_attention.register(clone)
+        for layer in clone.layers:
+            layer.handle = torch.tensor([clone.cache_id, layer.index])
+        return clone
 
     @property
     def batch(self) -> int:

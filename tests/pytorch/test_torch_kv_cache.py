@@ -2,6 +2,7 @@
 it, on tiny random Llama (GQA) and Gemma 3 (a sliding-window layer, GQA, softcapping)
 models built from configs.  Skipped, with the reason shown, where torch or transformers
 is missing."""
+import copy
 import importlib
 
 import numpy as np
@@ -308,6 +309,21 @@ def test_beam_search_and_bfloat16_run_on_it():
         got = model.generate(ids, max_new_tokens=4, do_sample=False, num_beams=2,
                              cache=pt.Int8Cache(model.config))
     assert got.tolist() == expected.tolist()
+
+
+def test_a_copied_cache_decodes_on_its_own_store():
+    # transformers' docs reuse a prefilled prompt's cache by deep-copying it
+    model = pt.quantize(gemma())
+    ids = torch.randint(0, 96, (1, 12), generator=torch.Generator().manual_seed(13))
+    with torch.inference_mode():
+        prompt = pt.Int8Cache(model.config)
+        model(ids[:, :8], cache=prompt)
+        twin = copy.deepcopy(prompt)
+        assert twin.cache_id != prompt.cache_id and twin.store is not prompt.store
+        first = model(ids[:, 8:10], cache=twin).logits
+        assert prompt.get_seq_length() == prompt.store.length == 8  # untouched
+        second = model(ids[:, 8:10], cache=copy.deepcopy(prompt)).logits
+    assert torch.equal(first, second)
 
 
 def test_crop_forgets_the_last_tokens_as_assisted_decoding_needs():
