@@ -7,7 +7,6 @@ receipt and runs ``torch.ops.pyw8a8.kv_attention`` (:mod:`._int8_attention`).
 """
 from __future__ import annotations
 
-import copy
 from typing import Any, Optional
 
 import torch
@@ -204,17 +203,14 @@ class Int8Cache(Cache):
         self.cache_id = _int8_attention.register(self)
         super().__init__(layers=[Int8Layer(self, i, w) for i, w in enumerate(windows)])
 
-    def __deepcopy__(self, memo: dict) -> "Int8Cache":
-        # A copy (a prefilled prompt reused, as transformers' docs show with DynamicCache)
-        # holds its own store under its own id: the copied handles would reach this one's.
-        clone = Int8Cache.__new__(Int8Cache)
-        memo[id(self)] = clone
-        for name, value in self.__dict__.items():
-            setattr(clone, name, copy.deepcopy(value, memo))
-        clone.cache_id = _int8_attention.register(clone)
-        for layer in clone.layers:
-            layer.handle = torch.tensor([clone.cache_id, layer.index])
-        return clone
+    def __setstate__(self, state: dict) -> None:
+        # A copy or an unpickled cache (a prefilled prompt reused, as transformers' docs
+        # show with DynamicCache) holds its own store under its own id: the handles it
+        # was copied with would reach the original's.
+        self.__dict__.update(state)
+        self.cache_id = _int8_attention.register(self)
+        for layer in self.layers:
+            layer.handle = torch.tensor([self.cache_id, layer.index])
 
     @property
     def batch(self) -> int:

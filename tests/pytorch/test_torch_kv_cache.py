@@ -4,6 +4,7 @@ models built from configs.  Skipped, with the reason shown, where torch or trans
 is missing."""
 import copy
 import importlib
+import pickle
 
 import numpy as np
 import pytest
@@ -311,7 +312,7 @@ def test_beam_search_and_bfloat16_run_on_it():
     assert got.tolist() == expected.tolist()
 
 
-def test_a_copied_cache_decodes_on_its_own_store():
+def test_a_copied_or_unpickled_cache_decodes_on_its_own_store():
     # transformers' docs reuse a prefilled prompt's cache by deep-copying it
     model = pt.quantize(gemma())
     ids = torch.randint(0, 96, (1, 12), generator=torch.Generator().manual_seed(13))
@@ -320,10 +321,12 @@ def test_a_copied_cache_decodes_on_its_own_store():
         model(ids[:, :8], cache=prompt)
         twin = copy.deepcopy(prompt)
         assert twin.cache_id != prompt.cache_id and twin.store is not prompt.store
+        assert twin.layers[0].cache is twin
         first = model(ids[:, 8:10], cache=twin).logits
         assert prompt.get_seq_length() == prompt.store.length == 8  # untouched
-        second = model(ids[:, 8:10], cache=copy.deepcopy(prompt)).logits
-    assert torch.equal(first, second)
+        second = model(ids[:, 8:10], cache=pickle.loads(pickle.dumps(prompt))).logits
+        third = model(ids[:, 8:10], cache=prompt).logits
+    assert torch.equal(first, second) and torch.equal(first, third)
 
 
 def test_crop_forgets_the_last_tokens_as_assisted_decoding_needs():
