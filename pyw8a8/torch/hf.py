@@ -30,7 +30,6 @@ QUANT_METHOD = "pyw8a8"
 _LOG = logging.getLogger(__name__)
 
 
-@register_quantization_config(QUANT_METHOD)
 class W8A8Config(QuantizationConfigMixin):
     """pyw8a8's quantization for ``from_pretrained(..., quantization_config=...)``.
 
@@ -83,7 +82,6 @@ class W8A8Config(QuantizationConfigMixin):
                 "block": self.block, "seed": self.seed, "fuse": self.fuse}
 
 
-@register_quantizer(QUANT_METHOD)
 class W8A8Quantizer(HfQuantizer):
     """transformers' side of `W8A8Config`: the float checkpoint loads, then
     :func:`pyw8a8.torch.quantize` runs on the model in place."""
@@ -113,3 +111,8 @@ class W8A8Quantizer(HfQuantizer):
     @property
     def is_trainable(self) -> bool:
         return False
+
+
+# Registered once, when this module is first imported (the registry refuses a second).
+register_quantization_config(QUANT_METHOD)(W8A8Config)
+register_quantizer(QUANT_METHOD)(W8A8Quantizer)
