@@ -15,13 +15,14 @@ import logging
 from typing import Any, Optional, Sequence
 
 import numpy as np
+import torch
 from transformers.quantizers import HfQuantizer
 from transformers.quantizers.auto import register_quantization_config, register_quantizer
 from transformers.utils.quantization_config import QuantizationConfigMixin
 
 from .._layout import W8_KPAD, W8_NR
 from .convert import _selection, quantize
-from .modules import _pack
+from .modules import _pack, _PackedModule
 
 __all__ = ["W8A8Config"]
 
@@ -100,7 +101,9 @@ class W8A8Quantizer(HfQuantizer):
             raise ValueError("this checkpoint names pyw8a8's quantization, but pyw8a8 reads "
                              "float checkpoints only: load the float model with "
                              "quantization_config=W8A8Config()")
-        return quantize(model, inplace=True, **self.quantization_config.quantize_options())
+        model = quantize(model, inplace=True, **self.quantization_config.quantize_options())
+        _own_memory(model)
+        return model
 
     def is_serializable(self, *args: Any, **kwargs: Any) -> bool:
         _LOG.warning("pyw8a8: a model quantized on loading does not save as a transformers "
@@ -111,6 +114,20 @@ class W8A8Quantizer(HfQuantizer):
     @property
     def is_trainable(self) -> bool:
         return False
+
+
+def _own_memory(model: Any) -> None:
+    """The float tensors quantize left (norms, biases, layers kept float) copied into memory
+    of their own: loaded, they are views of the checkpoint's mapped file, and while one of
+    them lives the whole mapping does, with every page quantizing read (Gemma 3 270M held
+    1.8 GB resident where its tensors are 270 MB)."""
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, _PackedModule):  # packed from numpy, its own memory
+                continue
+            for tensor in (*module._parameters.values(), *module._buffers.values()):
+                if tensor is not None and tensor.is_floating_point():
+                    tensor.data = tensor.data.clone()
 
 
 # Registered once, when this module is first imported (the registry refuses a second).
