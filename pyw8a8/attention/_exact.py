@@ -45,13 +45,16 @@ def key_sums(rows, span, last, head):
     `_pages.PackedSpan`) then of the open page `last` (or None) of KV head `head`:
     (R, tokens) int32, exact, as int8 attention's products take them; column j is position
     ``span.start + j`` (or ``last.start + j`` without full pages)."""
-    return _attention.kv_sums(_cpu.active_ops(rows.shape[0]).address, np.ascontiguousarray(rows),
-                            span, last, head, rows.shape[1], True)
+    return _kv_sums(rows, span, last, head, rows.shape[1], True)
 
 
 def value_sums(rows, span, last, head, head_dim):
     """rows ((R, tokens) int8, a column per position of `span` then `last`, as
     `key_sums`) . their values (KV head `head`, `head_dim` wide): (R, head_dim) int64,
     exact."""
-    return _attention.kv_sums(_cpu.active_ops(rows.shape[0]).address, np.ascontiguousarray(rows),
-                            span, last, head, head_dim, False)
+    return _kv_sums(rows, span, last, head, head_dim, False)
+
+
+def _kv_sums(rows, span, last, head, width, keys):
+    return _attention.kv_sums(_cpu.active_ops(rows.shape[0]).address,
+                              np.ascontiguousarray(rows), span, last, head, width, keys)

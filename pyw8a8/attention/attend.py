@@ -89,10 +89,12 @@ def attend_layer(cache, layer, heads, start, out, *, block_rows=64, mask=None,
     `name`."""
     pages = cache._pages(layer)
     n = heads.shape[2]
-    lo = 0 if pages.window is None or mask is not None else max(0, start - pages.window + 1)
-    if mask is not None:
-        lo = max(lo, mask_start)
-    span, last = pages.seen(lo, start + n if mask is None else pages.length)
+    if mask is not None:  # the mask's columns, whatever the positions of the queries
+        lo, hi = mask_start, pages.length
+    else:
+        lo = 0 if pages.window is None else max(0, start - pages.window + 1)
+        hi = start + n
+    span, last = pages.seen(lo, hi)
     rows = cache.query_terms * heads.shape[1] * min(n, block_rows)
     tokens = span.count + (last.count if last is not None else 0)
     bad = _attention.kv_attention(

@@ -58,7 +58,7 @@ def kv_append(handle: torch.Tensor, key_states: torch.Tensor,
     """Append a layer's new keys and values (batch, KV heads, tokens, head_dim) to the store
     of the cache `handle` names (int64: cache, layer); returns the receipt."""
     cache_id, layer = handle.tolist()
-    return _cache(cache_id).append_states(cache_id, layer, key_states, value_states)
+    return _cache(cache_id).append_states(layer, key_states, value_states)
 
 
 @kv_append.register_fake
@@ -72,7 +72,7 @@ def kv_attention(query: torch.Tensor, receipt: torch.Tensor, mask: Optional[torc
     """The attention of query (batch, query heads, queries, head_dim) over the layer the
     receipt names: (batch, queries, query heads, head_dim), in query's dtype."""
     cache_id, layer, before, new = receipt.tolist()
-    return _cache(cache_id).attend(layer, before, new, query, mask, scaling, softcap)
+    return attend(_cache(cache_id).store, layer, before, new, query, mask, scaling, softcap)
 
 
 @kv_attention.register_fake

@@ -251,7 +251,7 @@ class Int8Cache(Cache):
             raise ValueError(f"value_states {tuple(value_states.shape)} and key_states "
                              f"{tuple(key_states.shape)} differ in shape")
 
-    def append_states(self, cache_id: int, layer: int, key_states: torch.Tensor,
+    def append_states(self, layer: int, key_states: torch.Tensor,
                       value_states: torch.Tensor) -> torch.Tensor:
         """kv_append: the states into the store; the receipt."""
         batch, heads, n, head_dim = key_states.shape
@@ -268,13 +268,7 @@ class Int8Cache(Cache):
                 .contiguous().numpy() for t in (key_states, value_states))
         self.store._append_heads(self.store._pages(layer), k, v,
                                  ("key_states", "value_states"))
-        return torch.tensor([cache_id, layer, before, n])
-
-    def attend(self, layer: int, before: int, new: int, query: torch.Tensor,
-               mask: Optional[torch.Tensor], scaling: float, softcap: float) -> torch.Tensor:
-        """kv_attention: the layer's attention (see `_int8_attention.attend`)."""
-        return _int8_attention.attend(self.store, layer, before, new, query, mask, scaling,
-                                      softcap)
+        return torch.tensor([self.cache_id, layer, before, n])
 
     def select_batch(self, rows: torch.Tensor) -> None:
         """Keep the batch rows `rows` (beam search's reordering, repeats, selections)."""
