@@ -13,15 +13,11 @@ transformers = pytest.importorskip("transformers",
 import pyw8a8.torch as pt  # noqa: E402
 from pyw8a8.torch.embedding import Int8Embedding  # noqa: E402
 
+from torch_helpers import tiny_gemma3  # noqa: E402
+
 
 def gemma(tied=True):
-    torch.manual_seed(1)
-    config = transformers.Gemma3TextConfig(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=32, vocab_size=96, sliding_window=6,
-        layer_types=["sliding_attention", "full_attention"], query_pre_attn_scalar=32,
-        attn_implementation="sdpa", tie_word_embeddings=tied)
-    return transformers.Gemma3ForCausalLM(config).eval()
+    return tiny_gemma3(tie_word_embeddings=tied)
 
 
 def llama():

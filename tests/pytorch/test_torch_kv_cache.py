@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers",
 
 import pyw8a8.torch as pt  # noqa: E402
 
-from torch_helpers import COMPILE_MODES  # noqa: E402
+from torch_helpers import COMPILE_MODES, tiny_gemma3  # noqa: E402
 
 
 def llama(attention="sdpa"):
@@ -28,13 +28,7 @@ def llama(attention="sdpa"):
 
 
 def gemma(window=6):
-    torch.manual_seed(1)
-    config = transformers.Gemma3TextConfig(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=32, vocab_size=96, sliding_window=window,
-        layer_types=["sliding_attention", "full_attention"], attn_logit_softcapping=30.0,
-        query_pre_attn_scalar=32, attn_implementation="sdpa")
-    return transformers.Gemma3ForCausalLM(config).eval()
+    return tiny_gemma3(sliding_window=window, attn_logit_softcapping=30.0)
 
 
 def generate(model, ids, cache=None, **kwargs):

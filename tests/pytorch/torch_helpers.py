@@ -36,6 +36,19 @@ COMPILE_MODES = {
 }
 
 
+def tiny_gemma3(**config):
+    """A Gemma 3 of random weights (seed 1), 2 layers (a sliding window of 6, then a global
+    one), 4 query heads over 2 KV heads of 32, a vocabulary of 96; `config` overrides."""
+    import transformers
+    torch.manual_seed(1)
+    settings = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=96,
+                    sliding_window=6, layer_types=["sliding_attention", "full_attention"],
+                    query_pre_attn_scalar=32, attn_implementation="sdpa")
+    settings.update(config)
+    return transformers.Gemma3ForCausalLM(transformers.Gemma3TextConfig(**settings)).eval()
+
+
 def native_calls():
     """The products the native operator ran."""
     from pyw8a8.torch import _native
