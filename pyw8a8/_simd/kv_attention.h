@@ -362,7 +362,8 @@ static void w8_kv_gather_scales(const w8_kv_attention *a, int64_t s, w8_kv_span 
                                 const float *full, const float *open, float *out)
 {
     const int64_t n_full = (sp.p1 - sp.p0) * a->page;
-    memcpy(out, full + s * a->npages * a->page + sp.p0 * a->page, (size_t)n_full * 4);
+    if (n_full) /* without full pages `full` is NULL: no offset from it */
+        memcpy(out, full + s * a->npages * a->page + sp.p0 * a->page, (size_t)n_full * 4);
     if (sp.open)
         memcpy(out + n_full, open + s * a->open_room, (size_t)a->open_count * 4);
 }
