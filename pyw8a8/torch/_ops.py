@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from .._layout import HUGE_PAGE_FROM_BYTES, empty_aligned
+from .._packed.panels import array_layout
 from ..packing import PackedWeight
 
 #: The header of a packed weight in a state_dict: one int64 each.
@@ -30,7 +31,26 @@ def header(packed: PackedWeight) -> torch.Tensor:
     d = packed.to_dict()
     rotate, block, seed = (int(v) for v in d["rotation"])
     return torch.tensor([int(d["format_version"]), *packed.shape, int(d["encoding"]), rotate,
-                         block, seed], dtype=torch.int64)
+                         block, seed], dtype=torch.int64, device="cpu")
+
+
+def settings(head: torch.Tensor) -> dict[str, int]:
+    """The header's values by name (HEADER_FIELDS): what a packed weight's tensors hold,
+    read without its arrays (which a skeleton model being loaded keeps on 'meta')."""
+    return dict(zip(HEADER_FIELDS, head.tolist()))
+
+
+def empty_tensors(layout: PackedWeight, n: int,
+                  device: torch.device) -> tuple[torch.Tensor, ...]:
+    """(panels, psum, scales, header) of an (n, K) weight packed as `layout` (an empty
+    weight of the same K, encoding and rotation): the arrays uninitialized on `device`
+    (a skeleton's 'meta', for the weights a checkpoint loads), the header filled."""
+    arrays = array_layout(n, layout.kp, layout.encoding)
+    tensors = tuple(torch.empty(shape, dtype=torch.from_numpy(np.empty(0, dtype)).dtype,
+                                device=device) for dtype, shape in arrays)
+    head = header(layout)
+    head[1] = n
+    return (*tensors, head)
 
 
 def _identity(panels, psum, scales, head):

@@ -126,8 +126,10 @@ def _patterns(value: Optional[Sequence[str]], name: str) -> list[str]:
     return patterns
 
 
-def _reason(name: str, module: nn.Linear, selection: dict) -> Optional[str]:
-    """Why this linear layer stays float, or None when it goes W8A8."""
+def _reason(name: str, module: nn.Linear, selection: dict,
+            devices: tuple[str, ...]) -> Optional[str]:
+    """Why this linear layer stays float, or None when it goes W8A8 (its weight on one
+    of `devices`)."""
     if type(module) is not nn.Linear:
         if isinstance(module, nn.modules.linear.NonDynamicallyQuantizableLinear):
             return ("its parent reads its weight directly (nn.MultiheadAttention's out_proj; "
@@ -137,7 +139,7 @@ def _reason(name: str, module: nn.Linear, selection: dict) -> Optional[str]:
     if reason is not None:
         return reason
     weight = module.weight
-    if weight.device.type != "cpu":
+    if weight.device.type not in devices:
         return f"its weight is on {weight.device}"
     if not weight.is_floating_point():
         return f"its weight is {weight.dtype}"
@@ -158,14 +160,16 @@ class _Plan:
     units: list[fusion.GatedFusion]
 
 
-def _plan(model: nn.Module, selection: dict, fuse: bool, log_level: int) -> _Plan:
-    """Which of `model`'s layers go W8A8, each decision logged, and what is fused."""
+def _plan(model: nn.Module, selection: dict, fuse: bool, log_level: int,
+          devices: tuple[str, ...] = ("cpu",)) -> _Plan:
+    """Which of `model`'s layers go W8A8, each decision logged, and what is fused; a layer
+    whose weight is on none of `devices` stays float."""
     report, layers = QuantizeReport(), []
     # Every name of a layer shared by several parents (tied weights) gets the one new layer.
     for name, module in model.named_modules(remove_duplicate=False):
         if not isinstance(module, nn.Linear):
             continue
-        reason = _reason(name, module, selection)
+        reason = _reason(name, module, selection, devices)
         d = Decision(name, type(module).__name__, module.in_features, module.out_features,
                      "float" if reason else "w8a8", reason or "w8a8")
         logger.log(log_level, "%s %s (%s %d -> %d): %s", d.action, d.name or "(root)",
@@ -197,14 +201,44 @@ def _unit_layers(units: list[fusion.GatedFusion]) -> set[str]:
     return {_join(g.parent, c) for g in units for c in (g.gate, g.up)}
 
 
-def _apply(model: nn.Module, plan: _Plan, packing: dict) -> nn.Module:
-    """`model` with the planned layers replaced, packed with `packing` (rotate, block,
-    seed), and pyw8a8's attention; a new object where `model` itself is replaced."""
+class _Packer:
+    """The layers quantize makes: packed from the float layers' weights."""
+
+    def __init__(self, packing: dict) -> None:
+        self.packing = packing  # rotate, block, seed
+
+    def linear(self, module: nn.Linear, activation: Optional[str]) -> Linear:
+        return Linear.from_float(module, activation=activation, **self.packing)
+
+    def gated(self, gate: nn.Linear, up: nn.Linear, glu: str) -> GatedLinear:
+        return GatedLinear.from_float(gate, up, glu=glu, **self.packing)
+
+
+class _Skeleton(_Packer):
+    """The same layers on 'meta', of the float layers' shapes, packed as `packing` and
+    `encoding` say: a skeleton for a saved int8 checkpoint to fill."""
+
+    def __init__(self, packing: dict, encoding: str) -> None:
+        super().__init__({**packing, "encoding": encoding, "device": "meta"})
+
+    def linear(self, module: nn.Linear, activation: Optional[str]) -> Linear:
+        return Linear(module.in_features, module.out_features, module.bias is not None,
+                      activation=activation, **self.packing)
+
+    def gated(self, gate: nn.Linear, up: nn.Linear, glu: str) -> GatedLinear:
+        return GatedLinear(gate.in_features, gate.out_features, gate.bias is not None,
+                           glu=glu, **self.packing)
+
+
+def _apply(model: nn.Module, plan: _Plan, packer: _Packer) -> nn.Module:
+    """`model` with the planned layers replaced by `packer`'s, and pyw8a8's attention; a
+    new object where `model` itself is replaced.  Layers sharing one input share a product
+    from their packed weights: not a skeleton's (:func:`share_products` once loaded)."""
     report = plan.report
     # A gated unit's gate and up are packed in its GatedLinear, its activation with them.
-    units = {g: GatedLinear.from_float(
+    units = {g: packer.gated(
         *(model.get_submodule(_join(g.parent, c)) for c in (g.gate, g.up)),
-        glu=g.activation, **packing) for g in plan.units}
+        glu=g.activation) for g in plan.units}
     in_units = _unit_layers(plan.units)
     activations = {_join(f.parent, f.linear): f.activation for f in report.fused}
     layers: dict[int, Linear] = {}
@@ -212,10 +246,10 @@ def _apply(model: nn.Module, plan: _Plan, packing: dict) -> nn.Module:
         if name in in_units:
             continue
         if id(module) not in layers:
-            layers[id(module)] = Linear.from_float(
-                module, activation=activations.get(name or "(root)"), **packing)
+            layers[id(module)] = packer.linear(module, activations.get(name or "(root)"))
         model = _replace(model, name, layers[id(module)])
-    report.shared = [s for s in report.shared if _share_product(model, s)]
+    if not isinstance(packer, _Skeleton):
+        share_products(model, report)
     for f in report.fused:
         model.get_submodule(f.parent).register_module(f.activation_module, nn.Identity())
     for g, gated in units.items():
@@ -246,6 +280,12 @@ def _replace(model: nn.Module, name: str, module: nn.Module) -> nn.Module:
     parent, _, child = name.rpartition(".")
     model.get_submodule(parent).register_module(child, module)
     return model
+
+
+def share_products(model: nn.Module, report: QuantizeReport) -> None:
+    """The layers of each of `report`'s shared inputs run as one product where they can;
+    the report keeps those that do."""
+    report.shared = [s for s in report.shared if _share_product(model, s)]
 
 
 def _share_product(model: nn.Module, shared: fusion.SharedInput) -> bool:
@@ -340,6 +380,23 @@ def quantize(model: nn.Module, *, include: Optional[Sequence[str]] = None,
     selection = _selection(include, exclude, min_in_features)
     model = model if inplace else copy.deepcopy(model)
     plan = _plan(model, selection, fuse, logging.INFO if verbose else logging.DEBUG)
-    model = _apply(model, plan, {"rotate": rotate, "block": block, "seed": seed})
+    model = _apply(model, plan, _Packer({"rotate": rotate, "block": block, "seed": seed}))
+    model.pyw8a8_report = plan.report
+    return model
+
+
+def skeleton(model: nn.Module, *, encoding: str, include: Optional[Sequence[str]] = None,
+             exclude: Optional[Sequence[str]] = None, min_in_features: int = 0,
+             rotate: bool = True, block: int | str = "auto", seed: int = 0,
+             fuse: bool = True) -> nn.Module:
+    """`model` (a skeleton on 'meta', as transformers builds one to load a checkpoint
+    into) changed in place into the skeleton of ``quantize(model, ...)``: the same
+    layers, fusions, tied vocabulary and attention, their buffers on 'meta' but for the
+    headers, packed with `encoding`, for the tensors of a saved quantized model to fill.
+    Once they have, :func:`share_products` with its report finishes it."""
+    selection = _selection(include, exclude, min_in_features)
+    plan = _plan(model, selection, fuse, logging.DEBUG, devices=("cpu", "meta"))
+    packing = {"rotate": rotate, "block": block, "seed": seed}
+    model = _apply(model, plan, _Skeleton(packing, encoding))
     model.pyw8a8_report = plan.report
     return model

@@ -11,11 +11,14 @@ the rotated basis), then multiplied by the embedding's own scale where it has on
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 import torch
 from torch import nn
 
-from .._layout import W8_NR
+from .._layout import W8_NR, padded
+from .._packed.panels import ENCODINGS
 from ..rotation import unrotate
 from .modules import Linear
 
@@ -53,15 +56,17 @@ class Int8Embedding(nn.Module):
         self.num_embeddings, self.embedding_dim = head.out_features, head.in_features
         self.padding_idx = embedding.padding_idx
         self.dtype = embedding.weight.dtype
-        packed = head.packed("weight")
-        self._biased = packed.encoding == "biased"
-        self._rotated_k = packed.rotated_k
-        scale = getattr(embedding, "embed_scale", None)
-        self.register_buffer("embed_scale", None if scale is None else
-                             torch.as_tensor(scale, dtype=torch.float32).clone(),
-                             persistent=False)
-        self.register_buffer("unrotation", _unrotation(packed) if packed.rotate else None,
-                             persistent=False)
+        # Derived from the head's settings, never its arrays (a skeleton's are on 'meta'),
+        # and held as plain tensors, not buffers: transformers' loading replaces every
+        # non-persistent buffer with uninitialized memory for the model's own init to fill.
+        settings = head.settings("weight")
+        self._biased = ENCODINGS[settings["encoding"]] == "biased"
+        block = settings["block"]
+        self._rotated_k = padded(self.embedding_dim, block) if settings["rotate"] else \
+            self.embedding_dim
+        self.embed_scale = _embed_scale(embedding)
+        self.unrotation = (_unrotation(self._rotated_k, block, settings["seed"])
+                           if settings["rotate"] else None)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         panels, _, scales, _ = self.head._tensors("weight")
@@ -85,10 +90,21 @@ class Int8Embedding(nn.Module):
                 f"a {type(self.head).__name__}")
 
 
-def _unrotation(packed) -> torch.Tensor:
-    """The inverse of the head's rotation as its diagonal blocks (blocks, block, block):
-    a rotated row r's float row is ``r @ blockdiag(blocks)``."""
-    k, block = packed.rotated_k, packed.block
-    whole = unrotate(np.eye(k, dtype=np.float32), block=block, seed=packed.seed)
+def _embed_scale(embedding: nn.Module) -> Optional[torch.Tensor]:
+    """The factor an embedding multiplies its rows by (Gemma's ``embed_scale``), float32,
+    or None; read from the number the module keeps where it keeps one (its tensor is on
+    'meta' in a skeleton)."""
+    scale = getattr(embedding, "scalar_embed_scale", None)
+    if scale is None:
+        scale = getattr(embedding, "embed_scale", None)
+    if scale is None:
+        return None
+    return torch.as_tensor(scale, dtype=torch.float32, device="cpu").clone()
+
+
+def _unrotation(k: int, block: int, seed: int) -> torch.Tensor:
+    """The inverse of the head's rotation over its `k` rotated features as its diagonal
+    blocks (blocks, block, block): a rotated row r's float row is ``r @ blockdiag(blocks)``."""
+    whole = unrotate(np.eye(k, dtype=np.float32), block=block, seed=seed)
     blocks = [whole[i:i + block, i:i + block] for i in range(0, k, block)]
     return torch.from_numpy(np.ascontiguousarray(np.stack(blocks)))

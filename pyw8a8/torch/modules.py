@@ -37,6 +37,12 @@ def _activation(value: Optional[str], name: str) -> Optional[str]:
     return value
 
 
+def _glu(value: Optional[str]) -> str:
+    if value is None:
+        raise ValueError("glu must be one of 'relu', 'gelu', 'gelu_tanh', 'silu'")
+    return _activation(value, "glu")
+
+
 def _float_weight(linear: Any, name: str) -> tuple[np.ndarray, Optional[torch.Tensor]]:
     """An nn.Linear's weight as float32 numpy (N, K), and its bias tensor."""
     if not isinstance(linear, nn.Linear):
@@ -54,6 +60,16 @@ def _pack(w: np.ndarray, rotate: bool, block: int | str, seed: int,
     """pack_weight for a layer, which takes any K: the last block zero-padded where `block`
     does not divide it."""
     return pack_weight(w, rotate=rotate, block=block, seed=seed, encoding=encoding, pad=True)
+
+
+def _skeleton(device: Any) -> bool:
+    """Whether a layer is built on the 'meta' device (a skeleton whose weights a checkpoint
+    loads, the arrays uninitialized) rather than as a zero layer on the CPU."""
+    kind = torch.device(device).type if device is not None else "cpu"
+    if kind not in ("cpu", "meta"):
+        raise ValueError(f"device must be 'cpu' or 'meta' (pyw8a8 layers run on the CPU), "
+                         f"got {device!r}")
+    return kind == "meta"
 
 
 class _PackedModule(nn.Module):
@@ -86,6 +102,26 @@ class _PackedModule(nn.Module):
             self.register_buffer(name, tensor)
 
     @torch.inference_mode(False)
+    def _set_skeleton(self, shape: tuple[int, int], bias: bool, packing: tuple) -> None:
+        """Every weight and bias of shape `shape` (N, K) on 'meta', packed as `packing`
+        (rotate, block, seed, encoding) says, the headers filled: what a checkpoint's
+        tensors replace, nothing allocated."""
+        n, k = shape
+        layout = _pack(np.zeros((0, k), np.float32), *packing)
+        meta = torch.device("meta")
+        for prefix in self._weights:
+            for name, tensor in zip(self._parts[prefix], _ops.empty_tensors(layout, n, meta)):
+                self.register_buffer(name, tensor)
+        for name in self._biases:
+            self.register_buffer(name, torch.empty(n, device=meta) if bias else None)
+        self.out_features, self.in_features = shape
+
+    def settings(self, prefix: str) -> dict[str, int]:
+        """The settings a weight was packed with (its header's values by name), without
+        reading its arrays."""
+        return _ops.settings(self._buffers[self._parts[prefix][3]])
+
+    @torch.inference_mode(False)
     def _set_bias(self, name: str, bias: Any, n: int) -> None:
         if bias is None:
             self.register_buffer(name, None)
@@ -107,8 +143,8 @@ class _PackedModule(nn.Module):
         # but the CPU.
         kept = {name: buf for name, buf in self._buffers.items() if buf is not None}
         result = super()._apply(fn, recurse)
-        moved = [(name, self._buffers[name].device) for name in kept
-                 if self._buffers[name].device.type != "cpu"]
+        moved = [(name, self._buffers[name].device) for name, old in kept.items()
+                 if self._buffers[name].device != old.device]
         for name, old in kept.items():
             if name in dict(moved) or self._buffers[name].dtype != old.dtype:
                 self._buffers[name] = old
@@ -258,6 +294,9 @@ class Linear(_PackedModule):
         Applied in the kernel's epilogue, after the bias.
     rotate, block, seed, encoding
         As :func:`pyw8a8.pack_weight`.
+    device : {None, 'cpu', 'meta'}
+        'meta' builds the layer's skeleton: its buffers' shapes and settings, nothing
+        allocated, for a checkpoint to fill (``from_pretrained`` of a saved model).
 
     Notes
     -----
@@ -289,8 +328,14 @@ class Linear(_PackedModule):
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
                  activation: Optional[str] = None, rotate: bool = True,
-                 block: int | str = "auto", seed: int = 0, encoding: str = "auto") -> None:
+                 block: int | str = "auto", seed: int = 0, encoding: str = "auto",
+                 device: Any = None) -> None:
         super().__init__()
+        if _skeleton(device):
+            self._set_skeleton((out_features, in_features), bias,
+                               (rotate, block, seed, encoding))
+            self.activation = _activation(activation, "activation")
+            return
         zeros = np.zeros((out_features, in_features), np.float32)
         self._init(_pack(zeros, rotate, block, seed, encoding),
                    np.zeros(out_features, np.float32) if bias else None, activation)
@@ -364,8 +409,8 @@ class Linear(_PackedModule):
                                        "" if activation is None else activation)
 
     def extra_repr(self) -> str:
-        packed = self.packed("weight")
-        rotation = f"block={packed.block}" if packed.rotate else "rotate=False"
+        settings = self.settings("weight")
+        rotation = f"block={settings['block']}" if settings["rotate"] else "rotate=False"
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}, activation={self.activation}, {rotation}")
 
@@ -382,6 +427,9 @@ class GatedLinear(_PackedModule):
     ----------
     glu : {'relu', 'gelu', 'gelu_tanh', 'silu'}
         Llama, Mistral, Qwen: 'silu'; Gemma: 'gelu_tanh'.
+    in_features, out_features, bias, rotate, block, seed, encoding, device
+        As :class:`Linear`'s: ``GatedLinear(K, N)`` is a zero unit, ``device='meta'`` a
+        skeleton.
 
     Examples
     --------
@@ -403,8 +451,13 @@ class GatedLinear(_PackedModule):
 
     def __init__(self, in_features: int, out_features: int, bias: bool = False, *,
                  glu: str = "silu", rotate: bool = True, block: int | str = "auto",
-                 seed: int = 0, encoding: str = "auto") -> None:
+                 seed: int = 0, encoding: str = "auto", device: Any = None) -> None:
         super().__init__()
+        if _skeleton(device):
+            self._set_skeleton((out_features, in_features), bias,
+                               (rotate, block, seed, encoding))
+            self.glu = _glu(glu)
+            return
         zeros = np.zeros((out_features, in_features), np.float32)
         packed = [_pack(zeros, rotate, block, seed, encoding) for _ in range(2)]
         biases = [np.zeros(out_features, np.float32) if bias else None] * 2
@@ -417,9 +470,7 @@ class GatedLinear(_PackedModule):
                              f"{up.shape}")
         if (gate.rotate, gate.block, gate.seed) != (up.rotate, up.block, up.seed):
             raise ValueError("gate and up must be packed with the same rotation settings")
-        if glu is None:
-            raise ValueError("glu must be one of 'relu', 'gelu', 'gelu_tanh', 'silu'")
-        self.glu = _activation(glu, "glu")
+        self.glu = _glu(glu)
         self.out_features, self.in_features = gate.shape
         for name, weight, bias in zip(self._weights, packed, biases):
             self._set_weight(name, weight)
