@@ -32,6 +32,7 @@ import sys
 
 from . import (
     _native,  # noqa: F401  (registers their CPU kernels)
+    _on_import,
     _ops,  # noqa: F401  (defines torch.ops.pyw8a8.*)
 )
 from .attention import enable_int8_attention
@@ -40,6 +41,9 @@ from .modules import GatedLinear, Linear
 
 __all__ = ["Decision", "GatedLinear", "Int8Cache", "Linear", "QuantizeReport", "W8A8Config",
            "enable_int8_attention", "quantize"]
+
+# A saved int8 checkpoint loads by from_pretrained after `import pyw8a8.torch` alone.
+_on_import.register_with_transformers()
 
 if "transformers.modeling_utils" in sys.modules:
     # A pickled quantized model names pyw8a8's attention implementation in its config:
