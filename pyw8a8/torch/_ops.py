@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .._layout import HUGE_PAGE_FROM_BYTES, empty_aligned
+from .._layout import HUGE_PAGE_FROM_BYTES, empty_aligned, is_aligned
 from .._packed.panels import array_layout
 from ..packing import PackedWeight
 
@@ -115,16 +115,23 @@ def owned_copy(t: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(empty_aligned(tuple(t.shape), dtype)).copy_(t)
 
 
-def tensors_of(packed: PackedWeight) -> tuple[torch.Tensor, ...]:
+def tensors_of(packed: PackedWeight, adopt: bool = False) -> tuple[torch.Tensor, ...]:
     """(panels, psum, scales, header): torch's own copies of `packed`'s arrays
     (:func:`owned_copy`), with the weight they hold (its arrays viewing them) kept on the
-    panels, so nothing is checked again."""
-    panels, psum, scales = (owned_copy(torch.from_numpy(a)) for a in (packed.panels,
-                                                                      packed.psum,
-                                                                      packed.scales))
+    panels, so nothing is checked again.  `adopt`: `packed` was just made for the caller
+    alone, so its large arrays, already in a weight's memory, become the tensors
+    themselves (no second copy of a 168 MB LM head while a model is quantized)."""
+    panels, psum, scales = (_adopted(a) if adopt else owned_copy(torch.from_numpy(a))
+                            for a in (packed.panels, packed.psum, packed.scales))
     head = header(packed)
     keep_weight(panels, psum, scales, head, packed)
     return panels, psum, scales, head
+
+
+def _adopted(a: np.ndarray) -> torch.Tensor:
+    if a.nbytes >= HUGE_PAGE_FROM_BYTES and a.flags.c_contiguous and is_aligned(a):
+        return torch.from_numpy(a)
+    return owned_copy(torch.from_numpy(a))
 
 
 def keep_weight(panels: torch.Tensor, psum: torch.Tensor, scales: torch.Tensor,

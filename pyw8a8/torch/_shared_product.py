@@ -105,7 +105,7 @@ class SharedProduct:
                              np.concatenate([p.psum for p in packed]),
                              np.concatenate([p.scales for p in packed]),
                              first.rotate, first.block, first.seed)
-        shared = list(_ops.tensors_of(whole))
+        shared = list(_ops.tensors_of(whole, adopt=True))
         biases = [layer.bias for layer in self.layers]
         shared.append(None if biases[0] is None else torch.cat([b.float() for b in biases]))
         leader = self.layers[0]

@@ -97,8 +97,9 @@ class _PackedModule(nn.Module):
     # inside it: an inference tensor has no version counter, which tells packed_from that a
     # weight was written in place.
     @torch.inference_mode(False)
-    def _set_weight(self, prefix: str, packed: PackedWeight) -> None:
-        for name, tensor in zip(self._parts[prefix], _ops.tensors_of(packed)):
+    def _set_weight(self, prefix: str, packed: PackedWeight, adopt: bool) -> None:
+        # adopt: `packed` is this module's alone (_ops.tensors_of)
+        for name, tensor in zip(self._parts[prefix], _ops.tensors_of(packed, adopt)):
             self.register_buffer(name, tensor)
 
     @torch.inference_mode(False)
@@ -338,12 +339,13 @@ class Linear(_PackedModule):
             return
         zeros = np.zeros((out_features, in_features), np.float32)
         self._init(_pack(zeros, rotate, block, seed, encoding),
-                   np.zeros(out_features, np.float32) if bias else None, activation)
+                   np.zeros(out_features, np.float32) if bias else None, activation, True)
 
-    def _init(self, packed: PackedWeight, bias: Any, activation: Optional[str]) -> None:
+    def _init(self, packed: PackedWeight, bias: Any, activation: Optional[str],
+              adopt: bool = False) -> None:
         self.out_features, self.in_features = packed.shape
         self.activation = _activation(activation, "activation")
-        self._set_weight("weight", packed)
+        self._set_weight("weight", packed, adopt)
         self._set_bias("bias", bias, self.out_features)
 
     @classmethod
@@ -389,8 +391,10 @@ class Linear(_PackedModule):
             The weight is not on the CPU or holds NaN/Inf; a setting is out of range.
         """
         w, bias = _float_weight(linear, "linear")
-        packed = _pack(w, rotate, block, seed, encoding)
-        return cls.from_packed(packed, bias, activation=activation)
+        layer = cls.__new__(cls)
+        nn.Module.__init__(layer)
+        layer._init(_pack(w, rotate, block, seed, encoding), bias, activation, adopt=True)
+        return layer
 
     def _eager(self, x: torch.Tensor) -> torch.Tensor:
         # The operator entered from C++ (_native.eager_linear), the buffers read from the
@@ -461,9 +465,10 @@ class GatedLinear(_PackedModule):
         zeros = np.zeros((out_features, in_features), np.float32)
         packed = [_pack(zeros, rotate, block, seed, encoding) for _ in range(2)]
         biases = [np.zeros(out_features, np.float32) if bias else None] * 2
-        self._init(packed, biases, glu)
+        self._init(packed, biases, glu, adopt=True)
 
-    def _init(self, packed: list[PackedWeight], biases: list[Any], glu: str) -> None:
+    def _init(self, packed: list[PackedWeight], biases: list[Any], glu: str,
+              adopt: bool = False) -> None:
         gate, up = packed
         if gate.shape != up.shape:
             raise ValueError(f"gate and up must have one shape, got {gate.shape} and "
@@ -473,7 +478,7 @@ class GatedLinear(_PackedModule):
         self.glu = _glu(glu)
         self.out_features, self.in_features = gate.shape
         for name, weight, bias in zip(self._weights, packed, biases):
-            self._set_weight(name, weight)
+            self._set_weight(name, weight, adopt)
             self._set_bias(f"{name}_bias", bias, self.out_features)
 
     @classmethod
@@ -491,7 +496,7 @@ class GatedLinear(_PackedModule):
         packed = [_pack(w, rotate, block, seed, encoding) for w, _ in weights]
         unit = cls.__new__(cls)
         nn.Module.__init__(unit)
-        unit._init(packed, [bias for _, bias in weights], glu)
+        unit._init(packed, [bias for _, bias in weights], glu, adopt=True)
         return unit
 
     def _eager(self, x: torch.Tensor) -> torch.Tensor:
