@@ -161,8 +161,9 @@ def _add_torch_options(parser):
                             "process, and each library's share beside the other and alone), "
                             "encoder and lm (the model-level table, a process per contender: "
                             "all-MiniLM-L6-v2, Gemma 3 270M); also kvcache (Int8Cache against "
-                            "the default KV cache, decode speed, bytes and KL; not in the "
-                            "default)")
+                            "the default KV cache, decode speed, bytes and KL) and checkpoint "
+                            "(Gemma 3 270M loaded with W8A8Config, saved in int8 and reloaded: "
+                            "bytes, memory, bits); those two not in the default")
     group.add_argument("--torch-contenders", type=option_type(parse_contenders),
                        default=list(DEFAULT_CONTENDERS),
                        help="the model-level table's contenders, comma-separated, float always "

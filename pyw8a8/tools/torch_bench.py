@@ -5,7 +5,8 @@ turns in one process on the evaluation's first MMLU questions, whole and their f
 sentence; fidelity against the float embeddings) and
 :mod:`~pyw8a8.tools.torch_sharing`'s; "encoder" and "lm", the model-level table of
 :mod:`~pyw8a8.tools.torch_contenders`; "kvcache", :mod:`~pyw8a8.tools.torch_kv_bench`'s
-(not run unless named)."""
+(not run unless named); "checkpoint", :mod:`~pyw8a8.tools.torch_checkpoint_bench`'s (not
+run unless named)."""
 from __future__ import annotations
 
 import copy
@@ -17,7 +18,7 @@ from typing import Any
 
 from ..lab.record import markdown_table
 from ..lab.turns import spread, take_turns
-from . import peers, torch_contenders, torch_kv_bench, torch_sharing
+from . import peers, torch_checkpoint_bench, torch_contenders, torch_kv_bench, torch_sharing
 from .encode_timing import MODEL_PACKAGE, fidelity, load_encoder
 
 
@@ -97,7 +98,7 @@ def format_table(results: dict[str, dict[str, float]], label: str, count: int) -
 def _inputs(settings):
     """The text sets and the sharing table's three encoders (None without "sharing");
     ImportError or QuestionsUnavailable first where a package or the texts are missing."""
-    sets = texts(settings.texts) if set(settings.models) - {"kvcache"} else {}
+    sets = texts(settings.texts) if set(settings.models) - {"kvcache", "checkpoint"} else {}
     if "lm" in settings.models:
         from .torch_lm import _imports
         _imports()
@@ -144,6 +145,9 @@ def main(settings, machine_lines: list[str]) -> int:
                   f"({peers.TORCHAO_INSTALL})")
         rows = torch_contenders.run(settings, sets, progress=progress)
         print("\n".join(torch_contenders.format_table(rows, settings, sets)))
+    status = 0
     if "kvcache" in settings.models:
-        return torch_kv_bench.main(settings.kv, progress=progress)
-    return 0
+        status = torch_kv_bench.main(settings.kv, progress=progress)
+    if "checkpoint" in settings.models:
+        status = torch_checkpoint_bench.main(progress=progress) or status
+    return status

@@ -51,8 +51,8 @@ def parse_contenders(text: str) -> list[str]:
 
 
 def parse_models(text: str) -> list[str]:
-    """--torch-models: comma-separated, of MODELS, "sharing" and "kvcache"."""
-    return comma_keys(text, MODELS + ("sharing", "kvcache"), "model")
+    """--torch-models: comma-separated, of MODELS, "sharing", "kvcache" and "checkpoint"."""
+    return comma_keys(text, MODELS + ("sharing", "kvcache", "checkpoint"), "model")
 
 
 class Contender:

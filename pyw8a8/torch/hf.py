@@ -30,7 +30,7 @@ from .._layout import W8_KPAD, W8_NR
 from .._packed.panels import ENCODINGS
 from ..packing import resolve_encoding
 from . import _ops
-from .convert import _selection, quantize, share_products, skeleton
+from .convert import _selection, own_float_memory, quantize, share_products, skeleton
 from .modules import _pack, _PackedModule
 
 __all__ = ["W8A8Config"]
@@ -166,11 +166,11 @@ class W8A8Quantizer(HfQuantizer):
         if self.pre_quantized:
             _check_loaded(model, self._headers, self._checksums)
             share_products(model, model.pyw8a8_report)
+            own_float_memory(model)
         else:
             model = quantize(model, inplace=True, **config.quantize_options())
             config.encoding = resolve_encoding("auto")
             config.checkpoint_format = CHECKPOINT_FORMAT
-        _own_memory(model)
         return model
 
     def get_state_dict_and_metadata(self, model: Any) -> tuple[dict, dict]:
@@ -271,20 +271,6 @@ def _check_loaded(model: Any, headers: dict, checksums: dict) -> None:
             if bias is not None and not getattr(bias, "_is_hf_initialized", False):
                 raise ValueError(f"the checkpoint has no {name}.{part}: not a complete "
                                  f"pyw8a8 checkpoint")
-
-
-def _own_memory(model: Any) -> None:
-    """The float tensors quantize left (norms, biases, layers kept float) copied into memory
-    of their own: loaded, they are views of the checkpoint's mapped file, and while one of
-    them lives the whole mapping does, with every page quantizing read (Gemma 3 270M held
-    1.8 GB resident where its tensors are 270 MB)."""
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, _PackedModule):  # packed from numpy, its own memory
-                continue
-            for tensor in (*module._parameters.values(), *module._buffers.values()):
-                if tensor is not None and tensor.is_floating_point():
-                    tensor.data = tensor.data.clone()
 
 
 # Registered once, when this module is first imported (the registry refuses a second).
