@@ -235,6 +235,20 @@ def markdown_output(text):
     return out
 
 
+def this_cpu_kind():
+    """This machine's CPU kind as the record's file names say it (:func:`cpu_kind`)."""
+    return cpu_kind(cpuinfo_fields(), _cpu.cpu_features(), _cpu.available_isas()[0])
+
+
+def write_chart(directory, svg, now=None):
+    """Write `svg` as ``directory/YYYY-MM-DD-<cpu kind>.svg``, the picture of the day's
+    record (the latest table run replaces an earlier one); the path written."""
+    now = (now or datetime.datetime.now()).astimezone()
+    path = record_path(directory, now.date(), this_cpu_kind()).with_suffix(".svg")
+    path.write_text(svg, encoding="utf-8")
+    return path
+
+
 def write(directory, output, command, now=None):
     """Add a run to ``directory/YYYY-MM-DD-<cpu kind>.md``, made with a title where new.
 
@@ -256,8 +270,8 @@ def write(directory, output, command, now=None):
     now = (now or datetime.datetime.now()).astimezone()
     fields = cpuinfo_fields()
     features = _cpu.cpu_features()
-    best, isa = _cpu.available_isas()[0], _cpu.isa()
-    kind = cpu_kind(fields, features, best)
+    isa = _cpu.isa()
+    kind = this_cpu_kind()
     path = record_path(directory, now.date(), kind)
     enabled = [name for name, on in features.items() if on]
     env = [f"{k}={v}" for k, v in sorted(os.environ.items())

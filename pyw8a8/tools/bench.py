@@ -7,7 +7,7 @@ import sys
 
 from .. import _cpu, _threads
 from .._thread_policy import thread_policy
-from ..lab import record
+from ..lab import chart, record
 from ..lab.record import markdown_table
 from ..lab.turns import isolated, measure
 from . import (
@@ -21,7 +21,15 @@ from . import (
     toy_transformer,
 )
 from .bench_options import parse_args
-from .bench_table import GOPS_NOTE, format_isolation, format_table, summary_lines, table_header
+from .bench_table import (
+    GOPS_NOTE,
+    column_value,
+    format_isolation,
+    format_table,
+    rotated_and_peers,
+    summary_lines,
+    table_header,
+)
 from .contenders import BUILD, build_contender, contender_names
 from .probes import fp32_peak_gops, int8_peak_gops, print_rotation
 
@@ -74,9 +82,14 @@ def run_table(shapes, names, rounds, min_time, beside=False, kernels=None):
     `beside`, each is also timed in this process (``bench --check-isolation``); `kernels`
     receives {name: {shape: kernel}} of the contenders that name their kernel."""
     kernels = {} if kernels is None else kernels
+    rows = []
     with isolated(BUILD, names, _threads.get_num_threads()) as workers:
-        return [(shape, _time_shape(shape, workers, beside, rounds, min_time, kernels))
-                for shape in shapes]
+        for i, shape in enumerate(shapes):
+            print(f"bench: shape {i + 1} of {len(shapes)}, {'x'.join(map(str, shape))} "
+                  f"({len(workers)} contenders)", file=sys.stderr, flush=True)
+            rows.append((shape, _time_shape(shape, workers, beside, rounds, min_time,
+                                            kernels)))
+    return rows
 
 
 def main(argv=None, quick=False):
@@ -162,9 +175,33 @@ def _table_main(args, isas, shapes, with_peers, rotated=True):
                   for shape, kernel in by_shape.items()) + ")"))
     for line in summary_lines(table_header(names), rows, isas):
         print(line)
+    if getattr(args, "record", None) is not None:
+        _write_chart(args.record, rows, names, isas, bounds, nthreads)
     with _cpu.use_isa(isas[0]):
         print_rotation(isas[0], args.rounds, args.min_time)
     return 0
+
+
+def _write_chart(directory, rows, names, isas, bounds, nthreads):
+    """The record's chart of the table: pyw8a8 (rotated, its default, and not) and each
+    peer as shares of each shape's roofline on the CPU's best ISA."""
+    header = table_header(names)
+    rotated, peers_ = rotated_and_peers(header)
+    ours = "pyw8a8, rotation off"
+    contenders = (["pyw8a8, rotated (default)"] if rotated else []) + [ours] + peers_
+    chart_rows = []
+    for shape, gops in rows:
+        values = {ours: max(gops[f"pyw8a8 {i}"] for i in isas)}
+        if rotated:
+            values[contenders[0]] = gops[rotated]
+        values.update({p: column_value(gops, p)[0] for p in peers_})
+        chart_rows.append((shape, {c: v for c, v in values.items() if v}))
+    kind = record.this_cpu_kind()
+    svg = chart.roofline_chart(
+        f"pyw8a8 bench on {kind}: GOPS over each shape's roofline ({isas[0]}, "
+        f"{nthreads} threads)", chart_rows, contenders,
+        lambda m, k, n: bounds.attainable(isas[0], m, k, n)[0])
+    print(f"chart: {record.write_chart(directory, svg).name}")
 
 
 def _isolation_main(shapes, isas, args):

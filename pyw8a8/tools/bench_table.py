@@ -30,7 +30,7 @@ def table_header(names):
     return header + [TORCH_COLUMN] * any(h.startswith("torch ") for h in names)
 
 
-def _cell(gops, column):
+def column_value(gops, column):
     """(GOPS, " (engine)" for TORCH_COLUMN) of `column` in a row; (None, "") if absent."""
     if column == TORCH_COLUMN:
         best, value = fastest_torch({h: v for h, v in gops.items()
@@ -39,7 +39,7 @@ def _cell(gops, column):
     return gops.get(column), ""
 
 
-def _columns(header):
+def rotated_and_peers(header):
     """(the rotated pyw8a8 contender or None, the peers) of a table's header."""
     rotated = [h for h in header[4:] if h.startswith("pyw8a8 ") and h.endswith(ROTATED)]
     return (rotated or [None])[0], [h for h in header[4:] if not h.startswith("pyw8a8 ")]
@@ -51,7 +51,7 @@ def format_table(header, rows, isas, peaks=None, roofline=None, fp32_peak=None):
     peak `peaks` (numpy's of `fp32_peak`) and, with a :class:`~.roofline.Roofline`, the
     attainable GOPS of the fastest ISA at the shape and the shares of it that the fastest
     pyw8a8 ISA and the rotated contender reach."""
-    rotated, peer_names = _columns(header)
+    rotated, peer_names = rotated_and_peers(header)
     cols = header + ["vs numpy"] + (["vs best peer"] if peer_names else [])
     cols += [f"{rotated[len('pyw8a8 '):]} vs best peer"] if rotated and peer_names else []
     cols += [f"% peak {i}" for i in isas] if peaks else []
@@ -63,11 +63,11 @@ def format_table(header, rows, isas, peaks=None, roofline=None, fp32_peak=None):
         ours = max(gops[f"pyw8a8 {i}"] for i in isas)
         cells = [m, k, n]
         for h in header[3:]:
-            value, label = _cell(gops, h)
+            value, label = column_value(gops, h)
             cells.append("-" if value is None else f"{value:.0f}{label}")
         cells.append(f"{ours / gops['numpy f32']:.1f}x")
         if peer_names:
-            best_peer = max((v for v, _ in (_cell(gops, p) for p in peer_names)
+            best_peer = max((v for v, _ in (column_value(gops, p) for p in peer_names)
                              if v is not None), default=None)
             cells.append(f"{ours / best_peer:.2f}x" if best_peer else "-")
             if rotated:
@@ -90,7 +90,7 @@ def summary_lines(header, rows, isas):
     """The table's verdict in plain words: for the fastest pyw8a8 ISA (rotation off) and
     the rotated contender, the range of their ratios to the best int8 peer and every shape
     where a peer is faster, named with that peer and its lead; [] without peers."""
-    rotated, peer_names = _columns(header)
+    rotated, peer_names = rotated_and_peers(header)
     if not peer_names:
         return []
     contenders = [("pyw8a8 (rotation off)", lambda g: max(g[f"pyw8a8 {i}"] for i in isas))]
@@ -101,7 +101,7 @@ def summary_lines(header, rows, isas):
         ratios, behind = [], []
         for (m, k, n), gops in rows:
             peers_here = [(v, p + label) for v, label, p in
-                          ((*_cell(gops, p), p) for p in peer_names) if v is not None]
+                          ((*column_value(gops, p), p) for p in peer_names) if v is not None]
             if not peers_here:
                 continue
             best, name = max(peers_here)

@@ -89,7 +89,8 @@ def test_bench_record_keeps_the_run_its_machine_versions_commit_and_command(
         tmp_path, monkeypatch, capsys):
     """``bench --record DIR`` on the smallest run the bench offers: what it printed, with its
     table rows as markdown, goes to DIR/YYYY-MM-DD-<cpu kind>.md, with the CPU, the threads,
-    the versions, the commit and the command; a second run that day is appended."""
+    the versions, the commit and the command, and its chart to the .svg beside it; a second
+    run that day is appended."""
     import datetime
 
     # The bandwidth probe reads a 1 GiB buffer and the rotation's cost times 2048-wide
@@ -101,11 +102,13 @@ def test_bench_record_keeps_the_run_its_machine_versions_commit_and_command(
             "--min-time", "0.001", "--record", str(directory)]
     assert bench.main(argv) == 0
     printed = capsys.readouterr().out
-    [path] = directory.iterdir()
+    path, picture = sorted(directory.iterdir())  # the record and its chart
     today = datetime.date.today().isoformat()
     kind = record.cpu_kind(record.cpuinfo_fields(), pyw8a8.cpu_features(),
                            pyw8a8.available_isas()[0])
     assert path.name == f"{today}-{kind}.md"
+    assert picture.name == f"{today}-{kind}.svg" and f"chart: {picture.name}" in printed
+    assert picture.read_text().startswith("<svg ")
     assert printed.rstrip().endswith(f"recorded in {path}")
     text = path.read_text()
     assert text.startswith(f"# pyw8a8 bench on {kind}, {today}\n")
