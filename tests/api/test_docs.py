@@ -17,7 +17,9 @@ import pyw8a8.router
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md"] + sorted((ROOT / "docs").rglob("*.md"))
 # Examples that need what a test machine lacks, by a string that marks them, and why.
-NOT_RUN = {"tcp://scheduler-host:8786": "needs a running dask scheduler"}
+NOT_RUN = {"tcp://scheduler-host:8786": "needs a running dask scheduler",
+           "/path/to/llm": "needs a language model's checkpoint (the PyTorch guide's recipe "
+                           "runs on a small random one)"}
 if importlib.util.find_spec("torch") is None:
     NOT_RUN["import torch"] = ("needs PyTorch, which is not installed "
                                "(pip install \".[torch]\" adds it)")

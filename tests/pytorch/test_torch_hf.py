@@ -236,3 +236,24 @@ def test_the_config_round_trips_through_a_dict():
     again = pt.W8A8Config.from_dict(config.to_dict())
     assert again.quantize_options() == config.quantize_options()
     assert config.quantize_options()["include"] == ["model.*"]
+
+
+def test_the_guide_s_recipe_runs_without_a_deprecation_warning(tmp_path, monkeypatch, capsys):
+    # pytorch.md's start-to-end recipe (from_pretrained with W8A8Config, generate with
+    # Int8Cache, save_pretrained, from_pretrained, torch.compile) as a user pastes it: no
+    # deprecated transformers or pyw8a8 call (torch's own imports warn about TorchScript).
+    import re
+    import warnings
+    from pathlib import Path
+    page = Path(__file__).resolve().parents[2] / "docs" / "guide" / "pytorch.md"
+    recipe = re.findall(r"^```python\n(.*?)^```", page.read_text(), flags=re.S | re.M)[0]
+    assert "save_pretrained" in recipe and "torch.compile" in recipe
+    monkeypatch.chdir(tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exec(compile(recipe, "pytorch.md recipe", "exec"), {"__name__": "__main__"})
+    deprecated = [f"{w.filename}: {w.message}" for w in caught
+                  if issubclass(w.category, (DeprecationWarning, FutureWarning))
+                  and re.search(r"transformers|pyw8a8", w.filename)]
+    assert not deprecated
+    assert capsys.readouterr().out.splitlines()[-1] == "True"  # the same greedy tokens
