@@ -117,7 +117,7 @@ static size_t w8_lay_out_scratch(w8_product *p, const w8_call_weight *w, int nw,
 {
     const int64_t mp = (p->M + W8_A_ROW_PAD - 1) / W8_A_ROW_PAD * W8_A_ROW_PAD;
     const int64_t np1 = p->Kp / W8_KPAD + 1;
-    const size_t q_bytes = w8_aligned((size_t)(mp * p->Kp * W8_A_BYTES(p->ops)));
+    const size_t q_bytes = w8_aligned((size_t)(mp * w8_row_stride(p->ops, p->Kp)));
     size_t fmt_off[W8_MAX_WEIGHTS], sums_off[W8_MAX_WEIGHTS], off = 0;
     for (int f = 0; f < p->nformats; f++) {
         fmt_off[f] = off;
@@ -155,7 +155,7 @@ static void w8_set_job(w8_product *p, int j, const w8_call_weight *cw, int f, in
     const int up = glu && j == 1;
     w8_gemm *g = up ? &p->up : &p->jobs[j].g;
     g->ops = p->ops, g->enc = w->enc, g->M = p->M, g->N = w->N, g->Kp = p->Kp;
-    g->a = p->fmt[f].q, g->lda = p->Kp * W8_A_BYTES(p->ops);
+    g->a = p->fmt[f].q, g->lda = w8_row_stride(p->ops, p->Kp);
     g->a_psum = p->fmt[f].row_sums ? p->fmt[f].psum : NULL;
     g->b = w->panels, g->b_psum = w->psum, g->a_scale = p->a_scale, g->b_scale = w->scales;
     g->bias = cw->bias;

@@ -290,4 +290,15 @@ typedef struct {
  * expanded (w8_expand_row_fn). */
 #define W8_A_BYTES(ops) ((ops)->expand_row ? 2 : 1)
 
+/* Bytes from one activation row to the next in a call's scratch: the row's Kp * W8_A_BYTES,
+ * and one cache line more where that is a multiple of 2048.  Such rows fall in one or two
+ * of the 64 sets of an x86 L1 (set = address bits 6-11), so the rows a microkernel reads
+ * together evict each other and the weight's lines: 16 rows of an AMX A tile in a 12-way
+ * set, 8 rows in a Zen 4 core's 8 ways.  The row's values start at its first byte. */
+static inline int64_t w8_row_stride(const w8_isa_ops *ops, int64_t Kp)
+{
+    const int64_t bytes = Kp * W8_A_BYTES(ops);
+    return bytes % 2048 == 0 ? bytes + 64 : bytes;
+}
+
 #endif

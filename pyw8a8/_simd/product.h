@@ -42,7 +42,7 @@
 typedef struct {
     uint8_t flip;  /* XOR applied to the signed bytes (the +128 shift of W8_CORR_COL) */
     int row_sums;  /* whether its kernels need the rows' prefix sums (W8_CORR_ROW / NEG) */
-    uint8_t *q;    /* Mp rows of Kp values, W8_A_BYTES each */
+    uint8_t *q;    /* Mp rows of Kp values, W8_A_BYTES each, w8_row_stride apart */
     int32_t *psum; /* M x (Kp / 64 + 1), when row_sums */
 } w8_row_format;
 
@@ -73,8 +73,9 @@ typedef struct {
 static inline uint8_t w8_prepare_row(const w8_product *p, int64_t i, float *rot)
 {
     const w8_row_format *f0 = &p->fmt[0];
-    const int64_t np1 = p->Kp / W8_KPAD + 1, row_bytes = p->Kp * W8_A_BYTES(p->ops);
-    const int64_t at = i * row_bytes + row_bytes - p->Kp; /* the row's quantized bytes */
+    const int64_t np1 = p->Kp / W8_KPAD + 1, stride = w8_row_stride(p->ops, p->Kp);
+    /* the row's quantized bytes: its last Kp of W8_A_BYTES * Kp (expand_row's input) */
+    const int64_t at = i * stride + (W8_A_BYTES(p->ops) - 1) * p->Kp;
     uint8_t *q = f0->q + at;
     int32_t *psum = f0->row_sums ? f0->psum + i * np1 : NULL;
     if (p->int8_input) {
@@ -98,7 +99,7 @@ static inline uint8_t w8_prepare_row(const w8_product *p, int64_t i, float *rot)
     }
     if (p->ops->expand_row)
         for (int f = 0; f < p->nformats; f++)
-            p->ops->expand_row(p->fmt[f].q + i * row_bytes, p->Kp, p->fmt[f].flip);
+            p->ops->expand_row(p->fmt[f].q + i * stride, p->Kp, p->fmt[f].flip);
     return 0;
 }
 

@@ -699,6 +699,24 @@ static void test_act_tile(const w8_isa_ops *ops)
     }
 }
 
+/* The activation rows of a call's scratch (w8_row_stride): whole cache lines apart, never
+ * closer than a row's bytes, and spread over the 64 sets of an x86 L1: at most 4 of an AMX
+ * A tile's 16 rows share a set, for every Kp up to 16384. */
+static void test_row_stride(const w8_isa_ops *ops)
+{
+    for (int64_t Kp = W8_KPAD; Kp <= 16384; Kp += W8_KPAD) {
+        const int64_t stride = w8_row_stride(ops, Kp);
+        int per_set[64] = {0}, most = 0;
+        for (int r = 0; r < 16; r++) {
+            const int set = (int)((r * stride / 64) % 64);
+            if (++per_set[set] > most) most = per_set[set];
+        }
+        check(stride >= Kp * W8_A_BYTES(ops) && stride % 64 == 0 && most <= 4,
+              "%s: Kp %lld, row stride %lld puts %d of 16 rows in one L1 set", ops->name,
+              (long long)Kp, (long long)stride, most);
+    }
+}
+
 /* ----------------------------------------------------------------- main --------------- */
 
 int main(int argc, char **argv)
@@ -734,6 +752,7 @@ int main(int argc, char **argv)
         const long before = n_passed + n_failed;
         test_gemm(ops);
         test_fused_gemm(ops);
+        test_row_stride(ops);
         if (strcmp(ops->name, "scalar") != 0) {
             test_quantizer(ops);
             test_epilogue(ops);
