@@ -11,6 +11,7 @@ from ..lab import chart, record
 from ..lab.record import markdown_table
 from ..lab.turns import isolated, measure
 from . import (
+    amx_model,
     dask_bench,
     ffn_bench,
     peers,
@@ -120,6 +121,10 @@ def _run(args, isas):
         _print_machine(True)
         print("\n".join(torch_layer_bench.run(args.shapes or SHAPES, args.rounds,
                                               args.min_time, _threads.get_num_threads())))
+        return 0
+    if args.amx_model:
+        print("\n".join(amx_model.format_table(args.shapes or SHAPES,
+                                                _threads.get_num_threads())))
         return 0
     if args.mca or args.overhead or args.crossover:
         return proxies.main(args.mca, args.overhead, args.rounds, args.min_time,

@@ -69,6 +69,8 @@ MODE_FLAGS = (
                 "float32 numpy and in pyw8a8, default thread settings, taking turns"),
     ("--mca", "only llvm-mca's cycles per iteration of each x86 microkernel against its dot "
               "instruction's bound (any x86 machine)"),
+    ("--amx-model", "only the AMX cost model's estimates of today's loop nest and of the "
+                    "designs it compares, at each shape (any machine; no measurement)"),
     ("--overhead", "only the time around the kernels: matmul with a microkernel that does no "
                    "arithmetic, against the product's time at VNNI and AMX speeds"),
     ("--dask", "instead: a large M on local dask clusters of 1 and 2 worker processes against "

@@ -1,0 +1,192 @@
+"""``bench --amx-model``: a cost model of the AMX product, to judge a change to its loop nest
+on any CPU before an AMX Xeon measures it.
+
+It follows the loop nest of ``_simd/gemm_loops.h`` with the microkernel of ``_simd/amx.h``
+(2 x 2 tiles of 16 x 16 int32: a 32-row block times a pair of 16-column panels, each
+64-value step two A and two B tile loads of 1 KB and four ``tdpbusd``), on one thread's
+share of a product, and counts what each resource does:
+
+- the tile unit: one ``tdpbusd`` each ``TDP_CYCLES`` cycles;
+- the bytes of every tile load and store and the level each comes from.  A design names
+  the blocks whose A rows and B panels stay in L1 while the kernel calls of the block
+  reuse them (``rows`` row blocks by ``cols`` panel pairs, over a K-range of ``kc``):
+  inside a block each A and B byte comes from L2 once (a B byte's first read from where
+  the weight stays between calls: L2, L3 or memory, by its size) and from L1 after.
+  Today's order (``cols=1``, every row block of the thread) keeps one pair of B panels
+  in L1 across the row blocks where it fits beside a row block's A and the C tiles, and
+  reads each row block's A from L2 again for every pair of panels;
+- the int32 sums: the C tiles stored by every kernel call and loaded again by each
+  K-range but the first, in L1;
+- the work outside the tiles, which today runs before the multiply (quantizing the
+  activations) and after it (the epilogue that converts the sums), not beside it.
+
+A thread's time is its slowest resource (they overlap) plus that outside work, unless the
+design overlaps it too; the estimate is the operations over the slower thread's time, as a
+share of the tile unit's peak.  The machine's figures are those of the 2-core Sapphire
+Rapids Xeon of issue 60.  A model, not a measurement: it ranks designs and names the
+resource that bounds each; the Xeon's bench says how fast they run.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+#: Cycles per tdpbusd on a core (16 x 16 x 64 multiply-accumulates).
+TDP_CYCLES = 16
+TILE_BYTES = 1024
+#: A kernel call's block: 32 rows by 2 panels of 16 columns, and its C tiles (int32).
+BLOCK = 32
+C_BYTES = BLOCK * BLOCK * 4
+LEVELS = ("L1", "L2", "L3", "DRAM")
+
+
+@dataclass(frozen=True)
+class Machine:
+    """One core's caches, its read rates in bytes a cycle, its clock, and the cycles a
+    value of the work outside the tiles takes."""
+
+    ghz: float = 2.4          # 2 cores x 2048 ops a cycle: the 9.8 TOPS of the tile probe
+    l1: int = 48 << 10
+    l2: int = 2 << 20
+    l3_share: int = 8 << 20   # the last-level cache a core's share of a weight may keep
+    #: Bytes a cycle.  L2 is what tile loads get, fitted to the measured shares of the three
+    #: L2-bound shapes of issue 60's table (its read probe's 175 GB/s, 36 B a cycle a
+    #: core, put them 1.5-1.9x too fast; 20 puts them within 10%).
+    rate: tuple = (("L1", 128.0), ("L2", 20.0), ("L3", 9.8), ("DRAM", 5.0))
+    quantize_cycles_value: float = 0.35  # AVX-512 quantizer, rotation included
+    epilogue_cycles_value: float = 0.1   # int32 sums to scaled float32, AVX-512
+
+    @property
+    def peak_gops(self) -> float:
+        """One core's tile unit."""
+        return 2 * 16 * 16 * 64 / TDP_CYCLES * self.ghz
+
+
+@dataclass(frozen=True)
+class Design:
+    """A loop nest: its K-range `kc` (0: today's, the pair of B panels alone filling L1;
+    -1: the largest with a pair of B panels, a row block's A and the C tiles in L1), the
+    block of `rows` row blocks by `cols` panel pairs it keeps in L1 (0: today's order),
+    whether the work outside the tiles overlaps them, and whether a weight larger than a
+    core's L2 is split over N (each thread reads half of it) rather than over M."""
+
+    name: str
+    kc: int = 0
+    rows: int = 0
+    cols: int = 0
+    overlapped: bool = False
+    large_weight_over_n: bool = False
+
+
+DESIGNS = (
+    Design("today"),
+    Design("today, B fits beside A", kc=-1),
+    Design("64 x 64 blocks in L1", kc=256, rows=2, cols=2),
+    Design("64 x 64 blocks in L1, overlapped", kc=256, rows=2, cols=2, overlapped=True),
+    Design("the same, a large weight split over N", kc=256, rows=2, cols=2, overlapped=True,
+           large_weight_over_n=True),
+)
+
+
+@dataclass
+class Estimate:
+    """One thread's counts, and the product's estimate."""
+
+    design: str
+    kc: int
+    tdp: int
+    bytes: dict   # level -> bytes of tile loads and stores
+    cycles: dict  # resource ("tiles" or a level) -> cycles
+    bound: str
+    gops: float
+    share_of_peak: float
+
+
+def _kc(design: Design, kp: int, machine: Machine) -> int:
+    if design.kc > 0:
+        kc = design.kc
+    elif design.kc == 0:  # w8_kc_for: the pair of B micro-panels alone fills L1
+        kc = machine.l1 // BLOCK
+    else:
+        kc = (machine.l1 - C_BYTES) // (2 * BLOCK)
+    return min(kp, max(64, kc // 64 * 64))
+
+
+def _weight_level(kp: int, n: int, machine: Machine, threads: int) -> str:
+    weight = kp * n
+    if weight <= machine.l2 * threads:
+        return "L2"
+    return "L3" if weight <= machine.l3_share * threads else "DRAM"
+
+
+def _spans(total: int, size: int) -> list[int]:
+    return [min(size, total - start) for start in range(0, total, size)]
+
+
+def estimate(m: int, k: int, n: int, design: Design = DESIGNS[0], threads: int = 2,
+             machine: Machine = Machine()) -> Estimate:
+    """The estimate of an M x K x N product on `threads` cores, split over M where each
+    thread gets a row block or more (each task owns its rows: product.h), else over N.
+    (The tuner times the split over N too; on the Xeon of issue 60 the split over M
+    matched the measured speed at 64 rows, within 8%, and the split over N did not.)"""
+    kp = math.ceil(k / 64) * 64
+    over_m = m >= BLOCK * threads and not (design.large_weight_over_n and kp * n > machine.l2)
+    mt, nt = (math.ceil(m / threads), n) if over_m else (m, math.ceil(n / threads))
+    kc = _kc(design, kp, machine)
+    row_blocks, col_blocks = _spans(mt, BLOCK), _spans(nt, BLOCK)
+    tiles = lambda count: 1 + (count > 16)  # noqa: E731  the tiles a block spans
+    steps = kp // 64
+    tdp = sum(tiles(r) * tiles(c) for r in row_blocks for c in col_blocks) * steps
+    first = _weight_level(kp, n, machine, threads)
+    moved = dict.fromkeys(LEVELS, 0.0)
+    for i, kr in enumerate(_spans(kp, kc)):
+        # each row block's A over the range (tiles of its rows: a row block of 8 rows
+        # loads 8-row tiles), each panel pair's B (16 quad rows a tile)
+        a = [r * kr for r in row_blocks]
+        b = [tiles(c) * 16 * kr for c in col_blocks]
+        moved["L1"] += sum(tiles(r) * tiles(c) * TILE_BYTES * (2 if i else 1)
+                           for r in row_blocks for c in col_blocks)  # C stored (, loaded)
+        if design.rows:  # blocks of rows x cols kernel calls sharing L1
+            fits = (design.rows * max(a) + design.cols * max(b) + design.rows * design.cols
+                    * C_BYTES <= machine.l1)
+            col_groups = math.ceil(len(b) / design.cols)
+            row_groups = math.ceil(len(a) / design.rows)
+            from_l2_a = sum(a) * col_groups
+            from_l2_b = sum(b) * row_groups
+            loads = sum(a) * len(b) + sum(b) * len(a)
+            moved[first] += sum(b)
+            moved["L2"] += from_l2_a + from_l2_b - sum(b) if fits else loads - sum(b)
+            moved["L1"] += loads - from_l2_a - from_l2_b if fits else 0
+        else:  # today: a pair of B panels reused by the row blocks, each A from L2
+            fits = 2 * BLOCK * kr + C_BYTES <= machine.l1
+            moved[first] += sum(b)
+            moved["L1" if fits else "L2"] += sum(b) * (len(a) - 1)
+            moved["L2"] += sum(a) * len(b)
+    rates = dict(machine.rate)
+    cycles = {"tiles": tdp * TDP_CYCLES, **{lv: moved[lv] / rates[lv] for lv in LEVELS}}
+    bound = max(cycles, key=cycles.get)
+    outside = mt * kp * machine.quantize_cycles_value + mt * nt * machine.epilogue_cycles_value
+    total = max(cycles[bound], outside) if design.overlapped else cycles[bound] + outside
+    gops = 2.0 * m * k * n / (total / (machine.ghz * 1e9)) / 1e9
+    return Estimate(design.name, kc, tdp, moved, cycles, bound, gops,
+                    gops / (threads * machine.peak_gops))
+
+
+def format_table(shapes, threads: int = 2, machine: Machine = Machine()) -> list[str]:
+    """Each design's estimate at each shape, as markdown lines."""
+    from ..lab.record import markdown_table
+    rows = []
+    for m, k, n in shapes:
+        for design in DESIGNS:
+            e = estimate(m, k, n, design, threads, machine)
+            rows.append([f"{m} x {k} x {n}", e.design, e.kc, f"{e.bytes['L2'] / 1e6:.1f}",
+                         f"{(e.bytes['L3'] + e.bytes['DRAM']) / 1e6:.1f}", e.bound,
+                         f"{e.gops:.0f}", f"{100 * e.share_of_peak:.0f}%"])
+    rates = dict(machine.rate)
+    return ([f"AMX cost model: {threads} cores at {machine.ghz} GHz, tile peak "
+             f"{threads * machine.peak_gops:.0f} GOPS, L1 {machine.l1 >> 10} KiB, tile "
+             f"loads from L2 at {rates['L2']:.0f} B a cycle and a core, from L3 at "
+             f"{rates['L3']:.1f}; estimates, not measurements", ""] +
+            markdown_table(["M x K x N", "design", "kc", "MB from L2 a thread",
+                            "MB from L3 or memory", "bound", "est. GOPS", "est. % peak"],
+                           rows, "lllrrlrr"))
