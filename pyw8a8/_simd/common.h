@@ -257,8 +257,9 @@ typedef struct {
                                      (AMX; mr rows without tile_rows): tiles with fewer rows
                                      go through a scratch tile (and ukernel_f32 is not
                                      used) */
-    int whole_k;                  /* no K-blocking: the C tiles accumulate over the whole K
-                                     and are stored once (AMX: B tiles stream from L2) */
+    int whole_k;                  /* the whole K by default: the C tiles accumulate over
+                                     all of it and are stored once (AMX); the tuner also
+                                     times K-ranges whose A block fits in L1 (tuner.h) */
     /* Kernels for each weight encoding; both produce exact sum_k qa * qw up to `corr`. */
     w8_ukernel_fn ukernel[W8_NUM_ENCODINGS];
     /* The same, finishing full tiles to float (or NULL: the loop nest runs `epilogue` after

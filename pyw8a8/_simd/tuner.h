@@ -139,6 +139,14 @@ static int w8_candidates(const w8_isa_ops *ops, int64_t m, int64_t n, int64_t kp
     const int64_t ncols = W8_NR * ops->npanels, half_l2 = w8_tuned_cache_bytes(2) / 2;
     const int64_t nc_l2 = w8_max64(ncols, (half_l2 / w8_max64(kc * streams, 1)) / ncols * ncols);
     const int whole_k = kc < kp && kp * ncols * streams <= half_l2;
+    /* An ISA whose C tiles accumulate over the whole K (AMX) reads a row block's A from L2
+     * again for every pair of panels, and the panels from L2 for every row block: 26-34%
+     * of the tile unit's peak from 256 rows (2 Xeon vCPUs, issue 60).  Also timed: K-ranges
+     * over which an A block of two row tiles and the B micro-panels fit in half of L1, so
+     * each is read from L2 once a block (bench --amx-model: 59-62% of the peak there). */
+    const int64_t kc_l1 = w8_max64(W8_KPAD, w8_tuned_cache_bytes(1) / 2 /
+                                   (2 * mr + ncols * streams) / W8_KPAD * W8_KPAD);
+    const int a_in_l1 = ops->whole_k && kc_l1 < kp;
     int64_t splits[5][2];
     const int nsplits = w8_task_splits(ops, m, n, kp, nthreads, streams, splits);
     int count = 0;
@@ -147,7 +155,7 @@ static int w8_candidates(const w8_isa_ops *ops, int64_t m, int64_t n, int64_t kp
         const int64_t fit = w8_max64(mr, (half_l2 / w8_max64(kc, 1)) / mr * mr);
         const int64_t mcs[2] = {fit, w8_max64(mr, fit / 4 / mr * mr)};
         const int64_t ncs[2] = {n_step, w8_min64(n_step, nc_l2)};
-        w8_blocking blocks[5];
+        w8_blocking blocks[6];
         int nblocks = 0;
         for (int i = 0; i < 2; i++)
             for (int j = 0; j < 2; j++) {
@@ -157,6 +165,10 @@ static int w8_candidates(const w8_isa_ops *ops, int64_t m, int64_t n, int64_t kp
         if (whole_k) {
             w8_blocking b = {kp, w8_max64(mr, (half_l2 / kp) / mr * mr), n_step, m_step,
                              n_step};
+            blocks[nblocks++] = b;
+        }
+        if (a_in_l1) {
+            w8_blocking b = {kc_l1, 2 * mr, n_step, m_step, n_step};
             blocks[nblocks++] = b;
         }
         for (int i = 0; i < nblocks; i++) {

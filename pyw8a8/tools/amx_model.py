@@ -64,26 +64,26 @@ class Machine:
 
 @dataclass(frozen=True)
 class Design:
-    """A loop nest: its K-range `kc` (0: today's, the pair of B panels alone filling L1;
-    -1: the largest with a pair of B panels, a row block's A and the C tiles in L1), the
-    block of `rows` row blocks by `cols` panel pairs it keeps in L1 (0: today's order),
+    """A blocking of the loop nest: its K-range `kc` (0: the whole K, AMX's default, its C
+    tiles accumulating over all of it; -1: the largest with a pair of B panels, a row
+    block's A and the C tiles in L1) and its row block `mc` (0: the A block filling half of
+    L2, tuner.h's default),
     whether the work outside the tiles overlaps them, and whether a weight larger than a
     core's L2 is split over N (each thread reads half of it) rather than over M."""
 
     name: str
     kc: int = 0
-    rows: int = 0
-    cols: int = 0
+    mc: int = 0
     overlapped: bool = False
     large_weight_over_n: bool = False
 
 
 DESIGNS = (
     Design("today"),
-    Design("today, B fits beside A", kc=-1),
-    Design("64 x 64 blocks in L1", kc=256, rows=2, cols=2),
-    Design("64 x 64 blocks in L1, overlapped", kc=256, rows=2, cols=2, overlapped=True),
-    Design("the same, a large weight split over N", kc=256, rows=2, cols=2, overlapped=True,
+    Design("K-ranges, B fits beside A", kc=-1),
+    Design("A block in L1 (the tuner's kc 256, mc 64)", kc=256, mc=64),
+    Design("A block in L1, overlapped", kc=256, mc=64, overlapped=True),
+    Design("the same, a large weight split over N", kc=256, mc=64, overlapped=True,
            large_weight_over_n=True),
 )
 
@@ -94,6 +94,7 @@ class Estimate:
 
     design: str
     kc: int
+    mc: int
     tdp: int
     bytes: dict   # level -> bytes of tile loads and stores
     cycles: dict  # resource ("tiles" or a level) -> cycles
@@ -105,8 +106,8 @@ class Estimate:
 def _kc(design: Design, kp: int, machine: Machine) -> int:
     if design.kc > 0:
         kc = design.kc
-    elif design.kc == 0:  # w8_kc_for: the pair of B micro-panels alone fills L1
-        kc = machine.l1 // BLOCK
+    elif design.kc == 0:  # w8_kc_for of an ISA with whole_k
+        return kp
     else:
         kc = (machine.l1 - C_BYTES) // (2 * BLOCK)
     return min(kp, max(64, kc // 64 * 64))
@@ -128,47 +129,48 @@ def estimate(m: int, k: int, n: int, design: Design = DESIGNS[0], threads: int =
     """The estimate of an M x K x N product on `threads` cores, split over M where each
     thread gets a row block or more (each task owns its rows: product.h), else over N.
     (The tuner times the split over N too; on the Xeon of issue 60 the split over M
-    matched the measured speed at 64 rows, within 8%, and the split over N did not.)"""
+    matched the measured speed at 64 rows, within 8%, and the split over N did not.)
+
+    One thread's loop nest (gemm_loops.h): for each K-range, for each block of `mc` rows,
+    for each pair of panels, for each row block of 32: the kernel.  A pair of B panels is
+    read from the weight's level by the first row block of the first row block group,
+    from L2 by those of the next groups (from the weight's level where the K-range's B
+    does not fit in half of L2), and from L1 by the other row blocks where it fits beside
+    a row block's A and the C tiles.  A row block's A comes from L2 (the quantizer wrote
+    it there) for the first pair of panels, and again for each next one unless the whole
+    `mc` block fits in L1 beside the B pair and the C tiles."""
     kp = math.ceil(k / 64) * 64
     over_m = m >= BLOCK * threads and not (design.large_weight_over_n and kp * n > machine.l2)
     mt, nt = (math.ceil(m / threads), n) if over_m else (m, math.ceil(n / threads))
     kc = _kc(design, kp, machine)
-    row_blocks, col_blocks = _spans(mt, BLOCK), _spans(nt, BLOCK)
+    mc = design.mc or machine.l2 // 2 // kc // BLOCK * BLOCK  # tuner.h's `fit`
+    mc = max(BLOCK, min(mc, math.ceil(mt / BLOCK) * BLOCK))
+    col_blocks = _spans(nt, BLOCK)
     tiles = lambda count: 1 + (count > 16)  # noqa: E731  the tiles a block spans
-    steps = kp // 64
-    tdp = sum(tiles(r) * tiles(c) for r in row_blocks for c in col_blocks) * steps
+    tdp = sum(tiles(r) * tiles(c) for r in _spans(mt, BLOCK) for c in col_blocks) * (kp // 64)
     first = _weight_level(kp, n, machine, threads)
     moved = dict.fromkeys(LEVELS, 0.0)
     for i, kr in enumerate(_spans(kp, kc)):
-        # each row block's A over the range (tiles of its rows: a row block of 8 rows
-        # loads 8-row tiles), each panel pair's B (16 quad rows a tile)
-        a = [r * kr for r in row_blocks]
-        b = [tiles(c) * 16 * kr for c in col_blocks]
-        moved["L1"] += sum(tiles(r) * tiles(c) * TILE_BYTES * (2 if i else 1)
-                           for r in row_blocks for c in col_blocks)  # C stored (, loaded)
-        if design.rows:  # blocks of rows x cols kernel calls sharing L1
-            fits = (design.rows * max(a) + design.cols * max(b) + design.rows * design.cols
-                    * C_BYTES <= machine.l1)
-            col_groups = math.ceil(len(b) / design.cols)
-            row_groups = math.ceil(len(a) / design.rows)
-            from_l2_a = sum(a) * col_groups
-            from_l2_b = sum(b) * row_groups
-            loads = sum(a) * len(b) + sum(b) * len(a)
-            moved[first] += sum(b)
-            moved["L2"] += from_l2_a + from_l2_b - sum(b) if fits else loads - sum(b)
-            moved["L1"] += loads - from_l2_a - from_l2_b if fits else 0
-        else:  # today: a pair of B panels reused by the row blocks, each A from L2
-            fits = 2 * BLOCK * kr + C_BYTES <= machine.l1
-            moved[first] += sum(b)
-            moved["L1" if fits else "L2"] += sum(b) * (len(a) - 1)
-            moved["L2"] += sum(a) * len(b)
+        b = [tiles(c) * 16 * kr for c in col_blocks]  # each pair's B (16 quad rows a tile)
+        b_again = "L2" if nt * kr <= machine.l2 // 2 else first
+        for g, rows in enumerate(_spans(mt, mc)):
+            # each row block's A: tiles of its rows (8 rows load 8-row tiles)
+            a = [r * kr for r in _spans(rows, BLOCK)]
+            b_in_l1 = 2 * BLOCK * kr + max(a) + C_BYTES <= machine.l1
+            a_in_l1 = sum(a) + 2 * BLOCK * kr + C_BYTES <= machine.l1
+            moved[first if g == 0 else b_again] += sum(b)
+            moved["L1" if b_in_l1 else "L2"] += sum(b) * (len(a) - 1)
+            moved["L2"] += sum(a)
+            moved["L1" if a_in_l1 else "L2"] += sum(a) * (len(b) - 1)
+            moved["L1"] += sum(tiles(r) * tiles(c) * TILE_BYTES * (2 if i else 1)
+                               for r in _spans(rows, BLOCK) for c in col_blocks)
     rates = dict(machine.rate)
     cycles = {"tiles": tdp * TDP_CYCLES, **{lv: moved[lv] / rates[lv] for lv in LEVELS}}
     bound = max(cycles, key=cycles.get)
     outside = mt * kp * machine.quantize_cycles_value + mt * nt * machine.epilogue_cycles_value
     total = max(cycles[bound], outside) if design.overlapped else cycles[bound] + outside
     gops = 2.0 * m * k * n / (total / (machine.ghz * 1e9)) / 1e9
-    return Estimate(design.name, kc, tdp, moved, cycles, bound, gops,
+    return Estimate(design.name, kc, mc, tdp, moved, cycles, bound, gops,
                     gops / (threads * machine.peak_gops))
 
 
@@ -179,7 +181,8 @@ def format_table(shapes, threads: int = 2, machine: Machine = Machine()) -> list
     for m, k, n in shapes:
         for design in DESIGNS:
             e = estimate(m, k, n, design, threads, machine)
-            rows.append([f"{m} x {k} x {n}", e.design, e.kc, f"{e.bytes['L2'] / 1e6:.1f}",
+            rows.append([f"{m} x {k} x {n}", e.design, e.kc, e.mc,
+                         f"{e.bytes['L2'] / 1e6:.1f}",
                          f"{(e.bytes['L3'] + e.bytes['DRAM']) / 1e6:.1f}", e.bound,
                          f"{e.gops:.0f}", f"{100 * e.share_of_peak:.0f}%"])
     rates = dict(machine.rate)
@@ -187,6 +190,6 @@ def format_table(shapes, threads: int = 2, machine: Machine = Machine()) -> list
              f"{threads * machine.peak_gops:.0f} GOPS, L1 {machine.l1 >> 10} KiB, tile "
              f"loads from L2 at {rates['L2']:.0f} B a cycle and a core, from L3 at "
              f"{rates['L3']:.1f}; estimates, not measurements", ""] +
-            markdown_table(["M x K x N", "design", "kc", "MB from L2 a thread",
+            markdown_table(["M x K x N", "design", "kc", "mc", "MB from L2 a thread",
                             "MB from L3 or memory", "bound", "est. GOPS", "est. % peak"],
-                           rows, "lllrrlrr"))
+                           rows, "lllrrrlrr"))

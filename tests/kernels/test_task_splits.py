@@ -83,3 +83,20 @@ def test_the_owning_split_is_the_default_where_the_weight_fits_in_l2():
                for c in tuning.candidates(ops, ops.mr * THREADS, 1 << 16, 1 << 12, THREADS))
     fewer = tuning.candidates(ops, ops.mr * THREADS - 1, 1 << 16, 1 << 12, THREADS)
     assert all(c[4] < 1 << 16 for c in fewer)
+
+
+def test_amx_times_k_ranges_whose_a_block_fits_in_l1_beside_the_whole_k():
+    # AMX accumulates its tiles over the whole K by default; each split also gets a
+    # K-range over which two row tiles of A and the B micro-panels fit in half of L1
+    # (its bits are those of any blocking: the emulated kernels' K-ranges, tests/c).
+    if "amx" not in _dispatch.isa_names():
+        pytest.skip("this build has no AMX kernels (its compiler predates AMX)")
+    amx = _dispatch.IsaOps("amx")
+    kp, cands = 2048, tuning.candidates(amx, 1024, 640, 2048, THREADS)
+    assert cands[0][0] == kp  # the whole K first, as before
+    l1 = [c for c in cands if c[0] < kp]
+    half_l1 = (_dispatch.cache_bytes(1) or 32 * 1024) // 2
+    assert l1 and all(c[1] == 2 * amx.mr for c in l1)
+    assert all(64 <= c[0] and c[0] % 64 == 0 and
+               c[0] * (2 * amx.mr + W8_NR * amx.npanels) <= half_l1 for c in l1)
+    assert {c[3:] for c in l1} == {c[3:] for c in cands}  # one for every split
