@@ -257,3 +257,19 @@ def test_the_guide_s_recipe_runs_without_a_deprecation_warning(tmp_path, monkeyp
                   and re.search(r"transformers|pyw8a8", w.filename)]
     assert not deprecated
     assert capsys.readouterr().out.splitlines()[-1] == "True"  # the same greedy tokens
+
+
+def test_a_sharded_checkpoint_and_a_bfloat16_load(saved, tmp_path):
+    # Shards each hold the checksums of them all; a bfloat16 load casts the float tensors
+    # (the norms), never the packed layers' scales and biases, which the int8 format keeps
+    # in float32.
+    directory, model = saved
+    model.save_pretrained(tmp_path, max_shard_size="20KB")
+    assert len(list(tmp_path.glob("model-*.safetensors"))) > 1
+    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path)
+    half = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.bfloat16)
+    assert half.model.norm.weight.dtype == torch.bfloat16
+    assert half.lm_head.weight_scales.dtype == torch.float32
+    with torch.inference_mode():
+        assert torch.equal(again(IDS).logits, model(IDS).logits)
+        assert half(IDS).logits.dtype == torch.bfloat16
