@@ -24,10 +24,11 @@ from torch import nn
 from .._validation import renamed_keyword
 from ..router.selection import float_reason
 from . import fusion
+from ._packed_module import _PackedModule
 from ._shared_product import SharedProduct, can_share
 from .attention import ATTENTION_NAMES, enable_int8_attention
 from .embedding import Int8Embedding
-from .modules import GatedLinear, Linear, _PackedModule
+from .modules import GatedLinear, Linear
 
 __all__ = ["Decision", "QuantizeReport", "quantize"]
 

@@ -30,8 +30,8 @@ from .._layout import W8_KPAD, W8_NR
 from .._packed.panels import ENCODINGS
 from ..packing import resolve_encoding
 from . import _ops
+from ._packed_module import _pack, _PackedModule
 from .convert import _selection, own_float_memory, quantize, share_products, skeleton
-from .modules import _pack, _PackedModule
 
 __all__ = ["W8A8Config"]
 
