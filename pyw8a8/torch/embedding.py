@@ -71,6 +71,14 @@ class Int8Embedding(nn.Module):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         panels, _, scales, _ = self.head._tensors("weight")
         ids = input_ids.reshape(-1)
+        if ids.numel() and not torch.compiler.is_compiling():
+            # an id past the vocabulary would index the panels' padding rows or fail with
+            # an index of the panel layout: say which id (nn.Embedding refuses it too)
+            low, high = int(ids.min()), int(ids.max())
+            if low < 0 or high >= self.num_embeddings:
+                bad = low if low < 0 else high
+                raise IndexError(f"input_ids holds {bad}, outside the vocabulary of "
+                                 f"{self.num_embeddings} tokens")
         # panels: (N / 16, Kp / 4, 16 channels x 4 consecutive K values)
         lanes = panels.view(panels.shape[0], panels.shape[1], W8_NR, 4)
         q = lanes[ids // W8_NR, :, ids % W8_NR].reshape(ids.shape[0], -1)[:, :self._rotated_k]

@@ -49,6 +49,9 @@ def test_a_tied_embedding_reads_the_head_s_int8_rows(build):
     torch.testing.assert_close(got, dequantized[ids] * scale, rtol=1e-5, atol=1e-6)
     assert (got - float_rows).abs().max() <= 0.02 * float_rows.abs().max()
     assert got.shape == (2, 4, width) and got.dtype == torch.float32
+    for bad in (vocab, -1):  # as nn.Embedding, an id outside the vocabulary is refused
+        with pytest.raises(IndexError, match=f"input_ids holds {bad}, outside the vocabulary"):
+            embedding(torch.tensor([[1, bad]]))
 
 
 def test_the_quantized_model_generates_compiles_and_copies_with_it():
