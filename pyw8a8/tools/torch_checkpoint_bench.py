@@ -95,12 +95,14 @@ def _bytes(directory: Path) -> int:
     return sum(f.stat().st_size for f in directory.iterdir() if f.suffix == ".safetensors")
 
 
-def run(progress=print) -> tuple[list[dict], dict]:
-    """Each route's row, and the two checkpoints' bytes."""
+def run(progress=print, save: str = f"{__name__}:save_float") -> tuple[list[dict], dict]:
+    """Each route's row, and the two checkpoints' bytes; `save` names the function that
+    writes the float model into ``<directory>/float`` (its own process; the tests' writes a
+    tiny one)."""
     import torch
     with tempfile.TemporaryDirectory() as directory:
-        progress("bench checkpoint: Gemma 3 270M saved as a float transformers checkpoint")
-        run_once(f"{__name__}:save_float", directory, capture_stderr=True)
+        progress("bench checkpoint: the float model saved as a transformers checkpoint")
+        run_once(save, directory, capture_stderr=True)
         rows = []
         for route in ROUTES:
             progress(f"bench checkpoint: {route}")

@@ -109,22 +109,3 @@ def test_the_smallest_bench_runs_the_lm_s_contenders(questions, capsys):
         what = rows["torchao compiled"][4]
         assert "2 graphs, 0 breaks" in what and ("_int_mm" in what or "template" in what), out
 
-
-@pytest.mark.slow
-def test_the_checkpoint_bench_keeps_gemma_in_int8(capsys):
-    """``--torch-models checkpoint``: Gemma 3 270M loaded with W8A8Config, saved and
-    reloaded, each in its own process; the bits are the same on every route, and the
-    bytes within the targets (a property of the format, not of the machine's speed)."""
-    status = bench.main(["--torch", "--torch-models", "checkpoint"])
-    out = capsys.readouterr().out
-    assert status == 0, out
-    ratio = float(re.search(r"save_pretrained wrote \d+ MB \((\S+)x\)", out).group(1))
-    assert ratio <= 0.30, out
-    rows = {cells[0]: cells[1:] for cells in
-            ([c.strip() for c in line.strip().strip("|").split("|")]
-             for line in out.splitlines() if line.startswith("| "))
-            if cells[0] in ("W8A8Config", "saved int8", "quantize")}
-    assert list(rows) == ["W8A8Config", "saved int8", "quantize"], out
-    for cells in rows.values():
-        assert cells[-2:] == ["yes", "bit for bit"], out
-        assert float(cells[2].rstrip("x")) <= 0.35, out  # resident over the float bytes
