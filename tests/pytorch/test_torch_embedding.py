@@ -13,7 +13,7 @@ transformers = pytest.importorskip("transformers",
 import pyw8a8.torch as pt  # noqa: E402
 from pyw8a8.torch.embedding import Int8Embedding  # noqa: E402
 
-from torch_helpers import tiny_gemma3  # noqa: E402
+from torch_helpers import tiny_gemma3, tiny_llama  # noqa: E402
 
 
 def gemma(tied=True):
@@ -21,12 +21,8 @@ def gemma(tied=True):
 
 
 def llama():
-    torch.manual_seed(2)
-    config = transformers.LlamaConfig(hidden_size=80, intermediate_size=128,
-                                      num_hidden_layers=1, num_attention_heads=4,
-                                      num_key_value_heads=2, vocab_size=100,
-                                      tie_word_embeddings=True)
-    return transformers.LlamaForCausalLM(config).eval()
+    return tiny_llama(seed=2, hidden_size=80, num_hidden_layers=1, vocab_size=100,
+                      tie_word_embeddings=True)
 
 
 @pytest.mark.parametrize("build", [gemma, llama], ids=["gemma3", "llama-k80"])

@@ -16,15 +16,12 @@ transformers = pytest.importorskip("transformers",
 
 import pyw8a8.torch as pt  # noqa: E402
 
+from torch_helpers import tiny_llama  # noqa: E402
+
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128,
-                                      num_hidden_layers=2, num_attention_heads=4,
-                                      num_key_value_heads=2, vocab_size=96,
-                                      tie_word_embeddings=True)
-    model = transformers.LlamaForCausalLM(config).eval()
+    model = tiny_llama(tie_word_embeddings=True)
     path = tmp_path_factory.mktemp("float")
     model.save_pretrained(path)
     return path, model

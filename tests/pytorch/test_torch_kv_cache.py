@@ -15,16 +15,11 @@ transformers = pytest.importorskip("transformers",
 
 import pyw8a8.torch as pt  # noqa: E402
 
-from torch_helpers import COMPILE_MODES, tiny_gemma3  # noqa: E402
+from torch_helpers import COMPILE_MODES, tiny_gemma3, tiny_llama  # noqa: E402
 
 
 def llama(attention="sdpa"):
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128,
-                                      num_hidden_layers=2, num_attention_heads=4,
-                                      num_key_value_heads=2, vocab_size=96,
-                                      attn_implementation=attention)
-    return transformers.LlamaForCausalLM(config).eval()
+    return tiny_llama(attn_implementation=attention)
 
 
 def gemma(window=6):

@@ -36,6 +36,17 @@ COMPILE_MODES = {
 }
 
 
+def tiny_llama(seed=0, **config):
+    """A Llama of random weights (`seed`), 2 layers, 4 query heads over 2 KV heads of 16, a
+    vocabulary of 96; `config` overrides."""
+    import transformers
+    torch.manual_seed(seed)
+    settings = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, vocab_size=96)
+    settings.update(config)
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(**settings)).eval()
+
+
 def tiny_gemma3(**config):
     """A Gemma 3 of random weights (seed 1), 2 layers (a sliding window of 6, then a global
     one), 4 query heads over 2 KV heads of 32, a vocabulary of 96; `config` overrides."""
