@@ -16,7 +16,6 @@ which the saved tensors fill, each weight checked in full: no float weight is ma
 from __future__ import annotations
 
 import json
-import logging
 import zlib
 from typing import Any, Optional, Sequence
 
@@ -42,7 +41,6 @@ QUANT_METHOD = "pyw8a8"
 CHECKPOINT_FORMAT = 1
 #: The safetensors metadata entry of the packed tensors' CRC-32s (JSON, by key).
 CHECKSUMS = "pyw8a8_crc32"
-_LOG = logging.getLogger(__name__)
 
 
 class W8A8Config(QuantizationConfigMixin):
@@ -119,8 +117,9 @@ class W8A8Quantizer(HfQuantizer):
 
     def __init__(self, quantization_config: W8A8Config, **kwargs: Any) -> None:
         super().__init__(quantization_config, **kwargs)
-        #: While a saved checkpoint loads: each packed layer's qualified name, and each
+        #: While a saved checkpoint loads: the packed layers' qualified names, and each
         #: weight's header as the config implies it (what the checkpoint's must be).
+        self._layers: set[str] = set()
         self._headers: dict[str, torch.Tensor] = {}
         #: The CRC-32 of each packed tensor, as saved in the checkpoint's metadata.
         self._checksums: dict[str, int] = {}
@@ -148,8 +147,10 @@ class W8A8Quantizer(HfQuantizer):
         params = dict(model.named_parameters(remove_duplicate=False))
         model.all_tied_weights_keys = {t: s for t, s in model.all_tied_weights_keys.items()
                                        if t in params and s in params}
+        packed = _packed_modules(model)
+        self._layers = {name for name, _ in packed}
         self._headers = {f"{name}.{part}": module._buffers[part].clone()
-                         for name, module in _packed_modules(model)
+                         for name, module in packed
                          for parts in module._parts.values() for part in parts[3:]}
         return model
 
@@ -157,7 +158,7 @@ class W8A8Quantizer(HfQuantizer):
         # A packed layer's scales and biases are float32 by definition: never cast to the
         # dtype the model's float tensors load in.
         targets = getattr(converter, "_original_target_patterns", ())
-        if self.pre_quantized and any(_packed_key(t, self._headers) for t in targets):
+        if self.pre_quantized and any(t.rpartition(".")[0] in self._layers for t in targets):
             return None
         return super().get_new_dtype(converter, param, dtype)
 
@@ -225,12 +226,6 @@ def _saved_checksums(files: Sequence[str]) -> dict[str, int]:
 
 def _packed_modules(model: Any) -> list[tuple[str, _PackedModule]]:
     return [(name, m) for name, m in model.named_modules() if isinstance(m, _PackedModule)]
-
-
-def _packed_key(key: str, headers: dict) -> bool:
-    """Whether `key` names a buffer of a packed layer (one of those `headers` holds)."""
-    module, _, part = key.rpartition(".")
-    return any(f"{module}.{p}" in headers for p in ("weight_header", "gate_header"))
 
 
 def _is_view(t: torch.Tensor) -> bool:
