@@ -36,18 +36,36 @@ W8_AVX512 W8_INLINE __m512i w8_avx512_dot(__m512i acc, __m512i a, __m512i b, int
 #include "ukernel.h"
 
 /* The AVX2 quantizer's arithmetic (multiply, clamp, round half to even) 16 floats at a
- * time; the clamp makes the saturating narrowing (vpmovsdb) exact. */
+ * time; the clamp keeps every narrowing below exact. */
+W8_AVX512 W8_INLINE __m512i w8_avx512_quantize16(const float *x, __m512 vinv)
+{
+    const __m512 hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
+    const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x), vinv);
+    return _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(v, lo), hi));
+}
+
+/* 64 floats at a time are narrowed with two packs and one permute, four shuffles where
+ * four vpmovsdb take eight (the shuffle port bounds this loop on Intel). */
 W8_AVX512 static void w8_avx512_quantize(const float *x, int64_t n, float inv, uint8_t flip,
                                          uint8_t *q)
 {
-    const __m512 vinv = _mm512_set1_ps(inv), hi = _mm512_set1_ps(127.0f),
-                 lo = _mm512_set1_ps(-127.0f);
+    const __m512 vinv = _mm512_set1_ps(inv);
+    /* packs leaves 128-bit lane L holding dwords a_L, b_L, c_L, d_L: this puts them back */
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7,
+                                            11, 15);
+    const __m512i vflip512 = _mm512_set1_epi8((char)flip);
     const __m128i vflip = _mm_set1_epi8((char)flip);
     int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        const __m512i ab = _mm512_packs_epi32(w8_avx512_quantize16(x + i, vinv),
+                                              w8_avx512_quantize16(x + i + 16, vinv));
+        const __m512i cd = _mm512_packs_epi32(w8_avx512_quantize16(x + i + 32, vinv),
+                                              w8_avx512_quantize16(x + i + 48, vinv));
+        const __m512i bytes = _mm512_permutexvar_epi32(order, _mm512_packs_epi16(ab, cd));
+        _mm512_storeu_si512((void *)(q + i), _mm512_xor_si512(bytes, vflip512));
+    }
     for (; i + 16 <= n; i += 16) {
-        __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + i), vinv);
-        v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
-        const __m128i bytes = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(v));
+        const __m128i bytes = _mm512_cvtsepi32_epi8(w8_avx512_quantize16(x + i, vinv));
         _mm_storeu_si128((__m128i *)(q + i), _mm_xor_si128(bytes, vflip));
     }
     w8_avx2_quantize(x + i, n - i, inv, flip, q + i);

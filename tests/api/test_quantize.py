@@ -40,12 +40,14 @@ def test_rounding_and_range(isa, quantize, shape):
     np.testing.assert_array_equal(np.abs(q[rows, peak]), 127)
 
 
-def test_round_half_to_even(isa):
-    # 127 / amax == 1 with amax = 127: x * inv is exact, so ties are visible.
-    x = np.array([[127.0, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3.5] * 5], np.float32)
+@pytest.mark.parametrize("copies", [5, 25, 27])
+def test_round_half_to_even(isa, copies):
+    # 127 / amax == 1 with amax = 127: x * inv is exact, so ties are visible.  40, 200 and
+    # 216 values reach each loop of the SIMD quantizers (64, 16 and 1 at a time).
+    x = np.array([[127.0, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3.5] * copies], np.float32)
     q, scale = pyw8a8.quantize_per_token(x)
     assert scale[0] == 1.0
-    np.testing.assert_array_equal(q[0, :8], [127, 0, 2, 2, 0, -2, -2, 4])
+    np.testing.assert_array_equal(q[0], [127, 0, 2, 2, 0, -2, -2, 4] * copies)
 
 
 def test_isas_agree_bit_for_bit(isa):
