@@ -72,7 +72,7 @@ cdef extern from "_simd/call_path.h" nogil:
         void *(*output_take)(size_t bytes, size_t *size) noexcept nogil
         void (*output_give)(void *memory, size_t size) noexcept nogil
     ctypedef struct w8_blocking:
-        int64_t kc, mc, nc, m_step, n_step
+        int64_t kc, mc, nc, m_step, n_step, prefetch
     ctypedef struct w8_isa_id:
         pass
     ctypedef struct w8_tune_entry:

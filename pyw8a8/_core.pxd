@@ -49,6 +49,8 @@ cdef extern from "_simd/dispatch.h" nogil:
         int whole_k
         w8_ukernel_fn ukernel[W8_NUM_ENCODINGS]
         w8_ukernel_f32_fn ukernel_f32[W8_NUM_ENCODINGS]
+        w8_ukernel_fn ukernel_prefetch[W8_NUM_ENCODINGS]
+        w8_ukernel_f32_fn ukernel_f32_prefetch[W8_NUM_ENCODINGS]
         int corr[W8_NUM_ENCODINGS]
         uint8_t a_flip[W8_NUM_ENCODINGS]
         int auto_encoding

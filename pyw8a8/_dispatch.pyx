@@ -97,6 +97,11 @@ cdef class IsaOps:
             if self.table.ukernel_f32[0] != NULL:  # the ISA finishes tiles in its kernels
                 self.table.ukernel_f32[0] = w8_noop_ukernel_f32
                 self.table.ukernel_f32[1] = w8_noop_ukernel_f32
+            if self.table.ukernel_prefetch[0] != NULL:  # and has prefetching ones
+                self.table.ukernel_prefetch[0] = w8_noop_ukernel
+                self.table.ukernel_prefetch[1] = w8_noop_ukernel
+                self.table.ukernel_f32_prefetch[0] = w8_noop_ukernel_f32
+                self.table.ukernel_f32_prefetch[1] = w8_noop_ukernel_f32
             self.table.mr, self.table.npanels = tile.mr, tile.npanels
             self.table.whole_tiles = tile.whole_tiles
         self.ops = &self.table
@@ -107,6 +112,12 @@ cdef class IsaOps:
         self.mr = self.table.mr
         self.npanels = self.table.npanels
         self.whole_k = self.table.whole_k
+
+    @property
+    def prefetches(self):
+        """Whether the ISA has kernels that prefetch the weight (the tuner times them for a
+        row or two)."""
+        return self.ops.ukernel_prefetch[0] != NULL
 
     @property
     def auto_encoding(self):

@@ -142,8 +142,8 @@ cdef class WeightPlan:
 
     def settled_blocking(self, int kind, IsaOps ops, int64_t m, int nthreads):
         """The blocking this weight settled for a call of kind `kind` (CALL_*) of `m` rows
-        on ISA `ops` with `nthreads` threads, as (kc, mc, nc, m_step, n_step); None if
-        none."""
+        on ISA `ops` with `nthreads` threads, as (kc, mc, nc, m_step, n_step, prefetch);
+        None if none."""
         cdef w8_blocking b
         cdef int found
         if not 0 <= kind < W8_CALL_KINDS:
@@ -151,7 +151,7 @@ cdef class WeightPlan:
         w8_call_lock_take()
         found = w8_settled_blocking(self.plan, kind, w8_isa_id_of(ops.ops), m, nthreads, &b)
         w8_call_lock_give()
-        return (b.kc, b.mc, b.nc, b.m_step, b.n_step) if found else None
+        return _blocking_tuple(b) if found else None
 
 
 # ---- the calls ----
@@ -183,11 +183,17 @@ cdef cnp.ndarray _output_of(cnp.ndarray x, int64_t n):
     return _empty_output(nd, dims)
 
 
+cdef tuple _blocking_tuple(w8_blocking b):
+    """A blocking as the tests and the bench see it: (kc, mc, nc, m_step, n_step,
+    prefetch)."""
+    return (b.kc, b.mc, b.nc, b.m_step, b.n_step, b.prefetch)
+
+
 cdef const int64_t *_blocking_of(tuple blocking, int64_t *b) except? NULL:
-    """`blocking` (kc, mc, nc, m_step, n_step) in b, or NULL for the tuner's."""
+    """`blocking` (kc, mc, nc, m_step, n_step, prefetch) in b, or NULL for the tuner's."""
     if blocking is None:
         return NULL
-    b[0], b[1], b[2], b[3], b[4] = blocking
+    b[0], b[1], b[2], b[3], b[4], b[5] = blocking
     return b
 
 
@@ -218,7 +224,7 @@ def call(object x, object plan1, object plan2, object bias1, object bias2,
     Biases: None or such float32 arrays of shape (N,).  `out` (CALL_ONE only): None or a
     C-contiguous, aligned, native float32 ndarray of x's leading dimensions and N columns
     that shares no memory with x (matmul's out= as out_fault accepts it as it is).
-    `blocking`: (kc, mc, nc, m_step, n_step) instead of the tuner's (tests).
+    `blocking`: (kc, mc, nc, m_step, n_step, prefetch) instead of the tuner's (tests).
 
     Returns matmul's output (`out` when given), matmul_pair's (y1, y2) or its gated
     output; None where an argument is not in that form, for the caller to convert.
@@ -234,7 +240,7 @@ def call(object x, object plan1, object plan2, object bias1, object bias2,
     cdef WeightPlan w1 = plan1 if type(plan1) is WeightPlan else None
     cdef WeightPlan w2 = plan2 if type(plan2) is WeightPlan else None
     cdef int64_t M = 1
-    cdef int64_t b[5]
+    cdef int64_t b[6]
     cdef int i
     names = _NAMES_ONE if kind == W8_CALL_ONE else _NAMES_PAIR
     if (type(x) is not np.ndarray or w1 is None or (kind != W8_CALL_ONE and w2 is None)
@@ -271,9 +277,10 @@ def call(object x, object plan1, object plan2, object bias1, object bias2,
 def int8_call(cnp.ndarray qa, WeightPlan plan, cnp.ndarray out, tuple blocking=None):
     """The exact product of int8 rows qa (M, K), C-contiguous, in [-127, 127], with an
     unrotated weight's plan into out (M, N), C-contiguous int32 (up to W8_EXACT_K) or
-    int64; `blocking` (kc, mc, nc, m_step, n_step) instead of the tuner's (tests)."""
+    int64; `blocking` (kc, mc, nc, m_step, n_step, prefetch) instead of the tuner's
+    (tests)."""
     cdef w8_call c
-    cdef int64_t b[5]
+    cdef int64_t b[6]
     memset(&c, 0, sizeof(c))
     c.x, c.int8_input, c.M, c.K = cnp.PyArray_DATA(qa), 1, qa.shape[0], qa.shape[1]
     c.kind, c.plan[0] = W8_CALL_ONE, plan.plan
@@ -288,11 +295,12 @@ TUNE_ROUNDS = W8_TUNE_ROUNDS
 
 
 def candidates(IsaOps ops, int64_t m, int64_t n, int64_t kp, int nthreads, int streams=1):
-    """The candidate blockings (kc, mc, nc, m_step, n_step) of a shape, the default first."""
+    """The candidate blockings (kc, mc, nc, m_step, n_step, prefetch) of a shape, the
+    default first."""
     cdef w8_blocking out[W8_MAX_CANDIDATES]
     cdef int i, count = w8_candidates(ops.ops, m, n, kp, nthreads, streams, out)
-    return [(out[i].kc, out[i].mc, out[i].nc, out[i].m_step, out[i].n_step)
-            for i in range(count)]
+    return [_blocking_tuple(out[i]) for i in range(count)]
+
 
 
 def kc_for(IsaOps ops, int64_t kp, int streams=1, m=None):
@@ -308,9 +316,8 @@ def m_bucket(int64_t m):
 def fit(tuple blocking, int64_t m):
     """A bucket's candidate adapted to a call's exact M."""
     cdef w8_blocking b
-    b.kc, b.mc, b.nc, b.m_step, b.n_step = blocking
-    b = w8_fit_blocking(b, m)
-    return (b.kc, b.mc, b.nc, b.m_step, b.n_step)
+    b.kc, b.mc, b.nc, b.m_step, b.n_step, b.prefetch = blocking
+    return _blocking_tuple(w8_fit_blocking(b, m))
 
 
 def tuned_cache_bytes(int level):
@@ -347,9 +354,8 @@ cdef class Tuner:
         cdef int64_t entry = 0
         while self.tuner.entries[entry] != c.entry:
             entry += 1
-        b = (c.blocking.kc, c.blocking.mc, c.blocking.nc, c.blocking.m_step,
-             c.blocking.n_step)
-        return entry, (None if c.index == W8_TUNE_SETTLED else c.index), b
+        return (entry, None if c.index == W8_TUNE_SETTLED else c.index,
+                _blocking_tuple(c.blocking))
 
     def record(self, int64_t entry, index, double seconds):
         """The time of a call of candidate `index` of `entry`."""

@@ -65,7 +65,8 @@ enum { W8_CALL_ONE = 0, W8_CALL_PAIR = 1, W8_CALL_GLU = 2, W8_CALL_KINDS = 3 };
  * for int8 rows; a gated pair writes out[0] only.  `isa` and `nthreads` come from the
  * process's settings (pyw8a8._dispatch: call_ops and threads_for, or `place` below).
  * `blocking` NULL: the plan's settled blocking, or the tuner's choice; else this
- * (kc, mc, nc, m_step, n_step), untuned (the tests' K-ranges, attention's pages). */
+ * (kc, mc, nc, m_step, n_step, prefetch), untuned (the tests' K-ranges, attention's
+ * pages). */
 typedef struct {
     const void *x;
     int int8_input;

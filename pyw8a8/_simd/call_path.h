@@ -161,7 +161,7 @@ static void w8_set_job(w8_product *p, int j, const w8_call_weight *cw, int f, in
     g->bias = cw->bias;
     g->act = j == 0 ? act : W8_ACT_NONE;
     g->up = NULL;
-    g->kc = cw->b.kc, g->mc = cw->b.mc, g->nc = cw->b.nc;
+    g->kc = cw->b.kc, g->mc = cw->b.mc, g->nc = cw->b.nc, g->prefetch = (int)cw->b.prefetch;
     p->wide_out[j] = NULL;
     if (up) { /* its raw sums, finished with the gate's tiles */
         g->out_kind = wide ? W8_OUT_I64 : W8_OUT_I32;
@@ -269,7 +269,7 @@ static int w8_blockings(const w8_call *c, int nw, w8_call_weight *w, w8_tune_cho
     for (int j = 0; j < nw; j++) choice[j].index = W8_TUNE_SETTLED;
     if (c->blocking) {
         const w8_blocking b = {c->blocking[0], c->blocking[1], c->blocking[2], c->blocking[3],
-                               c->blocking[4]};
+                               c->blocking[4], c->blocking[5]};
         w[0].b = w[1].b = b;
         return W8_FAULT_NONE;
     }

@@ -265,6 +265,10 @@ typedef struct {
     /* The same, finishing full tiles to float (or NULL: the loop nest runs `epilogue` after
      * the kernel). */
     w8_ukernel_f32_fn ukernel_f32[W8_NUM_ENCODINGS];
+    /* Both again, prefetching the weight ahead of its reads (or NULL: none), for products
+     * of a row or two, whose weight streams from beyond L2 (ukernel.h's W8_UK_AHEAD). */
+    w8_ukernel_fn ukernel_prefetch[W8_NUM_ENCODINGS];
+    w8_ukernel_f32_fn ukernel_f32_prefetch[W8_NUM_ENCODINGS];
     int corr[W8_NUM_ENCODINGS];       /* W8_CORR_* needed by ukernel[encoding] */
     uint8_t a_flip[W8_NUM_ENCODINGS]; /* XOR applied to quantized activations for ukernel[enc] */
     int auto_encoding;            /* the W8_ENC_* a weight gets when packed for this ISA */

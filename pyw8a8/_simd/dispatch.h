@@ -77,6 +77,15 @@ static int w8_neon_supported(const w8_cpu_features *f) { return f->asimd; }
 
 /* ---- the table, most preferred ISA first ---- */
 
+/* The kernels of an ISA built from ukernel.h, each encoding's: plain, finishing tiles, and
+ * both again prefetching the weight (the tuner's choice for a row or two). */
+#define W8_UKERNELS(p)                                                                   \
+    .ukernel = {w8_##p##_ukernel_biased, w8_##p##_ukernel_signed},                       \
+    .ukernel_f32 = {w8_##p##_ukernel_f32_biased, w8_##p##_ukernel_f32_signed},           \
+    .ukernel_prefetch = {w8_##p##_ukernel_prefetch_biased, w8_##p##_ukernel_prefetch_signed}, \
+    .ukernel_f32_prefetch = {w8_##p##_ukernel_f32_prefetch_biased,                       \
+                             w8_##p##_ukernel_f32_prefetch_signed}
+
 static const w8_isa_ops w8_isas[] = {
 #if defined(W8_HAVE_AMX)
     {.name = "amx", .mr = W8_AMX_MR, .npanels = W8_AMX_NPANELS, .whole_tiles = 1,
@@ -90,15 +99,13 @@ static const w8_isa_ops w8_isas[] = {
 #endif
 #if defined(W8_X86)
     {.name = "avx512vnni", .mr = W8_AVX512_MR, .npanels = W8_AVX512_NPANELS,
-     .ukernel = {w8_avx512_ukernel_biased, w8_avx512_ukernel_signed},
-     .ukernel_f32 = {w8_avx512_ukernel_f32_biased, w8_avx512_ukernel_f32_signed},
+     W8_UKERNELS(avx512),
      .corr = {W8_CORR_ROW, W8_CORR_COL}, .a_flip = {0, 0x80},
      .auto_encoding = W8_ENC_BIASED, W8_VOCABULARY_PASSES(avx512),
      .prefix_sums = w8_avx2_prefix_sums, .sign_scale = w8_avx2_sign_scale,
      .peak = w8_avx512_peak, .supported = w8_avx512_supported},
     {.name = "avxvnni", .mr = W8_AVXVNNI_MR, .npanels = W8_AVXVNNI_NPANELS,
-     .ukernel = {w8_avxvnni_ukernel_biased, w8_avxvnni_ukernel_signed},
-     .ukernel_f32 = {w8_avxvnni_ukernel_f32_biased, w8_avxvnni_ukernel_f32_signed},
+     W8_UKERNELS(avxvnni),
      .corr = {W8_CORR_ROW, W8_CORR_COL}, .a_flip = {0, 0x80},
      .auto_encoding = W8_ENC_BIASED, W8_VOCABULARY_PASSES(avx2),
      .prefix_sums = w8_avx2_prefix_sums, .sign_scale = w8_avx2_sign_scale,
@@ -106,8 +113,7 @@ static const w8_isa_ops w8_isas[] = {
     /* |a| by the weight flipped where a < 0, from rows expanded once per call: the
      * negatives' correction for either encoding (avx2.h). */
     {.name = "avx2", .mr = W8_AVX2_MR, .npanels = W8_AVX2_NPANELS,
-     .ukernel = {w8_avx2_ukernel_biased, w8_avx2_ukernel_signed},
-     .ukernel_f32 = {w8_avx2_ukernel_f32_biased, w8_avx2_ukernel_f32_signed},
+     W8_UKERNELS(avx2),
      .corr = {W8_CORR_NEG, W8_CORR_NEG}, .a_flip = {0, 0x80},
      .auto_encoding = W8_ENC_BIASED, W8_VOCABULARY_PASSES(avx2),
      .prefix_sums = w8_avx2_negative_prefix_sums, .expand_row = w8_avx2_flip_expand_row,
@@ -116,15 +122,13 @@ static const w8_isa_ops w8_isas[] = {
 #if defined(W8_ARM64)
     /* sdot is signed by signed: no compensation, and signed weights need no XOR. */
     {.name = "neondot", .mr = W8_NEON_MR, .npanels = W8_NEON_NPANELS,
-     .ukernel = {w8_neondot_ukernel_biased, w8_neondot_ukernel_signed},
-     .ukernel_f32 = {w8_neondot_ukernel_f32_biased, w8_neondot_ukernel_f32_signed},
+     W8_UKERNELS(neondot),
      .corr = {W8_CORR_NONE, W8_CORR_NONE}, .a_flip = {0, 0},
      .auto_encoding = W8_ENC_SIGNED, W8_VOCABULARY_PASSES(neon),
      .prefix_sums = w8_prefix_sums, .sign_scale = w8_scalar_sign_scale, .peak = w8_scalar_peak,
      .supported = w8_neondot_supported},
     {.name = "neon", .mr = W8_NEON_MR, .npanels = W8_NEON_NPANELS,
-     .ukernel = {w8_neon_ukernel_biased, w8_neon_ukernel_signed},
-     .ukernel_f32 = {w8_neon_ukernel_f32_biased, w8_neon_ukernel_f32_signed},
+     W8_UKERNELS(neon),
      .corr = {W8_CORR_NONE, W8_CORR_NONE}, .a_flip = {0, 0},
      .auto_encoding = W8_ENC_SIGNED, W8_VOCABULARY_PASSES(neon),
      .prefix_sums = w8_prefix_sums, .sign_scale = w8_scalar_sign_scale, .peak = w8_scalar_peak,

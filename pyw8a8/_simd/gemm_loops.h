@@ -48,7 +48,23 @@ typedef struct w8_gemm_s {
     void *out;               /* M x N, row stride ldo elements */
     int64_t ldo;
     int64_t kc, mc, nc;      /* blocking: kc multiple of 64, mc of mr, nc of 16 */
+    int prefetch;            /* the ISA's prefetching kernels, where it has them */
 } w8_gemm;
+
+/* The kernel g's tiles run: the ISA's, or its prefetching one where g asks and it has one
+ * (the same sums either way). */
+static inline w8_ukernel_fn w8_kernel_of(const w8_gemm *g)
+{
+    const w8_ukernel_fn ahead = g->prefetch ? g->ops->ukernel_prefetch[g->enc] : NULL;
+    return ahead ? ahead : g->ops->ukernel[g->enc];
+}
+
+/* The same for the kernel that finishes tiles (NULL where the ISA has none). */
+static inline w8_ukernel_f32_fn w8_kernel_f32_of(const w8_gemm *g)
+{
+    const w8_ukernel_f32_fn ahead = g->prefetch ? g->ops->ukernel_f32_prefetch[g->enc] : NULL;
+    return ahead ? ahead : g->ops->ukernel_f32[g->enc];
+}
 
 /* Row m of the activations from K value k0 on, as the ISA's kernels read it. */
 static inline const uint8_t *w8_a_at(const w8_gemm *g, int64_t m, int64_t k0)
@@ -192,7 +208,7 @@ static inline void w8_tile_sums(const w8_gemm *g, int64_t m, int rows, int64_t n
     const int npanels = (cols + W8_NR - 1) / W8_NR;
     const uint8_t *bp = g->b + (n / W8_NR) * ps + k0 / 4 * W8_QUAD_BYTES;
     const uint8_t *am = w8_a_at(g, m, k0);
-    const w8_ukernel_fn kernel = g->ops->ukernel[g->enc];
+    const w8_ukernel_fn kernel = w8_kernel_of(g);
     if (edge) {
         kernel(rows, npanels, kq, am, g->lda, bp, ps, tile, W8_TILE_LD, 0);
         w8_merge_tile(c, ldc, tile, rows, cols, !first);
@@ -265,7 +281,7 @@ static void w8_strip_tiles(const w8_gemm *g, int64_t mb, int64_t mb1, int tile_r
                          edge, tile);
         if (kernel_finishes) {
             w8_finish_move_rows(g, m, rows, n, buf, &fin);
-            ops->ukernel_f32[g->enc](rows, npanels, kq, w8_a_at(g, m, k0), g->lda,
+            w8_kernel_f32_of(g)(rows, npanels, kq, w8_a_at(g, m, k0), g->lda,
                                      g->b + (n / W8_NR) * ps + k0 / 4 * W8_QUAD_BYTES, ps,
                                      c, g->ldo, !first, &fin);
             if (fin.act || fin.up) ops->act_tile((float *)c, g->ldo, rows, cols, &fin);
@@ -288,7 +304,7 @@ static void w8_row_block(const w8_gemm *g, int64_t mb, int64_t mb1, int64_t nb,
      * int32 store and an epilogue pass over it (every row of the block, so never where the
      * kernel stores whole tiles). */
     const int kernel_can_finish = last && g->out_kind == W8_OUT_F32 &&
-                                  ops->ukernel_f32[g->enc] && !ops->whole_tiles;
+                                  w8_kernel_f32_of(g) && !ops->whole_tiles;
     int64_t unfinished = nb; /* the block's columns from here on wait */
     for (int64_t n = nb; n < nb1; n += ncols) {
         const int cols = (int)(nb1 - n < ncols ? nb1 - n : ncols);
@@ -328,7 +344,7 @@ static void w8_gemm_range_i64(const w8_gemm *g, int64_t m0, int64_t m1, int64_t 
                               int64_t n1)
 {
     const w8_isa_ops *ops = g->ops;
-    const w8_ukernel_fn kernel = ops->ukernel[g->enc];
+    const w8_ukernel_fn kernel = w8_kernel_of(g);
     const int64_t ps = g->Kp / 4 * W8_QUAD_BYTES;
     const int64_t ncols = (int64_t)W8_NR * ops->npanels;
     int64_t *const out = (int64_t *)g->out;

@@ -275,8 +275,8 @@ static int w8_kv_page_product(const w8_kv_attention *a, const w8_plan *w, int64_
     const int64_t ncols = (int64_t)W8_NR * a->isa->npanels;
     const int64_t m_step = (R + a->isa->mr - 1) / a->isa->mr * a->isa->mr;
     const int64_t n_step = (N + ncols - 1) / ncols * ncols;
-    const int64_t blocking[5] = {(K + W8_KPAD - 1) / W8_KPAD * W8_KPAD, m_step, n_step,
-                                 m_step, n_step};
+    const int64_t blocking[6] = {(K + W8_KPAD - 1) / W8_KPAD * W8_KPAD, m_step, n_step,
+                                 m_step, n_step, 0};
     w8_call c;
     w8_fault f;
     memset(&c, 0, sizeof c);

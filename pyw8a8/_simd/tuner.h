@@ -1,6 +1,7 @@
 /* The blocking of a product, tuned on real calls (call_path.h runs them).  Results never
  * depend on it (every sum is exact, converted once); what is tuned is the K-range width kc
- * (the B micro-panels filling L1, or the whole K), the M block mc and the task split.  A
+ * (the B micro-panels filling L1, or the whole K), the M block mc, the task split and, for
+ * a row or two, whether the kernels prefetch the weight.  A
  * new shape's first calls try each candidate in turn (round-robin, as gemma.cpp's
  * autotuner does), then the fastest is kept: the shape is *settled*, and each weight of
  * the call remembers that blocking (plan.h).  An entry's key holds the kernel (ISA and
@@ -18,6 +19,7 @@
 
 typedef struct {
     int64_t kc, mc, nc, m_step, n_step;
+    int64_t prefetch; /* 1: the ISA's prefetching kernels (gemm_loops.h's w8_kernel_of) */
 } w8_blocking;
 
 /* An ISA as tuning tells them apart: the registry's name, its kernel (a copy whose
@@ -159,16 +161,16 @@ static int w8_candidates(const w8_isa_ops *ops, int64_t m, int64_t n, int64_t kp
         int nblocks = 0;
         for (int i = 0; i < 2; i++)
             for (int j = 0; j < 2; j++) {
-                w8_blocking b = {kc, mcs[i], ncs[j], m_step, n_step};
+                w8_blocking b = {kc, mcs[i], ncs[j], m_step, n_step, 0};
                 blocks[nblocks++] = b;
             }
         if (whole_k) {
             w8_blocking b = {kp, w8_max64(mr, (half_l2 / kp) / mr * mr), n_step, m_step,
-                             n_step};
+                             n_step, 0};
             blocks[nblocks++] = b;
         }
         if (a_in_l1) {
-            w8_blocking b = {kc_l1, 2 * mr, n_step, m_step, n_step};
+            w8_blocking b = {kc_l1, 2 * mr, n_step, m_step, n_step, 0};
             blocks[nblocks++] = b;
         }
         for (int i = 0; i < nblocks; i++) {
@@ -177,6 +179,16 @@ static int w8_candidates(const w8_isa_ops *ops, int64_t m, int64_t n, int64_t kp
             int seen = 0;
             for (int j = 0; j < count && !seen; j++) seen = !memcmp(&out[j], &c, sizeof c);
             if (!seen && count < W8_MAX_CANDIDATES) out[count++] = c;
+        }
+    }
+    /* A row or two stream the weight with too little arithmetic to hide its latency: each
+     * candidate is also timed with the kernels that prefetch it (ukernel.h's W8_UK_AHEAD),
+     * which help a weight beyond L2 and slow one within it. */
+    if (m >= 0 && m <= 2 * mr && ops->ukernel_prefetch[0]) {
+        const int plain = count;
+        for (int i = 0; i < plain && count < W8_MAX_CANDIDATES; i++) {
+            out[count] = out[i];
+            out[count++].prefetch = 1;
         }
     }
     return count;

@@ -7,6 +7,8 @@
  *   <prefix>_ukernel_biased, <prefix>_ukernel_signed          w8_ukernel_fn of common.h
  *   <prefix>_ukernel_f32_biased, <prefix>_ukernel_f32_signed  w8_ukernel_f32_fn: the sums
  *                        scaled as the vocabulary's epilogue scales them (<p>_scaled)
+ *   <prefix>_ukernel_prefetch_biased, ..._f32_prefetch_signed  the same four, prefetching
+ *                        the weight W8_UK_AHEAD bytes ahead (the registry's *_prefetch)
  *
  * and, inlined into the kernels, <prefix>_tile (one tile of ROWS x NVEC vectors, both
  * constants; one row over short panels is <prefix>_row_tile's; both store through
@@ -28,9 +30,9 @@
  *
  * Accumulators are named variables, c<row><vector>, not an array: with an array GCC 12
  * keeps part of a 6 x 4 zmm tile on the stack and copies it between the dot instructions
- * (twice the cycles of the port bound, measured).  Every `if` on ROWS, NVEC, BIASED or
- * FINISH is on a compile-time constant in each inlined call, so the unused accumulators
- * and branches vanish. */
+ * (twice the cycles of the port bound, measured).  Every `if` on ROWS, NVEC, BIASED,
+ * FINISH or PREFETCH is on a compile-time constant in each inlined call, so the unused
+ * accumulators and branches vanish. */
 
 #include "scalar.h"
 
@@ -69,13 +71,14 @@
 #define W8_UK_ROWS_CASE(n)                                                               \
     case n:                                                                              \
         if (W8_UK_MR >= n)                                                               \
-            W8_UK(tile)(n, NVEC, kq, a, lda, b, ps, c, ldc, accumulate, BIASED, FINISH, fin); \
+            W8_UK(tile)(n, NVEC, kq, a, lda, b, ps, c, ldc, accumulate, BIASED, FINISH, \
+                        PREFETCH, fin);                                                  \
         break;
 #define W8_UK_VECS_CASE(v)                                                               \
     case v + 1:                                                                          \
         if (W8_UK_NVEC >= v + 1 && (v + 1) % W8_UK_VPP == 0)                             \
             W8_UK(tile_rows)(rows, v + 1, kq, a, lda, b, ps, c, ldc, accumulate, BIASED, \
-                             FINISH, fin);                                               \
+                             FINISH, PREFETCH, fin);                                     \
         break;
 
 /* A vector of sums of tile row r, columns col on, stored at dst: added to what dst holds
@@ -88,6 +91,13 @@ W8_UK_TARGET W8_INLINE void W8_UK(store)(int32_t *dst, W8_V(i32) sums, int accum
     if (FINISH) W8_V(store_f32)((float *)dst, W8_V(scaled)(sums, &fin->g, r, col));
     else W8_V(store_i32)(dst, sums);
 }
+
+/* The prefetching kernels ask for each weight line this many bytes before they read it.
+ * A row or two of activations does too little arithmetic to hide the weight's latency from
+ * memory, and the hardware prefetcher stops at every 4 KiB page: ahead by 2 KiB, one row's
+ * product with a 168 MB weight (1 x 640 x 262144) took 0.85x the time, and a weight held in
+ * L2 took up to 1.15x, so the tuner times both kernels (Xeon, AVX-512, 2 threads). */
+#define W8_UK_AHEAD 2048
 
 /* One row whose panels are short: the tile's panels one after another, each panel's quads
  * in order, W8_UK_ROW_U of them in flight (four accumulators in all), so the weight is read
@@ -107,13 +117,17 @@ W8_UK_TARGET W8_INLINE void W8_UK(store)(int32_t *dst, W8_V(i32) sums, int accum
 W8_UK_TARGET W8_INLINE void W8_UK(row_tile)(const int NVEC, int64_t kq, const uint8_t *a,
                                             const uint8_t *b, int64_t ps, int32_t *c,
                                             int accumulate, const int BIASED,
-                                            const int FINISH, const w8_tile_finish *fin)
+                                            const int FINISH, const int PREFETCH,
+                                            const w8_tile_finish *fin)
 {
     for (int panel = 0; panel < NVEC / W8_UK_VPP; panel++) {
         const uint8_t *bp = b + panel * ps;
         W8_V(i32) c0 = W8_V(set_i32)(0), c1 = c0, c2 = c0, c3 = c0;
         for (int64_t q = 0; q < kq; q += W8_UK_ROW_U) { /* kq: a multiple of 16 */
             const uint8_t *bq = bp + q * W8_QUAD_BYTES;
+            if (PREFETCH) /* the stream runs on across panels: lines past one are the next's */
+                for (int line = 0; line < W8_UK_ROW_U * W8_QUAD_BYTES / 64; line++)
+                    __builtin_prefetch(bq + W8_UK_AHEAD + 64 * line, 0, 3);
             W8_UK_ROW_DOT(0) W8_UK_ROW_DOT(1) W8_UK_ROW_DOT(2) W8_UK_ROW_DOT(3)
         }
         /* Accumulator i holds vector i % VPP of the panel: folded onto the first VPP. */
@@ -130,17 +144,20 @@ W8_UK_TARGET W8_INLINE void W8_UK(row_tile)(const int NVEC, int64_t kq, const ui
 W8_UK_TARGET W8_INLINE void W8_UK(tile)(const int ROWS, const int NVEC, int64_t kq,
                                         const uint8_t *a, int64_t lda, const uint8_t *b,
                                         int64_t ps, int32_t *c, int64_t ldc, int accumulate,
-                                        const int BIASED, const int FINISH,
+                                        const int BIASED, const int FINISH, const int PREFETCH,
                                         const w8_tile_finish *fin)
 {
     if (ROWS == 1 && kq <= W8_UK_ROW_STREAM_MAX_KQ) {
-        W8_UK(row_tile)(NVEC, kq, a, b, ps, c, accumulate, BIASED, FINISH, fin);
+        W8_UK(row_tile)(NVEC, kq, a, b, ps, c, accumulate, BIASED, FINISH, PREFETCH, fin);
         return;
     }
     W8_UK_EACH_RV(W8_UK_DECL_ACC)
     W8_UK_EACH_R(W8_UK_DECL_ROW)
     for (int64_t q = 0; q < kq; q++) {
         const uint8_t *bq = b + q * W8_QUAD_BYTES;
+        if (PREFETCH)
+            for (int p = 0; p < NVEC / W8_UK_VPP; p++)
+                __builtin_prefetch(bq + p * ps + W8_UK_AHEAD, 0, 3);
         W8_UK_EACH_VEC(W8_UK_LOAD_VEC)
         W8_UK_EACH_R(W8_UK_DOT_ROW)
     }
@@ -154,12 +171,14 @@ W8_UK_TARGET W8_INLINE void W8_UK(tile_rows)(int rows, const int NVEC, int64_t k
                                              const uint8_t *a, int64_t lda, const uint8_t *b,
                                              int64_t ps, int32_t *c, int64_t ldc,
                                              int accumulate, const int BIASED,
-                                             const int FINISH, const w8_tile_finish *fin)
+                                             const int FINISH, const int PREFETCH,
+                                             const w8_tile_finish *fin)
 {
     switch (rows) {
         W8_UK_EACH_ROWS(W8_UK_ROWS_CASE)
     default:
-        W8_UK(tile)(1, NVEC, kq, a, lda, b, ps, c, ldc, accumulate, BIASED, FINISH, fin);
+        W8_UK(tile)(1, NVEC, kq, a, lda, b, ps, c, ldc, accumulate, BIASED, FINISH, PREFETCH,
+                    fin);
         break;
     }
 }
@@ -170,33 +189,39 @@ W8_UK_TARGET W8_INLINE void W8_UK(tiles)(int rows, int npanels, int64_t kq, cons
                                          int64_t lda, const uint8_t *b, int64_t ps,
                                          int32_t *c, int64_t ldc, int accumulate,
                                          const int BIASED, const int FINISH,
-                                         const w8_tile_finish *fin)
+                                         const int PREFETCH, const w8_tile_finish *fin)
 {
     switch (npanels * W8_UK_VPP) {
         W8_UK_EACH_VEC(W8_UK_VECS_CASE)
     }
 }
 
-/* The entry points: BIASED and FINISH are constants in each. */
-#define W8_UK_ENTRY(name, BIASED)                                                        \
+/* The entry points: BIASED, FINISH and PREFETCH are constants in each. */
+#define W8_UK_ENTRY(name, BIASED, PREFETCH)                                              \
     W8_UK_TARGET static void W8_UK(name)(int rows, int npanels, int64_t kq,              \
                                          const uint8_t *a, int64_t lda, const uint8_t *b, \
                                          int64_t ps, int32_t *c, int64_t ldc, int accumulate) \
     {                                                                                    \
-        W8_UK(tiles)(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, BIASED, 0, NULL); \
+        W8_UK(tiles)(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, BIASED, 0,     \
+                     PREFETCH, NULL);                                                    \
     }
-#define W8_UK_F32_ENTRY(name, BIASED)                                                    \
+#define W8_UK_F32_ENTRY(name, BIASED, PREFETCH)                                          \
     W8_UK_TARGET static void W8_UK(name)(int rows, int npanels, int64_t kq,              \
                                          const uint8_t *a, int64_t lda, const uint8_t *b, \
                                          int64_t ps, int32_t *c, int64_t ldc, int accumulate, \
                                          const w8_tile_finish *fin)                      \
     {                                                                                    \
-        W8_UK(tiles)(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, BIASED, 1, fin); \
+        W8_UK(tiles)(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, BIASED, 1,     \
+                     PREFETCH, fin);                                                     \
     }
-W8_UK_ENTRY(ukernel_biased, 1)
-W8_UK_ENTRY(ukernel_signed, 0)
-W8_UK_F32_ENTRY(ukernel_f32_biased, 1)
-W8_UK_F32_ENTRY(ukernel_f32_signed, 0)
+W8_UK_ENTRY(ukernel_biased, 1, 0)
+W8_UK_ENTRY(ukernel_signed, 0, 0)
+W8_UK_F32_ENTRY(ukernel_f32_biased, 1, 0)
+W8_UK_F32_ENTRY(ukernel_f32_signed, 0, 0)
+W8_UK_ENTRY(ukernel_prefetch_biased, 1, 1)
+W8_UK_ENTRY(ukernel_prefetch_signed, 0, 1)
+W8_UK_F32_ENTRY(ukernel_f32_prefetch_biased, 1, 1)
+W8_UK_F32_ENTRY(ukernel_f32_prefetch_signed, 0, 1)
 
 #undef W8_UK_VPP
 #undef W8_UK_EACH_V
@@ -217,6 +242,7 @@ W8_UK_F32_ENTRY(ukernel_f32_signed, 0)
 #undef W8_UK_ROW_STREAM_MAX_KQ
 #undef W8_UK_ROW_U
 #undef W8_UK_ROW_DOT
+#undef W8_UK_AHEAD
 
 #undef W8_UK
 #undef W8_UK_TARGET

@@ -160,15 +160,19 @@ typedef struct {
     int out_kind;
     int fine;  /* kc = 64, mc = mr, nc = 16 * npanels: every blocking boundary is crossed */
     int split; /* four tasks, split at a row and at a panel boundary */
+    int prefetch; /* the ISA's prefetching kernels, where it has them */
 } gemm_variant;
 
 static const gemm_variant variants[] = {
-    {"i64", W8_OUT_I64, 0, 0},
-    {"i64 split", W8_OUT_I64, 0, 1},
-    {"i32 split", W8_OUT_I32, 0, 1},
-    {"i32 fine-blocked split", W8_OUT_I32, 1, 1},
-    {"f32", W8_OUT_F32, 0, 0},
-    {"f32 fine-blocked split", W8_OUT_F32, 1, 1},
+    {"i64", W8_OUT_I64, 0, 0, 0},
+    {"i64 split", W8_OUT_I64, 0, 1, 0},
+    {"i32 split", W8_OUT_I32, 0, 1, 0},
+    {"i32 fine-blocked split", W8_OUT_I32, 1, 1, 0},
+    {"f32", W8_OUT_F32, 0, 0, 0},
+    {"f32 fine-blocked split", W8_OUT_F32, 1, 1, 0},
+    {"i64 prefetching", W8_OUT_I64, 0, 0, 1},
+    {"i32 fine-blocked split prefetching", W8_OUT_I32, 1, 1, 1},
+    {"f32 prefetching", W8_OUT_F32, 0, 0, 1},
 };
 #define NUM_VARIANTS (int)(sizeof(variants) / sizeof(variants[0]))
 
@@ -232,6 +236,7 @@ static void test_gemm_case(const w8_isa_ops *ops, int kind, int64_t M, int64_t N
             w8_gemm g = {ops, enc, M, N, Kp, a, lda, a_psum, b, b_psum, sa, sb, NULL,
                               W8_ACT_NONE, NULL, var->out_kind, NULL, ldo, Kp,
                               round_up(M, ops->mr), Np};
+            g.prefetch = var->prefetch;
             if (var->fine) {
                 g.kc = W8_KPAD;
                 g.mc = ops->mr;

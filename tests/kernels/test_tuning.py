@@ -93,7 +93,7 @@ def test_the_whole_k_is_a_candidate_where_its_panels_fit_in_half_of_l2():
         whole = [c for c in cands if c[0] == kp]
         assert bool(whole) == tried, kp
         if tried:  # one per task split
-            assert {c[3:] for c in whole} == {c[3:] for c in cands}
+            assert {c[3:5] for c in whole} == {c[3:5] for c in cands}
     # An ISA that never K-blocks, and a K that fits one range, have nothing to add.
     assert all(c[0] == 256 for c in candidates(ops, 256, 512, 256, 2))
 
