@@ -114,10 +114,15 @@ W8_AMX static inline int w8_amx_config_roundtrip(void)
     } while (0)
 
 /* rows <= the configured rows (w8_amx_tile_rows) and npanels <= 2; stores the whole tiles
- * of the configured rows (the registry's whole_tiles). */
+ * of the configured rows (the registry's whole_tiles).  PREFETCH: each step also asks for
+ * the same step of the next strip's two panels (the loop nest's next tile column) into L2,
+ * so over its k-loop the first row tile of a strip brings in the whole next strip, each
+ * line once (gemm_loops.h's w8_kernel_of): from L3 on demand a strip arrived at about
+ * 14 GB/s a core where the read probe reaches 23 (64 x 1152 x 6912, issue 60). */
 W8_AMX W8_INLINE void w8_amx_tile(int rows, int npanels, int64_t kq, const uint8_t *a,
                                   int64_t lda, const uint8_t *b, int64_t ps, int32_t *c,
-                                  int64_t ldc, int accumulate, const int SIGNED_B)
+                                  int64_t ldc, int accumulate, const int SIGNED_B,
+                                  const int PREFETCH)
 {
     const int64_t cstride = ldc * (int64_t)sizeof(int32_t);
     const int two_rows = rows > 16, two_panels = npanels > 1;
@@ -127,11 +132,17 @@ W8_AMX W8_INLINE void w8_amx_tile(int rows, int npanels, int64_t kq, const uint8
         W8_AMX_START(2, c + 16 * ldc, accumulate);
         if (two_panels) W8_AMX_START(3, c + 16 * ldc + W8_NR, accumulate);
     }
-    /* No software prefetch: the B panels are read in order, which the hardware prefetchers
-     * follow, and 32 prefetches a step (the next step's B tiles) take load slots from the
-     * tile loads (without them 64 x 1152 x 6912 ran 1.09x as fast, 2 Xeon vCPUs). */
+    /* The plain kernel prefetches nothing: the B panels are read in order, which the
+     * hardware prefetchers follow, and 32 prefetches a step of the next step's B tiles took
+     * load slots from the tile loads (without them 64 x 1152 x 6912 ran 1.09x as fast, 2
+     * Xeon vCPUs).  The next strip's, into L2, are the tuner's to judge. */
     for (int64_t s = 0; s < kq; s += 16) {
         const uint8_t *as = a + 4 * s, *bs = b + s * W8_QUAD_BYTES;
+        if (PREFETCH)
+            for (int line = 0; line < 16; line++) {
+                __builtin_prefetch(bs + 2 * ps + 64 * line, 0, 2);
+                __builtin_prefetch(bs + 3 * ps + 64 * line, 0, 2);
+            }
         _tile_loadd(4, as, lda);
         _tile_loadd(6, bs, W8_QUAD_BYTES);
         if (two_panels) _tile_loadd(7, bs + ps, W8_QUAD_BYTES);
@@ -155,14 +166,30 @@ W8_AMX static void w8_amx_ukernel_biased(int rows, int npanels, int64_t kq,
                                          const uint8_t *a, int64_t lda, const uint8_t *b,
                                          int64_t ps, int32_t *c, int64_t ldc, int accumulate)
 {
-    w8_amx_tile(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, 0);
+    w8_amx_tile(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, 0, 0);
 }
 
 W8_AMX static void w8_amx_ukernel_signed(int rows, int npanels, int64_t kq,
                                          const uint8_t *a, int64_t lda, const uint8_t *b,
                                          int64_t ps, int32_t *c, int64_t ldc, int accumulate)
 {
-    w8_amx_tile(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, 1);
+    w8_amx_tile(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, 1, 0);
+}
+
+W8_AMX static void w8_amx_ukernel_prefetch_biased(int rows, int npanels, int64_t kq,
+                                                  const uint8_t *a, int64_t lda,
+                                                  const uint8_t *b, int64_t ps, int32_t *c,
+                                                  int64_t ldc, int accumulate)
+{
+    w8_amx_tile(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, 0, 1);
+}
+
+W8_AMX static void w8_amx_ukernel_prefetch_signed(int rows, int npanels, int64_t kq,
+                                                  const uint8_t *a, int64_t lda,
+                                                  const uint8_t *b, int64_t ps, int32_t *c,
+                                                  int64_t ldc, int accumulate)
+{
+    w8_amx_tile(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, 1, 1);
 }
 
 /* Instruction peak: four tdpbssd per round on resident tiles. */

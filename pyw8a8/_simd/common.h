@@ -266,7 +266,8 @@ typedef struct {
      * the kernel). */
     w8_ukernel_f32_fn ukernel_f32[W8_NUM_ENCODINGS];
     /* Both again, prefetching the weight ahead of its reads (or NULL: none), for products
-     * of a row or two, whose weight streams from beyond L2 (ukernel.h's W8_UK_AHEAD). */
+     * of one or two row tiles, whose weight streams from beyond L2: the same panels
+     * W8_UK_AHEAD bytes on (ukernel.h), the next strip (amx.h). */
     w8_ukernel_fn ukernel_prefetch[W8_NUM_ENCODINGS];
     w8_ukernel_f32_fn ukernel_f32_prefetch[W8_NUM_ENCODINGS];
     int corr[W8_NUM_ENCODINGS];       /* W8_CORR_* needed by ukernel[encoding] */

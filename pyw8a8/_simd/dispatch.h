@@ -91,6 +91,7 @@ static const w8_isa_ops w8_isas[] = {
     {.name = "amx", .mr = W8_AMX_MR, .npanels = W8_AMX_NPANELS, .whole_tiles = 1,
      .whole_k = 1,
      .ukernel = {w8_amx_ukernel_biased, w8_amx_ukernel_signed},
+     .ukernel_prefetch = {w8_amx_ukernel_prefetch_biased, w8_amx_ukernel_prefetch_signed},
      .corr = {W8_CORR_ROW, W8_CORR_NONE}, .a_flip = {0, 0}, .auto_encoding = W8_ENC_BIASED,
      W8_VOCABULARY_PASSES(avx512),
      .prefix_sums = w8_avx2_prefix_sums, .sign_scale = w8_avx2_sign_scale,

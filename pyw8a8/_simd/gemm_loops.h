@@ -51,18 +51,22 @@ typedef struct w8_gemm_s {
     int prefetch;            /* the ISA's prefetching kernels, where it has them */
 } w8_gemm;
 
-/* The kernel g's tiles run: the ISA's, or its prefetching one where g asks and it has one
- * (the same sums either way). */
-static inline w8_ukernel_fn w8_kernel_of(const w8_gemm *g)
+/* The kernel of a tile of g: the ISA's, or its prefetching one where g asks, the ISA has
+ * one and the tile is the first of its strip (`first_row`: the strip's later row tiles
+ * read the panels the first brought in, so each line is prefetched once).  The same sums
+ * either way. */
+static inline w8_ukernel_fn w8_kernel_of(const w8_gemm *g, int first_row)
 {
-    const w8_ukernel_fn ahead = g->prefetch ? g->ops->ukernel_prefetch[g->enc] : NULL;
+    const w8_ukernel_fn ahead =
+        g->prefetch && first_row ? g->ops->ukernel_prefetch[g->enc] : NULL;
     return ahead ? ahead : g->ops->ukernel[g->enc];
 }
 
 /* The same for the kernel that finishes tiles (NULL where the ISA has none). */
-static inline w8_ukernel_f32_fn w8_kernel_f32_of(const w8_gemm *g)
+static inline w8_ukernel_f32_fn w8_kernel_f32_of(const w8_gemm *g, int first_row)
 {
-    const w8_ukernel_f32_fn ahead = g->prefetch ? g->ops->ukernel_f32_prefetch[g->enc] : NULL;
+    const w8_ukernel_f32_fn ahead =
+        g->prefetch && first_row ? g->ops->ukernel_f32_prefetch[g->enc] : NULL;
     return ahead ? ahead : g->ops->ukernel_f32[g->enc];
 }
 
@@ -199,16 +203,17 @@ static void w8_merge_tile(int32_t *c, int64_t ldc, const int32_t *tile, int rows
 
 /* One kernel call of GEMM g over the tile at (m, n) and the K-range [k0, k0 + 4 kq), into
  * its sums at c (row stride ldc): an edge tile (`edge`: fewer columns than the kernel
- * writes, or fewer rows than a whole-tile kernel stores) through the scratch tile. */
+ * writes, or fewer rows than a whole-tile kernel stores) through the scratch tile;
+ * `first_row` as w8_kernel_of's. */
 static inline void w8_tile_sums(const w8_gemm *g, int64_t m, int rows, int64_t n,
                                 int cols, int64_t k0, int64_t kq, int32_t *c, int64_t ldc,
-                                int first, int edge, int32_t *tile)
+                                int first, int edge, int first_row, int32_t *tile)
 {
     const int64_t ps = g->Kp / 4 * W8_QUAD_BYTES; /* bytes of one panel */
     const int npanels = (cols + W8_NR - 1) / W8_NR;
     const uint8_t *bp = g->b + (n / W8_NR) * ps + k0 / 4 * W8_QUAD_BYTES;
     const uint8_t *am = w8_a_at(g, m, k0);
-    const w8_ukernel_fn kernel = w8_kernel_of(g);
+    const w8_ukernel_fn kernel = w8_kernel_of(g, first_row);
     if (edge) {
         kernel(rows, npanels, kq, am, g->lda, bp, ps, tile, W8_TILE_LD, 0);
         w8_merge_tile(c, ldc, tile, rows, cols, !first);
@@ -278,15 +283,15 @@ static void w8_strip_tiles(const w8_gemm *g, int64_t mb, int64_t mb1, int tile_r
         if (g->up)
             w8_tile_sums(g->up, m, rows, n, cols, k0, kq,
                          (int32_t *)g->up->out + m * g->up->ldo + n, g->up->ldo, first,
-                         edge, tile);
+                         edge, m == mb, tile);
         if (kernel_finishes) {
             w8_finish_move_rows(g, m, rows, n, buf, &fin);
-            w8_kernel_f32_of(g)(rows, npanels, kq, w8_a_at(g, m, k0), g->lda,
+            w8_kernel_f32_of(g, m == mb)(rows, npanels, kq, w8_a_at(g, m, k0), g->lda,
                                      g->b + (n / W8_NR) * ps + k0 / 4 * W8_QUAD_BYTES, ps,
                                      c, g->ldo, !first, &fin);
             if (fin.act || fin.up) ops->act_tile((float *)c, g->ldo, rows, cols, &fin);
         } else {
-            w8_tile_sums(g, m, rows, n, cols, k0, kq, c, g->ldo, first, edge, tile);
+            w8_tile_sums(g, m, rows, n, cols, k0, kq, c, g->ldo, first, edge, m == mb, tile);
         }
     }
 }
@@ -304,7 +309,7 @@ static void w8_row_block(const w8_gemm *g, int64_t mb, int64_t mb1, int64_t nb,
      * int32 store and an epilogue pass over it (every row of the block, so never where the
      * kernel stores whole tiles). */
     const int kernel_can_finish = last && g->out_kind == W8_OUT_F32 &&
-                                  w8_kernel_f32_of(g) && !ops->whole_tiles;
+                                  ops->ukernel_f32[g->enc] && !ops->whole_tiles;
     int64_t unfinished = nb; /* the block's columns from here on wait */
     for (int64_t n = nb; n < nb1; n += ncols) {
         const int cols = (int)(nb1 - n < ncols ? nb1 - n : ncols);
@@ -344,7 +349,6 @@ static void w8_gemm_range_i64(const w8_gemm *g, int64_t m0, int64_t m1, int64_t 
                               int64_t n1)
 {
     const w8_isa_ops *ops = g->ops;
-    const w8_ukernel_fn kernel = w8_kernel_of(g);
     const int64_t ps = g->Kp / 4 * W8_QUAD_BYTES;
     const int64_t ncols = (int64_t)W8_NR * ops->npanels;
     int64_t *const out = (int64_t *)g->out;
@@ -360,8 +364,8 @@ static void w8_gemm_range_i64(const w8_gemm *g, int64_t m0, int64_t m1, int64_t 
             for (int64_t m = m0; m < m1; m += ops->mr) {
                 const int rows = (int)(m1 - m < ops->mr ? m1 - m : ops->mr);
                 const int32_t *rc, *cc;
-                kernel(rows, npanels, (k1 - k0) / 4, w8_a_at(g, m, k0), g->lda, bp, ps,
-                       tile, W8_TILE_LD, 0);
+                w8_kernel_of(g, m == m0)(rows, npanels, (k1 - k0) / 4, w8_a_at(g, m, k0),
+                                         g->lda, bp, ps, tile, W8_TILE_LD, 0);
                 w8_tile_corrections(g, m, rows, n, cols, k0, k1, row_corr, col_corr, &rc,
                                     &cc);
                 for (int r = 0; r < rows; r++)

@@ -181,9 +181,9 @@ static int w8_candidates(const w8_isa_ops *ops, int64_t m, int64_t n, int64_t kp
             if (!seen && count < W8_MAX_CANDIDATES) out[count++] = c;
         }
     }
-    /* A row or two stream the weight with too little arithmetic to hide its latency: each
-     * candidate is also timed with the kernels that prefetch it (ukernel.h's W8_UK_AHEAD),
-     * which help a weight beyond L2 and slow one within it. */
+    /* One or two row tiles stream the weight with too little arithmetic to hide its
+     * latency: each candidate is also timed with the kernels that prefetch it (ukernel.h,
+     * amx.h), which help a weight beyond L2 and slow one within it. */
     if (m >= 0 && m <= 2 * mr && ops->ukernel_prefetch[0]) {
         const int plain = count;
         for (int i = 0; i < plain && count < W8_MAX_CANDIDATES; i++) {

@@ -102,6 +102,21 @@ def test_amx_times_k_ranges_whose_a_block_fits_in_l1_beside_the_whole_k():
     assert {c[3:5] for c in l1} == {c[3:5] for c in cands}  # one for every split
 
 
+def test_amx_times_the_next_strip_prefetched_up_to_two_row_tiles():
+    # At 64 rows each thread streams the whole weight from L3 (issue 60): every candidate is
+    # also timed with the kernel that prefetches the next strip (its bits: tests/c's
+    # prefetching variants, on the emulated tiles).
+    if "amx" not in _dispatch.isa_names():
+        pytest.skip("this build has no AMX kernels (its compiler predates AMX)")
+    amx = _dispatch.IsaOps("amx")
+    assert amx.prefetches
+    for m, tried in ((1, True), (2 * amx.mr, True), (2 * amx.mr + 1, False)):
+        cands = tuning.candidates(amx, m, 6912, 1152, THREADS)
+        plain = [c for c in cands if not c[5]]
+        assert sorted(c[:5] for c in cands if c[5]) == (sorted(c[:5] for c in plain)
+                                                        if tried else []), m
+
+
 @pytest.mark.parametrize("encoding", ["biased", "signed"])
 @pytest.mark.parametrize("rows", [1, 2])
 @pytest.mark.parametrize("k", [640, 2048])  # one row's tile as one stream, and side by side
