@@ -138,10 +138,10 @@ W8_AMX W8_INLINE void w8_amx_tile(int rows, int npanels, int64_t kq, const uint8
      * Xeon vCPUs).  The next strip's, into L2, are the tuner's to judge. */
     for (int64_t s = 0; s < kq; s += 16) {
         const uint8_t *as = a + 4 * s, *bs = b + s * W8_QUAD_BYTES;
-        if (PREFETCH)
+        if (PREFETCH) /* the next strip: the panels after this call's pair */
             for (int line = 0; line < 16; line++) {
-                __builtin_prefetch(bs + 2 * ps + 64 * line, 0, 2);
-                __builtin_prefetch(bs + 3 * ps + 64 * line, 0, 2);
+                __builtin_prefetch(bs + W8_AMX_NPANELS * ps + 64 * line, 0, 2);
+                __builtin_prefetch(bs + (W8_AMX_NPANELS + 1) * ps + 64 * line, 0, 2);
             }
         _tile_loadd(4, as, lda);
         _tile_loadd(6, bs, W8_QUAD_BYTES);

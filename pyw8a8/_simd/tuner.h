@@ -1,12 +1,12 @@
 /* The blocking of a product, tuned on real calls (call_path.h runs them).  Results never
  * depend on it (every sum is exact, converted once); what is tuned is the K-range width kc
  * (the B micro-panels filling L1, or the whole K), the M block mc, the task split and, for
- * a row or two, whether the kernels prefetch the weight.  A
- * new shape's first calls try each candidate in turn (round-robin, as gemma.cpp's
- * autotuner does), then the fastest is kept: the shape is *settled*, and each weight of
- * the call remembers that blocking (plan.h).  An entry's key holds the kernel (ISA and
- * weight encoding), the weights in the call, an M bucket, K, N and the thread count.
- * Everything here runs under call_path.h's lock. */
+ * one or two row tiles, whether the kernels prefetch the weight.  A new shape's first calls
+ * try each candidate in turn (round-robin, as gemma.cpp's autotuner does), then the
+ * fastest is kept: the shape is *settled*, and each weight of the call remembers that
+ * blocking (plan.h).  An entry's key holds the kernel (ISA and weight encoding), the
+ * weights in the call, an M bucket, K, N and the thread count.  Everything here runs
+ * under call_path.h's lock. */
 #ifndef PYW8A8_SIMD_TUNER_H
 #define PYW8A8_SIMD_TUNER_H
 
