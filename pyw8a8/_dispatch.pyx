@@ -97,9 +97,10 @@ cdef class IsaOps:
             if self.table.ukernel_f32[0] != NULL:  # the ISA finishes tiles in its kernels
                 self.table.ukernel_f32[0] = w8_noop_ukernel_f32
                 self.table.ukernel_f32[1] = w8_noop_ukernel_f32
-            if self.table.ukernel_prefetch[0] != NULL:  # and has prefetching ones
+            if self.table.ukernel_prefetch[0] != NULL:  # its prefetching kernels alike
                 self.table.ukernel_prefetch[0] = w8_noop_ukernel
                 self.table.ukernel_prefetch[1] = w8_noop_ukernel
+            if self.table.ukernel_f32_prefetch[0] != NULL:
                 self.table.ukernel_f32_prefetch[0] = w8_noop_ukernel_f32
                 self.table.ukernel_f32_prefetch[1] = w8_noop_ukernel_f32
             self.table.mr, self.table.npanels = tile.mr, tile.npanels
@@ -115,8 +116,8 @@ cdef class IsaOps:
 
     @property
     def prefetches(self):
-        """Whether the ISA has kernels that prefetch the weight (the tuner times them for a
-        row or two)."""
+        """Whether the ISA has kernels that prefetch the weight (the tuner times them for
+        one or two row tiles)."""
         return self.ops.ukernel_prefetch[0] != NULL
 
     @property

@@ -302,7 +302,6 @@ def candidates(IsaOps ops, int64_t m, int64_t n, int64_t kp, int nthreads, int s
     return [_blocking_tuple(out[i]) for i in range(count)]
 
 
-
 def kc_for(IsaOps ops, int64_t kp, int streams=1, m=None):
     """The K-range width of a shape (tuner.h's w8_kc_for; `m` None: any row count)."""
     return w8_kc_for(ops.ops, kp, streams, -1 if m is None else m)

@@ -78,7 +78,7 @@ static int w8_neon_supported(const w8_cpu_features *f) { return f->asimd; }
 /* ---- the table, most preferred ISA first ---- */
 
 /* The kernels of an ISA built from ukernel.h, each encoding's: plain, finishing tiles, and
- * both again prefetching the weight (the tuner's choice for a row or two). */
+ * both again prefetching the weight (the tuner's choice for one or two row tiles). */
 #define W8_UKERNELS(p)                                                                   \
     .ukernel = {w8_##p##_ukernel_biased, w8_##p##_ukernel_signed},                       \
     .ukernel_f32 = {w8_##p##_ukernel_f32_biased, w8_##p##_ukernel_f32_signed},           \
