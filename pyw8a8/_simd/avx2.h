@@ -87,6 +87,7 @@ W8_AVX2 W8_INLINE __m256 w8_avx2_fwht8(__m256 v)
 
 #define W8_FW_IN_REG w8_avx2_fwht8
 #define W8_FW_NARROW w8_scalar_fwht
+#define W8_FW_TWO_BLOCKS 0
 #include "fwht_driver.h"
 
 /* w8_prefix_sums_fn: each 64-byte chunk's signed sum from vpsadbw, which adds unsigned

@@ -93,6 +93,7 @@ W8_AVX512 W8_INLINE __m512 w8_avx512_fwht16(__m512 v)
 
 #define W8_FW_IN_REG w8_avx512_fwht16
 #define W8_FW_NARROW w8_avx2_fwht
+#define W8_FW_TWO_BLOCKS 1
 #include "fwht_driver.h"
 
 W8_AVX512 W8_INLINE int32_t w8_avx512_first_lane(__m512i v)

@@ -206,9 +206,14 @@ typedef void (*w8_expand_row_fn)(uint8_t *row, int64_t Kp, uint8_t flip);
 /* FWHT: x <- H x in place, n a power of two (n = 1 leaves x unchanged). */
 typedef void (*w8_fwht_fn)(float *x, int64_t n);
 
-/* y = H (s x), elementwise s x: the FWHT of a block times its signs (a rotation's sign
- * table), bit for bit the multiply then w8_fwht_fn; y may be x. */
-typedef void (*w8_fwht_signed_fn)(const float *x, const float *s, float *y, int64_t n);
+/* A row's rotation with its signs from a table (fwht.h's w8_sign_table) and its absmax,
+ * the fused quantizer's first pass: per block of `block` values (a power of two),
+ * y = H (s x), a last partial block zero-padded, so y holds K rounded up to block values
+ * (y apart from x); then max |y| into *amax as w8_absmax_fn, or 1 if y holds NaN or Inf.
+ * Bit for bit each block's multiply then w8_fwht_fn, then w8_absmax_fn (fwht.h's
+ * W8_ROTATE_ABSMAX_BY). */
+typedef int (*w8_rotate_absmax_fn)(const float *x, const float *s, float *y, int64_t K,
+                                   int64_t block, float *amax);
 
 /* y[i] = x[i] * (+-c), negated where w8_sign_bit(pos + i, seed); y may be x. */
 typedef void (*w8_sign_scale_fn)(const float *x, float *y, int64_t n, uint32_t pos,
@@ -280,7 +285,7 @@ typedef struct {
     w8_prefix_sums_fn prefix_sums;
     w8_expand_row_fn expand_row;  /* NULL: the kernels read the quantized bytes (W8_A_BYTES) */
     w8_fwht_fn fwht;
-    w8_fwht_signed_fn fwht_signed;
+    w8_rotate_absmax_fn rotate_absmax;
     w8_sign_scale_fn sign_scale;
     void (*task_begin)(void);     /* per thread, before its first kernel call (AMX tiles) */
     void (*tile_rows)(int rows);  /* per thread, before kernel calls of at most `rows` rows

@@ -69,11 +69,11 @@ static int w8_neon_supported(const w8_cpu_features *f) { return f->asimd; }
 #endif
 
 /* The passes an ISA takes from its vector vocabulary (vec_<v>.h and the templates on it):
- * the float epilogue and activations, the row quantizer and the FWHT. */
+ * the float epilogue and activations, the row quantizer, the FWHT and the rotation. */
 #define W8_VOCABULARY_PASSES(v)                                                     \
     .epilogue = w8_##v##_epilogue, .act_tile = w8_##v##_act_tile,                   \
     .absmax = w8_##v##_absmax, .quantize = w8_##v##_quantize, .fwht = w8_##v##_fwht, \
-    .fwht_signed = w8_##v##_fwht_signed
+    .rotate_absmax = w8_##v##_rotate_absmax
 
 /* ---- the table, most preferred ISA first ---- */
 

@@ -106,16 +106,6 @@ static void w8_scalar_fwht(float *x, int64_t n)
             }
 }
 
-/* y = H (s x) (w8_fwht_signed_fn) through an ISA's in-place FWHT: the multiply, then the
- * transform.  The reference, and the ISA's own where it has no fused one. */
-#define W8_FWHT_SIGNED_BY(name, fwht)                                                    \
-    static void name(const float *x, const float *s, float *y, int64_t n)                \
-    {                                                                                    \
-        for (int64_t i = 0; i < n; i++) y[i] = x[i] * s[i];                              \
-        fwht(y, n);                                                                      \
-    }
-
-W8_FWHT_SIGNED_BY(w8_scalar_fwht_signed, w8_scalar_fwht)
 
 /* Butterflies between whole registers: the stages of distance 1, 2, ..., nreg/2 registers
  * on an array `r` of `nreg` vectors of type T (of fwht_driver.h, any vector width).  Both
@@ -169,23 +159,23 @@ static inline void w8_sign_table(w8_sign_scale_fn sign_scale, float *s, int64_t 
     sign_scale(s, s, K, 0, seed, w8_rotation_norm(block));
 }
 
-/* w8_rotate_row with the signs from a table (w8_sign_table), for the rows of a product,
- * which all share their weight's table: a multiply per value instead of hashing each
- * position (a row of 2048 1.7x as fast, AVX-512 Xeon), folded into the FWHT's
- * loads (fwht_signed): the same products, so the same bits.  y holds K rounded up to
- * block. */
-static inline void w8_rotate_row_from_table(w8_fwht_fn fwht, w8_fwht_signed_fn fwht_signed,
-                                            const float *x, const float *signs, float *y,
-                                            int64_t K, int64_t block)
-{
-    int64_t k = 0;
-    for (; k + block <= K; k += block) fwht_signed(x + k, signs + k, y + k, block);
-    if (k < K) {
-        for (int64_t i = k; i < K; i++) y[i] = x[i] * signs[i];
-        memset(y + K, 0, (size_t)(k + block - K) * sizeof(float));
-        fwht(y + k, block);
+/* w8_rotate_absmax_fn through an ISA's in-place FWHT and absmax: w8_rotate_row with the
+ * signs from a table (w8_sign_table), each block's multiply then its transform, then the
+ * largest magnitude of the K rounded up to block values.  The reference (the scalar ISA's),
+ * which each SIMD ISA's fused pass matches bit for bit (fwht_driver.h). */
+#define W8_ROTATE_ABSMAX_BY(name, fwht, absmax)                                          \
+    static int name(const float *x, const float *s, float *y, int64_t K, int64_t block,   \
+                    float *amax)                                                         \
+    {                                                                                    \
+        const int64_t Kr = (K + block - 1) / block * block;                              \
+        for (int64_t k = 0; k < Kr; k += block) {                                        \
+            const int64_t n = K - k < block ? K - k : block;                             \
+            for (int64_t i = k; i < k + n; i++) y[i] = x[i] * s[i];                      \
+            memset(y + k + n, 0, (size_t)(block - n) * sizeof(float));                   \
+            fwht(y + k, block);                                                          \
+        }                                                                                \
+        return absmax(y, Kr, amax);                                                      \
     }
-}
 
 /* x = D (c H y) per block: the inverse of w8_rotate_row; x may be y. */
 static inline void w8_unrotate_row(w8_fwht_fn fwht, w8_sign_scale_fn sign_scale, const float *y,

@@ -112,6 +112,7 @@ W8_INLINE float32x4_t w8_neon_fwht4(float32x4_t v)
 
 #define W8_FW_IN_REG w8_neon_fwht4
 #define W8_FW_NARROW w8_scalar_fwht
+#define W8_FW_TWO_BLOCKS 0
 #include "fwht_driver.h"
 
 #undef W8_V

@@ -52,15 +52,13 @@ static inline void w8_load_int8_row(const w8_isa_ops *ops, const int8_t *x, int6
     if (psum) ops->prefix_sums(q, Kp, flip, psum);
 }
 
-/* Quantize one row of K floats into Kp bytes (zero padding beyond K), with the scale
- * max|x| / 127 (0 for a zero row) and, when psum != NULL, the Kp / 64 + 1 prefix sums its
- * row correction reads (w8_prefix_sums_fn).
- * Returns 1, writing nothing, if the row holds NaN or Inf. */
-static inline int w8_quantize_row(const w8_isa_ops *ops, const float *x, int64_t K, int64_t Kp,
-                           uint8_t flip, uint8_t *q, float *scale, int32_t *psum)
+/* A row of K floats whose largest magnitude is amax, quantized into Kp bytes (zero padding
+ * beyond K), with the scale amax / 127 (0 for a zero row) and, when psum != NULL, the
+ * Kp / 64 + 1 prefix sums its row correction reads (w8_prefix_sums_fn). */
+static inline void w8_quantize_row_by(const w8_isa_ops *ops, const float *x, int64_t K,
+                                      int64_t Kp, uint8_t flip, uint8_t *q, float *scale,
+                                      int32_t *psum, float amax)
 {
-    float amax;
-    if (ops->absmax(x, K, &amax)) return 1;
     if (amax < W8_TINY_ROW) {
         *scale = 0.0f;
         memset(q, flip, (size_t)Kp);
@@ -72,27 +70,40 @@ static inline int w8_quantize_row(const w8_isa_ops *ops, const float *x, int64_t
         memset(q + K, flip, (size_t)(Kp - K));
     }
     if (psum) ops->prefix_sums(q, Kp, flip, psum);
+}
+
+/* Quantize one row of K floats into Kp bytes (w8_quantize_row_by with its absmax).
+ * Returns 1, writing nothing, if the row holds NaN or Inf. */
+static inline int w8_quantize_row(const w8_isa_ops *ops, const float *x, int64_t K, int64_t Kp,
+                                  uint8_t flip, uint8_t *q, float *scale, int32_t *psum)
+{
+    float amax;
+    if (ops->absmax(x, K, &amax)) return 1;
+    w8_quantize_row_by(ops, x, K, Kp, flip, q, scale, psum, amax);
     return 0;
 }
 
 /* w8_quantize_row of the block-rotated row (see fwht.h): sign flip with the 1/sqrt(block)
- * normalization (from `signs`, the rotation's w8_sign_table), FWHT, into `scratch` (K
- * floats, one per thread), then absmax and quantization from scratch.  The floats
- * quantized are exactly those that w8_rotate_row returns, so the result equals rotating
- * then quantizing, bit for bit.
+ * normalization (from `signs`, the rotation's w8_sign_table) and FWHT into `scratch` (K
+ * rounded up to block floats, one per thread) with its absmax in the same pass
+ * (w8_rotate_absmax_fn), then quantization from scratch.  The floats quantized are exactly
+ * those that w8_rotate_row returns, so the result equals rotating then quantizing, bit for
+ * bit.
  * NaN/Inf in x reach the rotated block (adds and subtracts never make them finite), so
  * such rows still return 1; so does a finite row whose rotation overflows float32, which
  * needs max|x| above FLT_MAX / sqrt(block).  block is a power of two; when it does not
  * divide K the last block is zero-padded: the rotated row has Kr = K rounded up to block
- * values (Kr <= Kp), and only `scratch` (Kr floats) holds the padding, never x. */
+ * values (Kr <= Kp), and only `scratch` holds the padding, never x. */
 static inline int w8_quantize_row_rotated(const w8_isa_ops *ops, const float *x, int64_t K,
                                           int64_t Kp, uint8_t flip, uint8_t *q,
                                           float *scale, int32_t *psum, int64_t block,
                                           const float *signs, float *scratch)
 {
     const int64_t Kr = (K + block - 1) / block * block;
-    w8_rotate_row_from_table(ops->fwht, ops->fwht_signed, x, signs, scratch, K, block);
-    return w8_quantize_row(ops, scratch, Kr, Kp, flip, q, scale, psum);
+    float amax;
+    if (ops->rotate_absmax(x, signs, scratch, K, block, &amax)) return 1;
+    w8_quantize_row_by(ops, scratch, Kr, Kp, flip, q, scale, psum, amax);
+    return 0;
 }
 
 #endif

@@ -4,6 +4,7 @@
 #define PYW8A8_SIMD_SCALAR_H
 
 #include "common.h"
+#include "fwht.h"
 #include "vec_scalar.h"
 
 #define W8_SCALAR_MR 4
@@ -122,6 +123,8 @@ static int w8_scalar_absmax(const float *x, int64_t n, float *amax)
     *amax = m;
     return 0;
 }
+
+W8_ROTATE_ABSMAX_BY(w8_scalar_rotate_absmax, w8_scalar_fwht, w8_scalar_absmax)
 
 /* A SIMD absmax's end: the max of its vector's lanes and of the scalar tail past its last
  * whole vector (0, or 1 if the tail holds NaN/Inf). */

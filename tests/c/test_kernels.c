@@ -536,18 +536,62 @@ static void test_quantizer(const w8_isa_ops *ops)
 typedef struct {
     const char *name;
     w8_fwht_fn fn;
-    w8_fwht_signed_fn signed_fn;
+    w8_rotate_absmax_fn rotate_absmax;
 } fwht_case;
 
+/* Each rotation's pass must match w8_scalar_rotate_absmax bit for bit (the rotated values,
+ * the maximum and the verdict on NaN and Inf): every block size, K of one block, of many
+ * (the fused two-block loop of AVX-512 at 128 and its last block) and with a partial last
+ * block, and rows with a NaN, an Inf, or values that overflow only once rotated. */
+static void test_rotate_absmax(const fwht_case *cases, int ncases)
+{
+    enum { MAXK = 4 * 4096 };
+    float *x = xmalloc(sizeof(float) * MAXK), *s = xmalloc(sizeof(float) * MAXK),
+          *y = xmalloc(sizeof(float) * MAXK), *z = xmalloc(sizeof(float) * MAXK);
+    for (int64_t block = 16; block <= 4096; block *= 2) {
+        const int64_t ks[] = {block, 3 * block, 17 * 128, 3 * block + 5, 7, 1};
+        for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+            const int64_t K = ks[ki], Kr = (K + block - 1) / block * block;
+            if (Kr > MAXK) continue;
+            w8_sign_table(w8_scalar_sign_scale, s, K, block, (uint32_t)(K + block));
+            for (int row = 0; row < 4; row++) {
+                for (int64_t i = 0; i < K; i++) x[i] = rand_f();
+                const int64_t at = (int64_t)(rng_next() % (uint64_t)K);
+                if (row == 1) x[at] = NAN;
+                if (row == 2) x[at] = -INFINITY;
+                if (row == 3) /* finite, each times its sign positive: a whole block's
+                                 first sum, 0.9 sqrt(block) FLT_MAX, overflows */
+                    for (int64_t i = 0; i < K; i++) x[i] = s[i] > 0 ? 0.9f * FLT_MAX : -0.9f * FLT_MAX;
+                float want_max = -1.0f, got_max = -1.0f;
+                memset(z, 0xFF, sizeof(float) * (size_t)Kr);
+                const int want = w8_scalar_rotate_absmax(x, s, z, K, block, &want_max);
+                if (row < 3 || K >= block)
+                    check(want == (row > 0), "scalar rotate_absmax K=%lld block=%lld row %d: %d",
+                          (long long)K, (long long)block, row, want);
+                for (int c = 0; c < ncases; c++) {
+                    memset(y, 0xFF, sizeof(float) * (size_t)Kr);
+                    const int got = cases[c].rotate_absmax(x, s, y, K, block, &got_max);
+                    check(got == want, "rotate_absmax %s K=%lld block=%lld row %d: returned %d",
+                          cases[c].name, (long long)K, (long long)block, row, got);
+                    if (want == 0)
+                        check(memcmp(y, z, sizeof(float) * (size_t)Kr) == 0 &&
+                                  memcmp(&got_max, &want_max, sizeof got_max) == 0,
+                              "rotate_absmax %s K=%lld block=%lld differs from the scalar one",
+                              cases[c].name, (long long)K, (long long)block);
+                }
+            }
+        }
+    }
+    free(x), free(s), free(y), free(z);
+}
+
 /* Every FWHT runs the butterfly network of w8_scalar_fwht, so each must match it bit for
- * bit; the naive product in double checks that network itself.  Each transform of a block
- * times its signs must match the multiply then w8_scalar_fwht, out of place and in place. */
+ * bit; the naive product in double checks that network itself. */
 static void test_fwht(const fwht_case *cases, int ncases)
 {
     enum { MAXN = 4096 };
     float *x = xmalloc(sizeof(float) * MAXN), *y = xmalloc(sizeof(float) * MAXN),
-          *z = xmalloc(sizeof(float) * MAXN), *s = xmalloc(sizeof(float) * MAXN),
-          *zs = xmalloc(sizeof(float) * MAXN);
+          *z = xmalloc(sizeof(float) * MAXN);
     double *ref = xmalloc(sizeof(double) * MAXN);
     for (int64_t n = 1; n <= MAXN; n *= 2) {
         double l1 = 0;
@@ -567,21 +611,7 @@ static void test_fwht(const fwht_case *cases, int ncases)
         const double tol = (stages + 1) * FLT_EPSILON * l1;
         memcpy(z, x, sizeof(float) * (size_t)n);
         w8_scalar_fwht(z, n);
-        /* Signs of a rotation's table: +-c with c = 1 / sqrt(n). */
-        w8_sign_table(w8_scalar_sign_scale, s, n, n, (uint32_t)n);
-        w8_scalar_fwht_signed(x, s, zs, n);
         for (int c = 0; c < ncases; c++) {
-            if (cases[c].signed_fn) {
-                memset(y, 0xFF, sizeof(float) * (size_t)n);
-                cases[c].signed_fn(x, s, y, n);
-                check(memcmp(y, zs, sizeof(float) * (size_t)n) == 0,
-                      "fwht_signed %s n=%lld differs from the multiply then w8_scalar_fwht",
-                      cases[c].name, (long long)n);
-                memcpy(y, x, sizeof(float) * (size_t)n);
-                cases[c].signed_fn(y, s, y, n);
-                check(memcmp(y, zs, sizeof(float) * (size_t)n) == 0,
-                      "fwht_signed %s n=%lld in place differs", cases[c].name, (long long)n);
-            }
             memcpy(y, x, sizeof(float) * (size_t)n);
             cases[c].fn(y, n);
             check(memcmp(y, z, sizeof(float) * (size_t)n) == 0,
@@ -596,7 +626,7 @@ static void test_fwht(const fwht_case *cases, int ncases)
                   (long long)n, worst, tol);
         }
     }
-    free(x), free(y), free(z), free(s), free(zs), free(ref);
+    free(x), free(y), free(z), free(ref);
 }
 
 /* ------------------------------------------------------------- epilogue --------------- */
@@ -768,15 +798,16 @@ int main(int argc, char **argv)
             check(w8_amx_config_roundtrip() == 1, "amx tile configuration read back differs");
 #endif
         printf("tested %s: %ld checks\n", ops->name, n_passed + n_failed - before);
-        fwht[nfwht++] = (fwht_case){ops->name, ops->fwht, ops->fwht_signed};
+        fwht[nfwht++] = (fwht_case){ops->name, ops->fwht, ops->rotate_absmax};
     }
 #if defined(W8_ARM64)
     /* Directly as well, whichever ISAs use it. */
-    fwht[nfwht++] = (fwht_case){"w8_neon_fwht", w8_neon_fwht, w8_neon_fwht_signed};
+    fwht[nfwht++] = (fwht_case){"w8_neon_fwht", w8_neon_fwht, w8_neon_rotate_absmax};
 #endif
     const long before = n_passed + n_failed;
     test_fwht(fwht, nfwht);
-    printf("tested fwht: %ld checks\n", n_passed + n_failed - before);
+    test_rotate_absmax(fwht, nfwht);
+    printf("tested fwht and rotation: %ld checks\n", n_passed + n_failed - before);
     printf("%ld passed, %ld failed\n", n_passed, n_failed);
     return n_failed != 0;
 }
