@@ -114,10 +114,11 @@ def record_path(directory, day, kind):
     return Path(directory) / f"{day.isoformat()}-{kind}.md"
 
 
-def source_commit(package_dir=None):
+def source_commit(package_dir=None, ignore=None):
     """The commit of the git checkout pyw8a8 runs from (``-dirty`` with uncommitted changes to
-    tracked files); ``unknown`` where pyw8a8 is not tracked there (an installed wheel) or git
-    is missing."""
+    tracked files, those under the directory `ignore` aside: a record's own, which its run
+    has just written); ``unknown`` where pyw8a8 is not tracked there (an installed wheel) or
+    git is missing."""
     package_dir = Path(package_dir or Path(__file__).resolve().parents[1])
 
     def git(*args):
@@ -128,7 +129,12 @@ def source_commit(package_dir=None):
         head = git("rev-parse", "HEAD")
         if tracked.returncode or head.returncode:
             return "unknown"
-        changes = git("status", "--porcelain", "--untracked-files=no")
+        top = Path(git("rev-parse", "--show-toplevel").stdout.strip()).resolve()
+        ignored = Path(ignore).resolve() if ignore is not None else None
+        # git refuses a pathspec outside its work tree
+        beside = (["--", ":/", f":(exclude){ignored}"]
+                  if ignored is not None and ignored.is_relative_to(top) else [])
+        changes = git("status", "--porcelain", "--untracked-files=no", *beside)
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     commit = head.stdout.strip()
@@ -240,11 +246,16 @@ def this_cpu_kind():
     return cpu_kind(cpuinfo_fields(), _cpu.cpu_features(), _cpu.available_isas()[0])
 
 
-def write_chart(directory, svg, now=None):
-    """Write `svg` as ``directory/YYYY-MM-DD-<cpu kind>.svg``, the picture of the day's
-    record (the latest table run replaces an earlier one); the path written."""
+def chart_path(directory, now=None):
+    """``directory/YYYY-MM-DD-<cpu kind>.svg``: the picture of the day's record."""
     now = (now or datetime.datetime.now()).astimezone()
-    path = record_path(directory, now.date(), this_cpu_kind()).with_suffix(".svg")
+    return record_path(directory, now.date(), this_cpu_kind()).with_suffix(".svg")
+
+
+def write_chart(directory, svg, now=None):
+    """Write `svg` as the day's chart (:func:`chart_path`), replacing an earlier one; the
+    path written."""
+    path = chart_path(directory, now)
     path.write_text(svg, encoding="utf-8")
     return path
 
@@ -279,7 +290,7 @@ def write(directory, output, command, now=None):
     lines = [f"## Run of {now:%H:%M:%S} (UTC{now:%z})", "",
              f"- command: `{command}`",
              f"- date: {now:%Y-%m-%d %H:%M:%S %z}",
-             f"- commit: {source_commit()}",
+             f"- commit: {source_commit(ignore=directory)}",
              f"- CPU: {cpu_model(fields)} ({_identity(fields)}kind: {kind})",
              f"- ISA features: {', '.join(enabled) or 'none detected'}; pyw8a8's ISA by "
              f"default: {isa}",

@@ -181,15 +181,21 @@ def _table_main(args, isas, shapes, with_peers, rotated=True):
     for line in summary_lines(table_header(names), rows, isas):
         print(line)
     if getattr(args, "record", None) is not None:
-        _write_chart(args.record, rows, names, isas, bounds, nthreads)
+        _write_chart(args.record, rows, names, isas, bounds, nthreads, shapes == SHAPES)
     with _cpu.use_isa(isas[0]):
         print_rotation(isas[0], args.rounds, args.min_time)
     return 0
 
 
-def _write_chart(directory, rows, names, isas, bounds, nthreads):
+def _write_chart(directory, rows, names, isas, bounds, nthreads, grid):
     """The record's chart of the table: pyw8a8 (rotated, its default, and not) and each
-    peer as shares of each shape's roofline on the CPU's best ISA."""
+    peer as shares of each shape's roofline on the CPU's best ISA.  The day's chart is its
+    latest run of the standard grid (`grid`), which the docs show; a run of other shapes
+    draws it only where the day has none."""
+    kept = record.chart_path(directory)
+    if not grid and kept.exists():
+        print(f"chart: {kept.name} kept, a run of the standard shapes")
+        return
     header = table_header(names)
     rotated, peers_ = rotated_and_peers(header)
     ours = "pyw8a8, rotation off"

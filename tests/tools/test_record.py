@@ -72,8 +72,23 @@ def test_the_record_names_the_commit_of_a_checkout_dirty_or_not(tmp_path):
     assert record.source_commit(package) == head
     (package / "other.txt").write_text("untracked files are not changes\n")
     assert record.source_commit(package) == head
+    # A record's own files, changed by the run that writes them, are no change of the code
+    # when the record names its directory; another directory's, or one outside the
+    # checkout, changes nothing.
+    records = repo / "records"
+    records.mkdir()
+    (records / "run.md").write_text("one\n")
+    _git(repo, "add", "records/run.md")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "two")
+    head = _git(repo, "rev-parse", "HEAD")
+    (records / "run.md").write_text("two\n")
+    assert record.source_commit(package, ignore=records) == head
+    assert record.source_commit(package, ignore=tmp_path / "elsewhere") == f"{head}-dirty"
+    assert record.source_commit(package) == f"{head}-dirty"
+    _git(repo, "checkout", "-q", "records/run.md")
     (package / "__init__.py").write_text("x = 2\n")
     assert record.source_commit(package) == f"{head}-dirty"
+    assert record.source_commit(package, ignore=records) == f"{head}-dirty"
     # Files git does not track (an installed copy inside a checkout) and no checkout at all.
     copy = repo / "venv" / "pkg"
     copy.mkdir(parents=True)
@@ -139,10 +154,16 @@ def test_bench_record_keeps_the_run_its_machine_versions_commit_and_command(
     import platform
     assert fields["versions"].startswith(f"python {platform.python_version()}, numpy "
                                          f"{np.__version__}, pyw8a8 {pyw8a8.__version__}")
+    # A table run of other shapes keeps the day's chart (the docs show the standard grid's).
+    drawn = picture.read_text()
+    assert bench.main(argv[:3] + ["--shapes", "1,64,32"] + argv[5:]) == 0
+    assert f"chart: {picture.name} kept" in capsys.readouterr().out
+    assert picture.read_text() == drawn
+    text = path.read_text()
     # Another run the same day: a further section of the same file.
     assert record.write(directory, "| a | b |\n|---|---|\n| 1 | 2 |\n", "again") == path
     again = path.read_text()
-    assert again.startswith(text) and again.count("\n## Run of ") == 2
+    assert again.startswith(text) and again.count("\n## Run of ") == 3
     assert "\n- command: `again`\n" in again[len(text):]
     assert again.rstrip().endswith("| a | b |\n|---|---|\n| 1 | 2 |")
 
