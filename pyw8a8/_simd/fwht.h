@@ -106,7 +106,6 @@ static void w8_scalar_fwht(float *x, int64_t n)
             }
 }
 
-
 /* Butterflies between whole registers: the stages of distance 1, 2, ..., nreg/2 registers
  * on an array `r` of `nreg` vectors of type T (of fwht_driver.h, any vector width).  Both
  * loops have constant trip counts once nreg is a literal, so they unroll fully and `r`
