@@ -136,6 +136,9 @@ W8_AMX W8_INLINE void w8_amx_tile(int rows, int npanels, int64_t kq, const uint8
      * hardware prefetchers follow, and 32 prefetches a step of the next step's B tiles took
      * load slots from the tile loads (without them 64 x 1152 x 6912 ran 1.09x as fast, 2
      * Xeon vCPUs).  The next strip's, into L2, are the tuner's to judge. */
+    /* The A tiles load with the streaming hint (tileloaddt1): a row tile's activations
+     * are read once per strip, and loaded as usual they evict the strip's B panels, which
+     * every row tile reads again (1.02-1.05x from 64 rows, 2 Xeon vCPUs). */
     for (int64_t s = 0; s < kq; s += 16) {
         const uint8_t *as = a + 4 * s, *bs = b + s * W8_QUAD_BYTES;
         if (PREFETCH) /* the next strip: the panels after this call's pair */
@@ -143,10 +146,10 @@ W8_AMX W8_INLINE void w8_amx_tile(int rows, int npanels, int64_t kq, const uint8
                 __builtin_prefetch(bs + W8_AMX_NPANELS * ps + 64 * line, 0, 2);
                 __builtin_prefetch(bs + (W8_AMX_NPANELS + 1) * ps + 64 * line, 0, 2);
             }
-        _tile_loadd(4, as, lda);
+        _tile_stream_loadd(4, as, lda);
         _tile_loadd(6, bs, W8_QUAD_BYTES);
         if (two_panels) _tile_loadd(7, bs + ps, W8_QUAD_BYTES);
-        if (two_rows) _tile_loadd(5, as + 16 * lda, lda);
+        if (two_rows) _tile_stream_loadd(5, as + 16 * lda, lda);
         W8_AMX_DP(0, 4, 6, SIGNED_B);
         if (two_panels) W8_AMX_DP(1, 4, 7, SIGNED_B);
         if (two_rows) {
@@ -160,6 +163,29 @@ W8_AMX W8_INLINE void w8_amx_tile(int rows, int npanels, int64_t kq, const uint8
         _tile_stored(2, c + 16 * ldc, cstride);
         if (two_panels) _tile_stored(3, c + 16 * ldc + W8_NR, cstride);
     }
+}
+
+/* The finishing kernels (w8_ukernel_f32_fn): the C tiles stored to a block in L1 rather
+ * than to the output, then the AVX-512 epilogue converts its `rows` rows straight into the
+ * output, so that the int32 sums make no round trip through the output's lines (beyond
+ * L2 for a large output) and no later pass reads them back.  Over a later K-range the
+ * partial sums the output holds are copied into the block first (`rows` of them: the
+ * tiles load whole tiles of the configured rows).  At 256 x 1152 x 6912 on one Xeon core
+ * the kernel ran at 50% of the tile unit's peak this way against 40% storing its sums to
+ * the output, before any epilogue (issue 60). */
+W8_AMX W8_INLINE void w8_amx_tile_f32(int rows, int npanels, int64_t kq, const uint8_t *a,
+                                      int64_t lda, const uint8_t *b, int64_t ps, int32_t *c,
+                                      int64_t ldc, int accumulate, const w8_tile_finish *fin,
+                                      const int SIGNED_B, const int PREFETCH)
+{
+    enum { LD = W8_AMX_NPANELS * W8_NR };
+    W8_ALIGN(64) int32_t sums[W8_AMX_MR * LD];
+    const int cols = npanels * W8_NR;
+    if (accumulate)
+        for (int r = 0; r < rows; r++)
+            memcpy(sums + r * LD, c + r * ldc, (size_t)cols * sizeof(int32_t));
+    w8_amx_tile(rows, npanels, kq, a, lda, b, ps, sums, LD, accumulate, SIGNED_B, PREFETCH);
+    w8_avx512_epilogue(sums, LD, rows, cols, fin, (float *)c, ldc);
 }
 
 W8_AMX static void w8_amx_ukernel_biased(int rows, int npanels, int64_t kq,
@@ -190,6 +216,40 @@ W8_AMX static void w8_amx_ukernel_prefetch_signed(int rows, int npanels, int64_t
                                                   int64_t ldc, int accumulate)
 {
     w8_amx_tile(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, 1, 1);
+}
+
+W8_AMX static void w8_amx_ukernel_f32_biased(int rows, int npanels, int64_t kq,
+                                             const uint8_t *a, int64_t lda, const uint8_t *b,
+                                             int64_t ps, int32_t *c, int64_t ldc,
+                                             int accumulate, const w8_tile_finish *fin)
+{
+    w8_amx_tile_f32(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, fin, 0, 0);
+}
+
+W8_AMX static void w8_amx_ukernel_f32_signed(int rows, int npanels, int64_t kq,
+                                             const uint8_t *a, int64_t lda, const uint8_t *b,
+                                             int64_t ps, int32_t *c, int64_t ldc,
+                                             int accumulate, const w8_tile_finish *fin)
+{
+    w8_amx_tile_f32(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, fin, 1, 0);
+}
+
+W8_AMX static void w8_amx_ukernel_f32_prefetch_biased(int rows, int npanels, int64_t kq,
+                                                      const uint8_t *a, int64_t lda,
+                                                      const uint8_t *b, int64_t ps,
+                                                      int32_t *c, int64_t ldc, int accumulate,
+                                                      const w8_tile_finish *fin)
+{
+    w8_amx_tile_f32(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, fin, 0, 1);
+}
+
+W8_AMX static void w8_amx_ukernel_f32_prefetch_signed(int rows, int npanels, int64_t kq,
+                                                      const uint8_t *a, int64_t lda,
+                                                      const uint8_t *b, int64_t ps,
+                                                      int32_t *c, int64_t ldc, int accumulate,
+                                                      const w8_tile_finish *fin)
+{
+    w8_amx_tile_f32(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, fin, 1, 1);
 }
 
 /* Instruction peak: four tdpbssd per round on resident tiles. */

@@ -260,15 +260,15 @@ typedef struct {
     int npanels;                  /* microkernel panels (columns = 16 * npanels) */
     int whole_tiles;              /* the kernel stores whole tiles of the rows tile_rows set
                                      (AMX; mr rows without tile_rows): tiles with fewer rows
-                                     go through a scratch tile (and ukernel_f32 is not
-                                     used) */
+                                     go through a scratch tile (ukernel_f32 writes only
+                                     its rows) */
     int whole_k;                  /* the whole K by default: the C tiles accumulate over
                                      all of it and are stored once (AMX); the tuner also
                                      times K-ranges whose A block fits in L1 (tuner.h) */
     /* Kernels for each weight encoding; both produce exact sum_k qa * qw up to `corr`. */
     w8_ukernel_fn ukernel[W8_NUM_ENCODINGS];
-    /* The same, finishing full tiles to float (or NULL: the loop nest runs `epilogue` after
-     * the kernel). */
+    /* The same, finishing full-width tiles of any rows to float (or NULL: the loop nest
+     * runs `epilogue` after the kernel). */
     w8_ukernel_f32_fn ukernel_f32[W8_NUM_ENCODINGS];
     /* Both again, prefetching the weight ahead of its reads (or NULL: none), for products
      * of one or two row tiles, whose weight streams from beyond L2: the same panels

@@ -158,7 +158,9 @@ static void pack_act(const w8_isa_ops *ops, int enc, const int8_t *qa, int64_t M
 typedef struct {
     const char *what;
     int out_kind;
-    int fine;  /* kc = 64, mc = mr, nc = 16 * npanels: every blocking boundary is crossed */
+    int fine;  /* 1: kc = 64, mc = mr, nc = 16 * npanels: every blocking boundary is
+                  crossed; 2: kc = 64 only: K-ranges over row blocks of many tiles, whose
+                  last range the kernel may finish (gemm_loops.h's w8_row_block) */
     int split; /* four tasks, split at a row and at a panel boundary */
     int prefetch; /* the ISA's prefetching kernels, where it has them */
 } gemm_variant;
@@ -170,6 +172,7 @@ static const gemm_variant variants[] = {
     {"i32 fine-blocked split", W8_OUT_I32, 1, 1, 0},
     {"f32", W8_OUT_F32, 0, 0, 0},
     {"f32 fine-blocked split", W8_OUT_F32, 1, 1, 0},
+    {"f32 K-ranged", W8_OUT_F32, 2, 0, 0},
     {"i64 prefetching", W8_OUT_I64, 0, 0, 1},
     {"i32 fine-blocked split prefetching", W8_OUT_I32, 1, 1, 1},
     {"f32 prefetching", W8_OUT_F32, 0, 0, 1},
@@ -237,8 +240,8 @@ static void test_gemm_case(const w8_isa_ops *ops, int kind, int64_t M, int64_t N
                               W8_ACT_NONE, NULL, var->out_kind, NULL, ldo, Kp,
                               round_up(M, ops->mr), Np};
             g.prefetch = var->prefetch;
-            if (var->fine) {
-                g.kc = W8_KPAD;
+            if (var->fine) g.kc = W8_KPAD;
+            if (var->fine == 1) {
                 g.mc = ops->mr;
                 g.nc = (int64_t)W8_NR * ops->npanels;
             }

@@ -143,6 +143,7 @@ static void w8_emu_tile_dp(int c, int a, int b, int a_signed, int b_signed)
 /* GCC's own definitions (macros and inline functions of <immintrin.h>) give way to the
  * model from here on. */
 #undef _tile_loadd
+#undef _tile_stream_loadd
 #undef _tile_stored
 #undef _tile_zero
 #undef _tile_dpbssd
@@ -153,6 +154,7 @@ static void w8_emu_tile_dp(int c, int a, int b, int a_signed, int b_signed)
 #define _tile_storeconfig(cfg) w8_emu_tile_storeconfig(cfg)
 #define _tile_release() w8_emu_tile_release()
 #define _tile_loadd(t, base, stride) w8_emu_tile_loadd(t, base, (long)(stride))
+#define _tile_stream_loadd(t, base, stride) w8_emu_tile_loadd(t, base, (long)(stride))
 #define _tile_stored(t, base, stride) w8_emu_tile_stored(t, base, (long)(stride))
 #define _tile_zero(t) w8_emu_tile_zero(t)
 #define _tile_dpbssd(c, a, b) w8_emu_tile_dp(c, a, b, 1, 1)
