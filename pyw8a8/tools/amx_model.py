@@ -16,7 +16,8 @@ share of a product, and counts what each resource does:
   in L1 across the row blocks where it fits beside a row block's A and the C tiles, and
   reads each row block's A from L2 again for every pair of panels;
 - the int32 sums: the C tiles stored by every kernel call and loaded again by each
-  K-range but the first, in L1;
+  K-range but the first, in L1; and the tile unit idle around them: a store waits for
+  the call's last multiplies, and the next call's first for the loads;
 - the work outside the tiles, which today runs before the multiply (quantizing the
   activations) and after it (the epilogue that converts the sums), not beside it.
 
@@ -24,7 +25,9 @@ A thread's time is its slowest resource (they overlap) plus that outside work, u
 design overlaps it too; the estimate is the operations over the slower thread's time, as a
 share of the tile unit's peak.  The machine's figures are those of the 2-core Sapphire
 Rapids Xeon of issue 60.  A model, not a measurement: it ranks designs and names the
-resource that bounds each; the Xeon's bench says how fast they run.
+resource that bounds each; the Xeon's bench says how fast they run.  Where they disagree
+the Xeon is right: the model still ranks "A block in L1" (256-value K-ranges) above the
+whole K, which the Xeon measured the other way (2026-12-08).
 """
 from __future__ import annotations
 
@@ -55,6 +58,13 @@ class Machine:
     rate: tuple = (("L1", 128.0), ("L2", 20.0), ("L3", 9.8), ("DRAM", 5.0))
     quantize_cycles_value: float = 0.35  # AVX-512 quantizer, rotation included
     epilogue_cycles_value: float = 0.1   # int32 sums to scaled float32, AVX-512
+    #: Cycles the tile unit idles per kernel call storing its C tiles, and more where the
+    #: call loads them first (a later K-range): a loop of tile loads and multiplies from
+    #: L1 lost 150 cycles a call to a store, 250 to a store and a load (one Xeon core,
+    #: 2026-12-08), which made the 256-value K-ranges of "A block in L1" slower than the
+    #: whole K (0.84-0.95x at 1024 x 2048 x 640) where the model without them said 2.4x.
+    store_idle_cycles: float = 150.0
+    reload_idle_cycles: float = 100.0
 
     @property
     def peak_gops(self) -> float:
@@ -148,9 +158,13 @@ def estimate(m: int, k: int, n: int, design: Design = DESIGNS[0], threads: int =
     col_blocks = _spans(nt, BLOCK)
     tiles = lambda count: 1 + (count > 16)  # noqa: E731  the tiles a block spans
     tdp = sum(tiles(r) * tiles(c) for r in _spans(mt, BLOCK) for c in col_blocks) * (kp // 64)
+    ranges = _spans(kp, kc)
+    calls = len(_spans(mt, BLOCK)) * len(col_blocks) * len(ranges)
+    idle = calls * machine.store_idle_cycles + \
+        calls * (len(ranges) - 1) / len(ranges) * machine.reload_idle_cycles
     first = _weight_level(kp, n, machine, threads)
     moved = dict.fromkeys(LEVELS, 0.0)
-    for i, kr in enumerate(_spans(kp, kc)):
+    for i, kr in enumerate(ranges):
         b = [tiles(c) * 16 * kr for c in col_blocks]  # each pair's B (16 quad rows a tile)
         b_again = "L2" if nt * kr <= machine.l2 // 2 else first
         for g, rows in enumerate(_spans(mt, mc)):
@@ -165,7 +179,7 @@ def estimate(m: int, k: int, n: int, design: Design = DESIGNS[0], threads: int =
             moved["L1"] += sum(tiles(r) * tiles(c) * TILE_BYTES * (2 if i else 1)
                                for r in _spans(rows, BLOCK) for c in col_blocks)
     rates = dict(machine.rate)
-    cycles = {"tiles": tdp * TDP_CYCLES, **{lv: moved[lv] / rates[lv] for lv in LEVELS}}
+    cycles = {"tiles": tdp * TDP_CYCLES + idle, **{lv: moved[lv] / rates[lv] for lv in LEVELS}}
     bound = max(cycles, key=cycles.get)
     outside = mt * kp * machine.quantize_cycles_value + mt * nt * machine.epilogue_cycles_value
     total = max(cycles[bound], outside) if design.overlapped else cycles[bound] + outside

@@ -16,7 +16,19 @@ def test_the_tile_count_is_the_loop_nest_s():
     # K = 100 pads to 128, two 64-value steps
     e = model.estimate(64, 100, 48, TODAY, threads=2)
     assert e.tdp == (2 * 2 + 2 * 1) * 2
-    assert e.cycles["tiles"] == e.tdp * model.TDP_CYCLES
+    # and two kernel calls over the whole K, each idling the tile unit for its store
+    machine = model.Machine()
+    assert e.cycles["tiles"] == e.tdp * model.TDP_CYCLES + 2 * machine.store_idle_cycles
+
+
+def test_k_ranges_idle_the_tile_unit_for_their_stores_and_reloads():
+    machine = model.Machine()
+    whole, ranged = (model.estimate(64, 256, 32, d, threads=1, machine=machine)
+                     for d in (TODAY, dataclasses.replace(TODAY, kc=64)))
+    assert whole.tdp == ranged.tdp == 2 * 4 * 4  # two row blocks of 2 x 2 tiles, 4 steps
+    # two row blocks: two calls over the whole K, eight over four K-ranges (six reloading)
+    assert ranged.cycles["tiles"] - whole.cycles["tiles"] == \
+        6 * machine.store_idle_cycles + 6 * machine.reload_idle_cycles
 
 
 @pytest.mark.parametrize("shape", [(1, 1152, 6912), (8, 4096, 4096), (64, 2048, 640),
