@@ -187,69 +187,34 @@ W8_AMX W8_INLINE void w8_amx_tile_f32(int rows, int npanels, int64_t kq, const u
     w8_avx512_epilogue(sums, LD, rows, cols, fin, (float *)c, ldc);
 }
 
-W8_AMX static void w8_amx_ukernel_biased(int rows, int npanels, int64_t kq,
-                                         const uint8_t *a, int64_t lda, const uint8_t *b,
-                                         int64_t ps, int32_t *c, int64_t ldc, int accumulate)
-{
-    w8_amx_tile(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, 0, 0);
-}
-
-W8_AMX static void w8_amx_ukernel_signed(int rows, int npanels, int64_t kq,
-                                         const uint8_t *a, int64_t lda, const uint8_t *b,
-                                         int64_t ps, int32_t *c, int64_t ldc, int accumulate)
-{
-    w8_amx_tile(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, 1, 0);
-}
-
-W8_AMX static void w8_amx_ukernel_prefetch_biased(int rows, int npanels, int64_t kq,
-                                                  const uint8_t *a, int64_t lda,
-                                                  const uint8_t *b, int64_t ps, int32_t *c,
-                                                  int64_t ldc, int accumulate)
-{
-    w8_amx_tile(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, 0, 1);
-}
-
-W8_AMX static void w8_amx_ukernel_prefetch_signed(int rows, int npanels, int64_t kq,
-                                                  const uint8_t *a, int64_t lda,
-                                                  const uint8_t *b, int64_t ps, int32_t *c,
-                                                  int64_t ldc, int accumulate)
-{
-    w8_amx_tile(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, 1, 1);
-}
-
-W8_AMX static void w8_amx_ukernel_f32_biased(int rows, int npanels, int64_t kq,
-                                             const uint8_t *a, int64_t lda, const uint8_t *b,
-                                             int64_t ps, int32_t *c, int64_t ldc,
-                                             int accumulate, const w8_tile_finish *fin)
-{
-    w8_amx_tile_f32(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, fin, 0, 0);
-}
-
-W8_AMX static void w8_amx_ukernel_f32_signed(int rows, int npanels, int64_t kq,
-                                             const uint8_t *a, int64_t lda, const uint8_t *b,
-                                             int64_t ps, int32_t *c, int64_t ldc,
-                                             int accumulate, const w8_tile_finish *fin)
-{
-    w8_amx_tile_f32(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, fin, 1, 0);
-}
-
-W8_AMX static void w8_amx_ukernel_f32_prefetch_biased(int rows, int npanels, int64_t kq,
-                                                      const uint8_t *a, int64_t lda,
-                                                      const uint8_t *b, int64_t ps,
-                                                      int32_t *c, int64_t ldc, int accumulate,
-                                                      const w8_tile_finish *fin)
-{
-    w8_amx_tile_f32(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, fin, 0, 1);
-}
-
-W8_AMX static void w8_amx_ukernel_f32_prefetch_signed(int rows, int npanels, int64_t kq,
-                                                      const uint8_t *a, int64_t lda,
-                                                      const uint8_t *b, int64_t ps,
-                                                      int32_t *c, int64_t ldc, int accumulate,
-                                                      const w8_tile_finish *fin)
-{
-    w8_amx_tile_f32(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, fin, 1, 1);
-}
+/* The registry's entries (w8_ukernel_fn and w8_ukernel_f32_fn), one per weight encoding,
+ * plain and prefetching. */
+#define W8_AMX_ENTRY(name, SIGNED_B, PREFETCH)                                               \
+    W8_AMX static void w8_amx_##name(int rows, int npanels, int64_t kq, const uint8_t *a,    \
+                                     int64_t lda, const uint8_t *b, int64_t ps, int32_t *c,  \
+                                     int64_t ldc, int accumulate)                            \
+    {                                                                                        \
+        w8_amx_tile(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, SIGNED_B,          \
+                    PREFETCH);                                                               \
+    }
+#define W8_AMX_F32_ENTRY(name, SIGNED_B, PREFETCH)                                           \
+    W8_AMX static void w8_amx_##name(int rows, int npanels, int64_t kq, const uint8_t *a,    \
+                                     int64_t lda, const uint8_t *b, int64_t ps, int32_t *c,  \
+                                     int64_t ldc, int accumulate, const w8_tile_finish *fin) \
+    {                                                                                        \
+        w8_amx_tile_f32(rows, npanels, kq, a, lda, b, ps, c, ldc, accumulate, fin,           \
+                        SIGNED_B, PREFETCH);                                                 \
+    }
+W8_AMX_ENTRY(ukernel_biased, 0, 0)
+W8_AMX_ENTRY(ukernel_signed, 1, 0)
+W8_AMX_ENTRY(ukernel_prefetch_biased, 0, 1)
+W8_AMX_ENTRY(ukernel_prefetch_signed, 1, 1)
+W8_AMX_F32_ENTRY(ukernel_f32_biased, 0, 0)
+W8_AMX_F32_ENTRY(ukernel_f32_signed, 1, 0)
+W8_AMX_F32_ENTRY(ukernel_f32_prefetch_biased, 0, 1)
+W8_AMX_F32_ENTRY(ukernel_f32_prefetch_signed, 1, 1)
+#undef W8_AMX_ENTRY
+#undef W8_AMX_F32_ENTRY
 
 /* Instruction peak: four tdpbssd per round on resident tiles. */
 W8_AMX static int64_t w8_amx_peak(int64_t iters, int32_t *sink)
